@@ -1,0 +1,5 @@
+"""The appliance management suite (Django project package)."""
+
+from .celery import app as celery_app
+
+__all__ = ("celery_app",)

@@ -1,0 +1,106 @@
+"""The typed event catalogue: every event the suite records, with its category, severity, OCSF class
+and the controls of NIST SP 800-53 (AU family and friends), PCI DSS v4 requirement 10,
+ISO/IEC 27001:2022 Annex A and the FSTEC measures (РСБ) it serves as evidence for.
+
+The catalogue is data: the portal renders it as the coverage matrix auditors ask for.
+Model create/update/delete events are added for every audited model when the app registry is ready.
+"""
+
+from dataclasses import dataclass, field
+
+STANDARDS = ("NIST SP 800-53", "PCI DSS 4.0", "ISO/IEC 27001:2022", "FSTEC")
+
+# OCSF classes used, with their uid (schema 1.x).
+OCSF_CLASSES = {
+    1007: "Process Activity",
+    3001: "Account Change",
+    3002: "Authentication",
+    3004: "Entity Management",
+    3005: "User Access Management",
+    6002: "Application Lifecycle",
+    6003: "API Activity",
+    6005: "Datastore Activity",
+}
+
+
+@dataclass(frozen=True)
+class EventType:
+    name: str
+    category: str
+    severity: str  # informational, low, medium, high, critical
+    description: str
+    ocsf_class: int
+    ocsf_activity: int
+    controls: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def action(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def ocsf_class_name(self) -> str:
+        return OCSF_CLASSES[self.ocsf_class]
+
+
+def _c(nist=(), pci=(), iso=(), fstec=()):
+    return {"NIST SP 800-53": tuple(nist), "PCI DSS 4.0": tuple(pci),
+            "ISO/IEC 27001:2022": tuple(iso), "FSTEC": tuple(fstec)}
+
+
+_AUTH = _c(["AU-2", "AC-7", "IA-2"], ["10.2.1.4", "10.2.1.5"], ["A.8.15", "A.8.5"], ["РСБ.1", "РСБ.3", "ИАФ.1"])
+_ACCOUNT = _c(["AU-2", "AC-2", "AC-6(9)"], ["10.2.1.2", "10.2.1.5"], ["A.8.15", "A.5.18"], ["РСБ.1", "РСБ.3", "УПД.1"])
+_CHANGE = _c(["AU-2", "AU-12", "CM-3", "CM-5"], ["10.2.1.2", "10.2.1.7"], ["A.8.15", "A.8.32", "A.8.9"], ["РСБ.1", "РСБ.3"])
+_ACCESS = _c(["AU-2", "AC-3", "AC-6(9)"], ["10.2.1.1", "10.2.1.4"], ["A.8.15", "A.5.15"], ["РСБ.1", "РСБ.3", "УПД.2"])
+_AUDIT_READ = _c(["AU-2", "AU-6", "AU-9(4)"], ["10.2.1.3"], ["A.8.15", "A.8.16"], ["РСБ.5", "РСБ.7", "РСБ.8"])
+_AUDIT_PROTECT = _c(["AU-9", "AU-10", "AU-11"], ["10.3.2", "10.3.4", "10.5.1"], ["A.8.15"], ["РСБ.3", "РСБ.7"])
+_OPERATION = _c(["AU-2", "AU-12", "CM-3"], ["10.2.1.2", "10.2.1.7"], ["A.8.15", "A.8.32"], ["РСБ.1", "РСБ.3"])
+
+_BASE = [
+    EventType("auth.login.success", "authentication", "informational", "A user logged in.", 3002, 1, _AUTH),
+    EventType("auth.login.failure", "authentication", "medium", "A login attempt failed (attempted username kept).", 3002, 1, _AUTH),
+    EventType("auth.logout", "authentication", "informational", "A user logged out or the session expired.", 3002, 2, _AUTH),
+    EventType("auth.lockout", "authentication", "high", "A username was locked after repeated failed logins.", 3002, 1, _AUTH),
+    EventType("auth.token.create", "authentication", "medium", "An API token was issued.", 3002, 1, _AUTH),
+    EventType("accounts.password.change", "account", "medium", "A password was changed or set.", 3001, 3, _ACCOUNT),
+    EventType("accounts.role.change", "account", "high", "A user's role was changed.", 3005, 1, _ACCOUNT),
+    EventType("access.denied", "access", "medium", "A request was refused (401 or 403).", 6003, 99, _ACCESS),
+    EventType("api.request", "access", "informational", "A state-changing web or API request completed.", 6003, 99, _ACCESS),
+    EventType("cli.command", "operation", "low", "A management command ran.", 1007, 1, _OPERATION),
+    EventType("task.run", "operation", "low", "A background task ran.", 1007, 1, _OPERATION),
+    EventType("inventory.site.validate", "configuration", "informational", "A site definition was validated.", 3004, 2, _CHANGE),
+    EventType("inventory.site.import", "configuration", "medium", "A site definition was imported.", 3004, 3, _CHANGE),
+    EventType("inventory.node.transition", "configuration", "low", "A node changed provisioning state.", 3004, 3, _CHANGE),
+    EventType("provisioning.run.start", "provisioning", "medium", "A provisioning run started.", 6002, 3, _OPERATION),
+    EventType("provisioning.run.end", "provisioning", "medium", "A provisioning run ended.", 6002, 4, _OPERATION),
+    EventType("provisioning.run.cancel", "provisioning", "medium", "A provisioning run was cancelled.", 6002, 4, _OPERATION),
+    EventType("provisioning.stage.end", "provisioning", "low", "A stage of a run ended.", 6002, 4, _OPERATION),
+    EventType("provisioning.bios.change", "provisioning", "high", "A BIOS attribute was changed on a node's BMC.", 3004, 3, _CHANGE),
+    EventType("provisioning.acceptance.export", "provisioning", "low", "An acceptance report was exported.", 6005, 2, _AUDIT_READ),
+    EventType("audit.view", "audit", "low", "The audit log was viewed.", 6005, 2, _AUDIT_READ),
+    EventType("audit.search", "audit", "low", "The audit log was searched.", 6005, 6, _AUDIT_READ),
+    EventType("audit.export", "audit", "medium", "The audit log was exported.", 6005, 2, _AUDIT_READ),
+    EventType("audit.verify", "audit", "low", "The audit log or a record was verified.", 6005, 2, _AUDIT_PROTECT),
+    EventType("audit.checkpoint", "audit", "informational", "A signed checkpoint was made.", 6005, 3, _AUDIT_PROTECT),
+    EventType("audit.retention.request", "audit", "high", "Archiving of old records was requested.", 6005, 4, _AUDIT_PROTECT),
+    EventType("audit.retention.approve", "audit", "high", "Archiving of old records was approved.", 6005, 4, _AUDIT_PROTECT),
+    EventType("audit.retention.archive", "audit", "critical", "Old records were removed, leaving a signed tombstone.", 6005, 4, _AUDIT_PROTECT),
+]
+
+CATALOGUE: dict[str, EventType] = {e.name: e for e in _BASE}
+
+MODEL_ACTIONS = {"create": (1, "low"), "update": (3, "low"), "delete": (4, "medium")}
+
+
+def register_model(app_label: str, model_name: str, verbose_name: str) -> None:
+    """Add the create/update/delete events of one audited model."""
+    for action, (activity, severity) in MODEL_ACTIONS.items():
+        name = f"{app_label}.{model_name}.{action}"
+        CATALOGUE.setdefault(name, EventType(
+            name, "configuration", severity, f"A {verbose_name} was {action}d.", 3004, activity, _CHANGE))
+
+
+def get(name: str) -> EventType:
+    try:
+        return CATALOGUE[name]
+    except KeyError:
+        raise KeyError(f"audit event {name!r} is not in the catalogue (appliance/audit/catalogue.py)") from None

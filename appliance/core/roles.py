@@ -1,0 +1,59 @@
+"""Roles and what each may do: the one table every portal view and API endpoint consults.
+
+A view names a capability; `can(user, capability)` answers. Nothing else in the code base
+decides who may do what.
+"""
+
+from django.db import models
+
+
+class Role(models.TextChoices):
+    ADMINISTRATOR = "administrator", "Administrator"
+    OPERATOR = "operator", "Operator"
+    ML_ENGINEER = "ml_engineer", "ML engineer"
+    AUDITOR = "auditor", "Auditor"
+    VIEWER = "viewer", "Viewer"
+
+
+_ALL = frozenset(Role)
+_A, _O, _M, _U, _V = Role.ADMINISTRATOR, Role.OPERATOR, Role.ML_ENGINEER, Role.AUDITOR, Role.VIEWER
+
+# capability -> roles that hold it. Read capabilities end in ".view".
+CAPABILITIES: dict[str, frozenset[Role]] = {
+    "portal.view": _ALL,
+    "inventory.view": _ALL,
+    "inventory.change": frozenset({_A, _O}),
+    "provisioning.view": frozenset({_A, _O, _U, _V}),
+    "provisioning.run": frozenset({_A, _O}),
+    "partitioning.view": _ALL,
+    "partitioning.change": frozenset({_A, _O}),
+    "telemetry.view": _ALL,
+    "models.view": _ALL,
+    "models.change": frozenset({_A, _M}),
+    "audit.view": frozenset({_A, _U}),
+    "audit.export": frozenset({_A, _U}),
+    "audit.retention": frozenset({_A}),
+    "accounts.view": frozenset({_A, _U}),
+    "accounts.manage": frozenset({_A}),
+}
+
+
+def role_of(user) -> Role | None:
+    if user is None or not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
+        return None
+    role = getattr(user, "role", None)
+    return Role(role) if role in Role.values else None
+
+
+def can(user, capability: str) -> bool:
+    if capability not in CAPABILITIES:
+        raise KeyError(f"unknown capability {capability!r}")
+    role = role_of(user)
+    return role is not None and role in CAPABILITIES[capability]
+
+
+def capabilities_of(user) -> frozenset[str]:
+    role = role_of(user)
+    if role is None:
+        return frozenset()
+    return frozenset(cap for cap, roles in CAPABILITIES.items() if role in roles)

@@ -1,0 +1,18 @@
+"""Base class of every Celery task: restores the context of whoever asked, on the `task` channel."""
+
+from celery import Task
+
+from . import context
+from .dispatch import CONTEXT_KWARG
+
+
+class ContextTask(Task):
+    abstract = True
+
+    def __call__(self, *args, **kwargs):
+        snapshot = kwargs.pop(CONTEXT_KWARG, None)
+        ctx = context.from_snapshot(snapshot or {}, channel="task")
+        if self.request.id:
+            ctx = context.ActionContext(**{**ctx.__dict__, "request_id": ctx.request_id or self.request.id})
+        with context.use(ctx):
+            return super().__call__(*args, **kwargs)

@@ -1,0 +1,282 @@
+"""The appliance and its parts, as the site definition and the discovered facts describe them."""
+
+from django.db import models, transaction
+from django.utils import timezone
+
+from appliance.audit import record
+from appliance.audit.tracking import AuditedModel
+from appliance.core.fields import EncryptedTextField
+from appliance.core.models import TimestampedModel
+
+from .states import NodeState, check_transition
+
+
+class Platform(AuditedModel, TimestampedModel):
+    """A server model, described by a file in firmware/platforms/ (the file is the source of truth)."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    file = models.CharField(max_length=255, help_text="path under firmware/platforms/")
+    digest = models.CharField(max_length=64, help_text="sha256 of the platform file when imported")
+    gpu_model = models.CharField(max_length=100, blank=True)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    hca_count = models.PositiveSmallIntegerField(default=0)
+    spec = models.JSONField(default=dict, help_text="the platform file's content")
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self):
+        return self.name
+
+
+class Appliance(AuditedModel, TimestampedModel):
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    simulated = models.BooleanField(default=False, help_text="nodes are simulated (sysroots, emulated BMCs)")
+    site_file = models.CharField(max_length=500, blank=True)
+    site_digest = models.CharField(max_length=64, blank=True)
+    settings = models.JSONField(default=dict, blank=True, help_text="site-wide settings (fabric, time, ...)")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Network(AuditedModel, TimestampedModel):
+    class Kind(models.TextChoices):
+        IPOIB = "ipoib", "IP over InfiniBand"
+        MANAGEMENT = "management", "Management Ethernet"
+        BMC = "bmc", "BMC (out of band)"
+
+    appliance = models.ForeignKey(Appliance, on_delete=models.CASCADE, related_name="networks")
+    name = models.SlugField(max_length=64)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    cidr = models.CharField(max_length=64)
+    pkey = models.CharField(max_length=6, blank=True, help_text="InfiniBand partition key, e.g. 0x7fff")
+    mtu = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["appliance", "name"]
+        constraints = [models.UniqueConstraint(fields=["appliance", "name"], name="network_unique_name")]
+
+    def __str__(self):
+        return f"{self.name} ({self.cidr})"
+
+
+class Node(AuditedModel, TimestampedModel):
+    class Role(models.TextChoices):
+        GPU = "gpu", "GPU server"
+        STORAGE = "storage", "Storage server"
+        MANAGEMENT = "management", "Management node"
+        LOGIN = "login", "Login node"
+
+    appliance = models.ForeignKey(Appliance, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=63, unique=True)
+    role = models.CharField(max_length=20, choices=Role.choices)
+    platform = models.ForeignKey(Platform, on_delete=models.PROTECT, null=True, blank=True, related_name="nodes")
+    management_address = models.GenericIPAddressField(unique=True)
+    ipoib_addresses = models.JSONField(default=dict, blank=True, help_text="network name -> address")
+    labels = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=NodeState.choices, default=NodeState.NEW)
+    state_changed = models.DateTimeField(default=timezone.now)
+    state_reason = models.TextField(blank=True)
+    sysroot = models.CharField(max_length=500, blank=True, help_text="simulated node's root directory; empty on real nodes")
+    facts = models.JSONField(default=dict, blank=True, help_text="facts discovered by provisioning")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @transaction.atomic
+    def transition(self, target: str, reason: str = "") -> None:
+        """Move to `target` if the transition table allows it (raises InvalidTransition otherwise)."""
+        locked = type(self).objects.select_for_update().get(pk=self.pk)
+        check_transition(locked.state, target)
+        previous = locked.state
+        self.state, self.state_reason, self.state_changed = target, reason, timezone.now()
+        super(AuditedModel, self).save(update_fields=["state", "state_reason", "state_changed", "updated"])
+        record("inventory.node.transition", target=self,
+               details={"from": previous, "to": target, "reason": reason})
+
+
+class BMC(AuditedModel, TimestampedModel):
+    """A node's baseboard management controller, reached over Redfish."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="bmc")
+    url = models.URLField(max_length=300)
+    username = models.CharField(max_length=100)
+    password = EncryptedTextField(blank=True)
+    password_ref = models.CharField(max_length=300, blank=True,
+                                    help_text="where the password comes from: env:NAME or file:PATH")
+    verify_tls = models.BooleanField(default=True)
+    ca_file = models.CharField(max_length=500, blank=True)
+    system_id = models.CharField(max_length=100, blank=True, help_text="Redfish ComputerSystem id, discovered")
+
+    class Meta:
+        verbose_name = "BMC"
+
+    def __str__(self):
+        return f"BMC of {self.node_id and self.node.name}"
+
+
+class GPU(AuditedModel, TimestampedModel):
+    class MigMode(models.TextChoices):
+        DISABLED = "disabled", "Disabled"
+        ENABLED = "enabled", "Enabled"
+        PENDING = "pending", "Pending reset"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=100)
+    memory_mib = models.PositiveIntegerField()
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    mig_capable = models.BooleanField(default=False)
+    mig_mode = models.CharField(max_length=10, choices=MigMode.choices, default=MigMode.DISABLED)
+    nvlink_peers = models.JSONField(default=list, blank=True, help_text="indexes of GPUs reached over NVLink")
+
+    class Meta:
+        ordering = ["node", "index"]
+        verbose_name = "GPU"
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index")]
+
+    def __str__(self):
+        return f"{self.node.name}/gpu{self.index}"
+
+
+class HCA(AuditedModel, TimestampedModel):
+    """A host channel adapter (InfiniBand card)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="hcas")
+    device = models.CharField(max_length=32, help_text="RDMA device name, e.g. mlx5_0")
+    model = models.CharField(max_length=100, blank=True)
+    firmware_version = models.CharField(max_length=50, blank=True)
+    node_guid = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["node", "device"]
+        verbose_name = "HCA"
+        constraints = [models.UniqueConstraint(fields=["node", "device"], name="hca_unique_device")]
+
+    def __str__(self):
+        return f"{self.node.name}/{self.device}"
+
+
+class HCAPort(AuditedModel, TimestampedModel):
+    class LinkLayer(models.TextChoices):
+        INFINIBAND = "InfiniBand", "InfiniBand"
+        ETHERNET = "Ethernet", "Ethernet"
+
+    hca = models.ForeignKey(HCA, on_delete=models.CASCADE, related_name="ports")
+    port = models.PositiveSmallIntegerField(default=1)
+    guid = models.CharField(max_length=32, blank=True)
+    rate_gbps = models.PositiveIntegerField(default=0)
+    link_layer = models.CharField(max_length=20, choices=LinkLayer.choices, default=LinkLayer.INFINIBAND)
+    state = models.CharField(max_length=20, blank=True, help_text="e.g. Active, Down")
+    physical_state = models.CharField(max_length=20, blank=True, help_text="e.g. LinkUp, Polling")
+    closest_gpu = models.ForeignKey(GPU, on_delete=models.SET_NULL, null=True, blank=True, related_name="closest_ports")
+    counters = models.JSONField(default=dict, blank=True, help_text="error counters last read")
+
+    class Meta:
+        ordering = ["hca", "port"]
+        verbose_name = "HCA port"
+        constraints = [models.UniqueConstraint(fields=["hca", "port"], name="hcaport_unique_port")]
+
+    def __str__(self):
+        return f"{self.hca}/{self.port}"
+
+
+class Switch(AuditedModel, TimestampedModel):
+    class Kind(models.TextChoices):
+        INFINIBAND = "infiniband", "InfiniBand"
+        ETHERNET = "ethernet", "Ethernet"
+
+    appliance = models.ForeignKey(Appliance, on_delete=models.CASCADE, related_name="switches")
+    name = models.CharField(max_length=63)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    model = models.CharField(max_length=100, blank=True)
+    tier = models.CharField(max_length=20, blank=True, help_text="leaf, spine, ...")
+    management_address = models.GenericIPAddressField(null=True, blank=True, unique=True)
+    port_count = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["appliance", "name"]
+        verbose_name_plural = "switches"
+        constraints = [models.UniqueConstraint(fields=["appliance", "name"], name="switch_unique_name")]
+
+    def __str__(self):
+        return self.name
+
+
+class Filesystem(AuditedModel, TimestampedModel):
+    class Type(models.TextChoices):
+        LUSTRE = "lustre", "Lustre"
+        BEEGFS = "beegfs", "BeeGFS"
+        NFS_RDMA = "nfs-rdma", "NFS over RDMA"
+
+    appliance = models.ForeignKey(Appliance, on_delete=models.CASCADE, related_name="filesystems")
+    name = models.SlugField(max_length=64)
+    type = models.CharField(max_length=20, choices=Type.choices)
+    servers = models.JSONField(default=list, blank=True, help_text="server names or NIDs")
+    source = models.CharField(max_length=300, help_text="what is mounted: Lustre MGS NID:/fsname, NFS export, BeeGFS mgmtd")
+    mount_point = models.CharField(max_length=300)
+    options = models.JSONField(default=list, blank=True, help_text="mount options")
+    tunables = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["appliance", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["appliance", "name"], name="filesystem_unique_name"),
+            models.UniqueConstraint(fields=["appliance", "mount_point"], name="filesystem_unique_mount"),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.get_type_display()} at {self.mount_point})"
+
+
+class Pool(AuditedModel, TimestampedModel):
+    class Kind(models.TextChoices):
+        TRAINING = "training", "Training (Slurm, exclusive GPUs)"
+        INFERENCE = "inference", "Inference (Kubernetes, shared GPUs)"
+
+    SCHEDULER = {Kind.TRAINING: "slurm", Kind.INFERENCE: "kubernetes"}
+    SHARING = {Kind.TRAINING: "exclusive", Kind.INFERENCE: "shared"}
+
+    appliance = models.ForeignKey(Appliance, on_delete=models.CASCADE, related_name="pools")
+    name = models.SlugField(max_length=64)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    nodes = models.ManyToManyField(Node, through="PoolMembership", related_name="pools")
+    settings = models.JSONField(default=dict, blank=True, help_text="scheduler settings (partition, time-slicing, ...)")
+
+    class Meta:
+        ordering = ["appliance", "name"]
+        constraints = [models.UniqueConstraint(fields=["appliance", "name"], name="pool_unique_name")]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def scheduler(self) -> str:
+        return self.SCHEDULER[self.kind]
+
+    @property
+    def sharing(self) -> str:
+        return self.SHARING[self.kind]
+
+
+class PoolMembership(AuditedModel, TimestampedModel):
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="memberships")
+    # A node serves one pool: training and inference never share a server.
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="pool_membership")
+
+    class Meta:
+        ordering = ["pool", "node"]
+
+    def __str__(self):
+        return f"{self.node} in {self.pool}"

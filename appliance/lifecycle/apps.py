@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class LifecycleConfig(AppConfig):
+    name = "appliance.lifecycle"
+    label = "lifecycle"

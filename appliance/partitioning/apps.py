@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PartitioningConfig(AppConfig):
+    name = "appliance.partitioning"
+    label = "partitioning"

@@ -1,0 +1,25 @@
+"""The portal's navigation: data, filtered by the same capabilities that guard the views."""
+
+from dataclasses import dataclass
+
+from django.urls import reverse
+
+from appliance.core.roles import can
+
+
+@dataclass(frozen=True)
+class NavEntry:
+    label: str
+    url_name: str
+    capability: str
+    section: str = ""
+
+
+NAVIGATION: list[NavEntry] = [
+    NavEntry("Overview", "portal:overview", "portal.view"),
+]
+
+
+def entries_for(user) -> list[dict]:
+    return [{"label": e.label, "url": reverse(e.url_name), "section": e.section, "url_name": e.url_name}
+            for e in NAVIGATION if can(user, e.capability)]

@@ -1,0 +1,287 @@
+"""Settings of the appliance management suite.
+
+Every setting comes from an environment variable with a documented default (see README.md,
+"Configuration"). With nothing set the suite runs on its embedded defaults: SQLite and the
+secret key in APPLIANCE_STATE_DIR, background work on an in-process worker pool, no InfluxDB,
+the simulated appliance.
+"""
+
+import os
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+STATE_DIR = Path(os.environ.get("APPLIANCE_STATE_DIR", BASE_DIR / "var")).resolve()
+STATE_DIR.mkdir(parents=True, exist_ok=True)
+KEYS_DIR = STATE_DIR / "keys"
+KEYS_DIR.mkdir(mode=0o700, exist_ok=True)
+LOG_DIR = STATE_DIR / "logs"
+LOG_DIR.mkdir(exist_ok=True)
+
+# "production" turns on the hardened transport and cookie settings that `check --deploy` asks for.
+APPLIANCE_ENV = os.environ.get("APPLIANCE_ENV", "development")
+PRODUCTION = APPLIANCE_ENV == "production"
+
+
+def _secret_key() -> str:
+    configured = os.environ.get("DJANGO_SECRET_KEY")
+    if configured:
+        return configured
+    key_file = KEYS_DIR / "django-secret-key"
+    if not key_file.exists():
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(64))
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "axes",
+    "appliance.core",
+    "appliance.accounts",
+    "appliance.audit",
+    "appliance.inventory",
+    "appliance.simulation",
+    "appliance.provisioning",
+    "appliance.partitioning",
+    "appliance.telemetry",
+    "appliance.lifecycle",
+    "appliance.portal",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "appliance.core.middleware.RequestContextMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "appliance.core.middleware.SessionIdleTimeoutMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",
+]
+
+ROOT_URLCONF = "appliance.urls"
+WSGI_APPLICATION = "appliance.wsgi.application"
+ASGI_APPLICATION = "appliance.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "appliance.portal.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# Embedded default: SQLite in the state directory. DATABASE_URL (postgres://...) switches.
+DATABASES = {
+    "default": dj_database_url.config(
+        env="DATABASE_URL",
+        default=f"sqlite:///{STATE_DIR / 'appliance.sqlite3'}",
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL and a busy timeout let the in-process workers write while the portal reads.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+         "transaction_mode": "IMMEDIATE"}
+    )
+    DATABASES["default"]["TEST"] = {"NAME": str(STATE_DIR / "test-appliance.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_USER_MODEL = "accounts.User"
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": env_int("APPLIANCE_PASSWORD_MIN_LENGTH", 12)}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "accounts:login"
+LOGIN_REDIRECT_URL = "portal:overview"
+LOGOUT_REDIRECT_URL = "accounts:login"
+
+# Failed-login throttling (django-axes): lock the username after N failures for the cool-off.
+AXES_FAILURE_LIMIT = env_int("APPLIANCE_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("APPLIANCE_LOGIN_COOLOFF_SECONDS", 900))
+AXES_LOCKOUT_PARAMETERS = ["username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+AXES_VERBOSE = False
+# Lockout is per username on purpose: an appliance's operators share a few jump hosts, and locking
+# an address would lock all of them out at once. The username lock cannot be bypassed by rotating
+# user agents or cookies, which is what axes.W006 warns about for other parameter sets.
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+
+# Sessions end after this many idle seconds and at browser close.
+SESSION_IDLE_TIMEOUT = env_int("APPLIANCE_SESSION_IDLE_TIMEOUT", 1800)
+SESSION_COOKIE_AGE = env_int("APPLIANCE_SESSION_MAX_AGE", 12 * 3600)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False
+
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = os.environ.get("APPLIANCE_TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS: list = []
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", STATE_DIR / "static"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
+                    if PRODUCTION else "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = not PRODUCTION
+MEDIA_ROOT = STATE_DIR / "media"
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["appliance.core.permissions.RolePermission"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+        "rest_framework.filters.SearchFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "appliance.core.api.Pagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "appliance.core.api.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Appliance management API",
+    "DESCRIPTION": "Inventory, provisioning, partitioning, telemetry, model lifecycle and audit of the AI appliance.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# Background work. With CELERY_BROKER_URL unset the suite needs no broker: tasks are handed to a
+# bounded worker pool inside the process that asked (see appliance/core/dispatch.py), so a web
+# request never waits for them. With a broker they go to `celery -A appliance worker`.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TRACK_STARTED = True
+EMBEDDED_WORKERS = env_int("APPLIANCE_EMBEDDED_WORKERS", 2)
+
+INFLUXDB = {
+    "url": os.environ.get("INFLUXDB_URL", ""),
+    "token": os.environ.get("INFLUXDB_TOKEN", ""),
+    "org": os.environ.get("INFLUXDB_ORG", "appliance"),
+    "bucket": os.environ.get("INFLUXDB_BUCKET", "telemetry"),
+}
+
+# Audit log: signed checkpoints every N records or T seconds; retention before archiving.
+AUDIT_CHECKPOINT_EVERY_RECORDS = env_int("AUDIT_CHECKPOINT_EVERY_RECORDS", 1000)
+AUDIT_CHECKPOINT_EVERY_SECONDS = env_int("AUDIT_CHECKPOINT_EVERY_SECONDS", 300)
+AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 3 * 365)
+AUDIT_SIGNING_KEY_FILE = Path(os.environ.get("AUDIT_SIGNING_KEY_FILE", KEYS_DIR / "audit-signing.key"))
+
+# Encryption of secrets at rest (BMC passwords): a Fernet key file outside the database.
+SECRETS_KEY_FILE = Path(os.environ.get("APPLIANCE_SECRETS_KEY_FILE", KEYS_DIR / "secrets.key"))
+
+SIMULATION_DIR = STATE_DIR / "simulation"
+PLAYBOOKS_DIR = BASE_DIR / "playbooks"
+FIRMWARE_DIR = BASE_DIR / "firmware"
+DEMO_SITE = BASE_DIR / "appliance" / "inventory" / "sites" / "demo.yml"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "file": {"class": "logging.handlers.RotatingFileHandler", "formatter": "plain",
+                 "filename": str(LOG_DIR / "appliance.log"), "maxBytes": 10 * 1024 * 1024, "backupCount": 5},
+    },
+    "root": {"handlers": ["console", "file"], "level": os.environ.get("APPLIANCE_LOG_LEVEL", "WARNING")},
+    "loggers": {
+        "appliance": {"level": os.environ.get("APPLIANCE_LOG_LEVEL", "INFO"), "propagate": True},
+        "axes": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,26 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from appliance.core.views import health
+
+api_patterns = [
+    path("inventory/", include("appliance.inventory.api_urls")),
+    path("accounts/", include("appliance.accounts.api_urls")),
+    path("audit/", include("appliance.audit.api_urls")),
+    path("provisioning/", include("appliance.provisioning.api_urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="schema-docs"),
+    path("schema/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="schema-redoc"),
+]
+
+urlpatterns = [
+    path("", include("appliance.portal.urls")),
+    path("accounts/", include("appliance.accounts.urls")),
+    path("inventory/", include("appliance.inventory.urls")),
+    path("audit/", include("appliance.audit.urls")),
+    path("provisioning/", include("appliance.provisioning.urls")),
+    path("api/", include(api_patterns)),
+    path("django-admin/", admin.site.urls),
+    path("health/", health, name="health"),
+]
