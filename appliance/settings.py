@@ -235,6 +235,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets that share a field name across models get a name each (else spectacular warns).
+    "ENUM_NAME_OVERRIDES": {
+        "NodeStateEnum": "appliance.inventory.states.NodeState",
+        "NetworkKindEnum": "appliance.inventory.models.Network.Kind",
+        "SwitchKindEnum": "appliance.inventory.models.Switch.Kind",
+        "PoolKindEnum": "appliance.inventory.models.Pool.Kind",
+    },
 }
 
 # Background work. With CELERY_BROKER_URL unset the suite needs no broker: tasks are handed to a
