@@ -85,8 +85,6 @@ INSTALLED_APPS = [
     "appliance.simulation",
     "appliance.provisioning",
     "appliance.partitioning",
-    "appliance.telemetry",
-    "appliance.lifecycle",
     "appliance.portal",
 ]
 

@@ -1,6 +1,0 @@
-from django.apps import AppConfig
-
-
-class TelemetryConfig(AppConfig):
-    name = "appliance.telemetry"
-    label = "telemetry"
