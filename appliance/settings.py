@@ -239,6 +239,8 @@ SPECTACULAR_SETTINGS = {
         "NetworkKindEnum": "appliance.inventory.models.Network.Kind",
         "SwitchKindEnum": "appliance.inventory.models.Switch.Kind",
         "PoolKindEnum": "appliance.inventory.models.Pool.Kind",
+        "NodeRoleEnum": "appliance.inventory.models.Node.Role",
+        "UserRoleEnum": "appliance.core.roles.Role",
     },
 }
 
