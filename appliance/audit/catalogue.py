@@ -67,7 +67,6 @@ _BASE = [
     EventType("api.request", "access", "informational", "A state-changing web or API request completed.", 6003, 99, _ACCESS),
     EventType("cli.command", "operation", "low", "A management command ran.", 1007, 1, _OPERATION),
     EventType("task.run", "operation", "low", "A background task ran.", 1007, 1, _OPERATION),
-    EventType("inventory.site.validate", "configuration", "informational", "A site definition was validated.", 3004, 2, _CHANGE),
     EventType("inventory.site.import", "configuration", "medium", "A site definition was imported.", 3004, 3, _CHANGE),
     EventType("inventory.node.transition", "configuration", "low", "A node changed provisioning state.", 3004, 3, _CHANGE),
     EventType("provisioning.run.start", "provisioning", "medium", "A provisioning run started.", 6002, 3, _OPERATION),

@@ -78,7 +78,8 @@ class Node(AuditedModel, TimestampedModel):
     name = models.CharField(max_length=63, unique=True)
     role = models.CharField(max_length=20, choices=Role.choices)
     platform = models.ForeignKey(Platform, on_delete=models.PROTECT, null=True, blank=True, related_name="nodes")
-    management_address = models.GenericIPAddressField(unique=True)
+    # Empty only for a retired node: it gives its address up so that a replacement can take it.
+    management_address = models.GenericIPAddressField(unique=True, null=True, blank=True)
     ipoib_addresses = models.JSONField(default=dict, blank=True, help_text="network name -> address")
     labels = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=20, choices=NodeState.choices, default=NodeState.NEW)

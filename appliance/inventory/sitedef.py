@@ -1,0 +1,916 @@
+"""The site definition: one YAML file describing an appliance (see the comment block of
+sites/demo.yml and README.md, "Site definition").
+
+`parse_site` reads the file with ruamel.yaml, which keeps the line of every key and item, checks all
+of it and raises one SiteValidationError listing every problem found, each with its file, line and
+field path. It writes nothing: the import (services.import_site) works from the SiteDefinition it returns.
+"""
+
+import hashlib
+import ipaddress
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError
+
+# --------------------------------------------------------------------------------------------------
+# Errors
+
+
+@dataclass(frozen=True)
+class SiteError:
+    file: str
+    line: int
+    path: str
+    message: str
+
+    def __str__(self):
+        where = f"{self.file}:{self.line}"
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class SiteValidationError(Exception):
+    def __init__(self, errors: list[SiteError]):
+        self.errors = sorted(errors, key=lambda e: (e.file, e.line, e.path))
+        super().__init__(str(self))
+
+    def __str__(self):
+        return "\n".join(str(e) for e in self.errors)
+
+
+class ErrorCollector:
+    """Gathers every error of one file, so that all of them are reported at once."""
+
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.errors: list[SiteError] = []
+
+    def add(self, line: int, path: str, message: str) -> None:
+        self.errors.append(SiteError(self.filename, line, path, message))
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise SiteValidationError(self.errors)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading YAML with positions
+
+_MISSING = object()
+
+
+def _type_name(value) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int):
+        return "a number"
+    if isinstance(value, float):
+        return "a decimal number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def to_plain(value):
+    """ruamel's commented containers and scalar subclasses as plain dicts, lists, str, int, bool."""
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
+class Cursor:
+    """A value of the document with its field path and line, reporting errors to a collector."""
+
+    def __init__(self, value, path: str, line: int, collector: ErrorCollector):
+        self.value, self.path, self.line, self.collector = value, path, line, collector
+
+    def error(self, message: str) -> None:
+        self.collector.add(self.line, self.path, message)
+
+    def _sub_path(self, key) -> str:
+        if isinstance(key, int):
+            return f"{self.path}[{key}]"
+        return f"{self.path}.{key}" if self.path else str(key)
+
+    def child(self, key) -> "Cursor":
+        value = self.value[key]
+        try:
+            line = (self.value.lc.item(key) if isinstance(key, int) else self.value.lc.key(key))[0] + 1
+        except (AttributeError, KeyError, IndexError, TypeError):
+            line = self.line
+        return Cursor(value, self._sub_path(key), line, self.collector)
+
+    def missing(self, key: str, hint: str = "") -> None:
+        self.collector.add(self.line, self._sub_path(key), "required field missing" + hint)
+
+    # containers
+
+    def mapping(self, allowed: tuple[str, ...] | None = None, required: tuple[str, ...] = ()) -> dict | None:
+        """The mapping's keys -> Cursor; reports unknown keys (when `allowed` is given) and missing ones."""
+        if not isinstance(self.value, dict):
+            self.error(f"expected a mapping, got {_type_name(self.value)}")
+            return None
+        result = {}
+        for key in self.value:
+            if allowed is not None and key not in allowed:
+                Cursor(None, self._sub_path(key), self.child(key).line, self.collector).error(
+                    f"unknown key (allowed here: {', '.join(allowed)})")
+                continue
+            result[str(key)] = self.child(key)
+        for key in required:
+            if key not in result and (allowed is None or key in allowed):
+                self.missing(key)
+        return result
+
+    def require(self, fields: dict, key: str) -> "Cursor | None":
+        if key in fields:
+            return fields[key] if isinstance(fields[key], Cursor) else self.child(key)
+        self.missing(key)
+        return None
+
+    def sequence(self) -> list["Cursor"] | None:
+        if not isinstance(self.value, list):
+            self.error(f"expected a list, got {_type_name(self.value)}")
+            return None
+        return [self.child(i) for i in range(len(self.value))]
+
+    # scalars: each returns the checked value, or None after reporting an error
+
+    def text(self, pattern: re.Pattern | None = None, what: str = "") -> str | None:
+        if not isinstance(self.value, str) or isinstance(self.value, bool):
+            self.error(f"expected text, got {_type_name(self.value)}")
+            return None
+        value = str(self.value).strip()
+        if not value:
+            self.error("must not be empty")
+            return None
+        if pattern is not None and not pattern.match(value):
+            self.error(f"{value!r} is not {what}")
+            return None
+        return value
+
+    def integer(self, minimum: int | None = None, maximum: int | None = None) -> int | None:
+        if not isinstance(self.value, int) or isinstance(self.value, bool):
+            self.error(f"expected a whole number, got {_type_name(self.value)}")
+            return None
+        value = int(self.value)
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            self.error(f"{value} is out of range (must be {bounds})")
+            return None
+        return value
+
+    def boolean(self) -> bool | None:
+        if not isinstance(self.value, bool):
+            self.error(f"expected true or false, got {_type_name(self.value)}")
+            return None
+        return bool(self.value)
+
+    def choice(self, choices) -> str | None:
+        value = self.text()
+        if value is not None and value not in choices:
+            self.error(f"{value!r} is not one of: {', '.join(choices)}")
+            return None
+        return value
+
+    def url(self) -> str | None:
+        value = self.text()
+        if value is None:
+            return None
+        if not _is_http_url(value):
+            self.error(f"{value!r} is not a URL (expected https://host[:port])")
+            return None
+        return value.rstrip("/")
+
+    def ip_address(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+        value = self.text()
+        if value is None:
+            return None
+        try:
+            return ipaddress.ip_address(value)
+        except ValueError:
+            self.error(f"{value!r} is not an IP address")
+            return None
+
+    def cidr(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+        value = self.text()
+        if value is None:
+            return None
+        if "/" not in value:
+            self.error(f"{value!r} is not a CIDR subnet (expected address/prefix, e.g. 10.10.0.0/16)")
+            return None
+        try:
+            return ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            reason = "has host bits set" if "host bits" in str(exc) else "is not a CIDR subnet"
+            self.error(f"{value!r} {reason}")
+            return None
+
+    def text_list(self, split_commas: bool = False) -> list[str] | None:
+        if split_commas and isinstance(self.value, str):
+            items = [part.strip() for part in self.value.split(",") if part.strip()]
+            return items
+        items = self.sequence()
+        if items is None:
+            return None
+        values = [item.text() for item in items]
+        return None if any(v is None for v in values) else values
+
+    def scalar_mapping(self) -> dict | None:
+        """A mapping of names to scalars (text, numbers, true/false)."""
+        fields = self.mapping()
+        if fields is None:
+            return None
+        result = {}
+        for key, cursor in fields.items():
+            if isinstance(cursor.value, dict | list) or cursor.value is None:
+                cursor.error(f"expected text, a number or true/false, got {_type_name(cursor.value)}")
+                continue
+            result[key] = to_plain(cursor.value)
+        return result
+
+
+HOSTNAME_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def _is_http_url(value: str) -> bool:
+    # BMCs are often reached by a short host name or an address, which Django's URLValidator refuses.
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        return False
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not host or parts.username or parts.password:
+        return False
+    if port == 0 or any(c.isspace() for c in value):
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return not host.replace(".", "").isdigit() and all(HOSTNAME_LABEL.match(label) for label in host.split("."))
+
+
+def load_yaml(text: str, collector: ErrorCollector) -> Cursor | None:
+    """Parse `text`; a syntax error is reported with its line and yields None."""
+    yaml = YAML(typ="rt")
+    try:
+        data = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = ": ".join(part for part in (exc.context, exc.problem) if part)
+        collector.add(mark.line + 1 if mark else 1, "", f"YAML syntax error: {problem or exc}")
+        return None
+    if data is None:
+        collector.add(1, "", "the file is empty")
+        return None
+    return Cursor(data, "", 1, collector)
+
+
+# --------------------------------------------------------------------------------------------------
+# The definition
+
+NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME_WHAT = "a name (lower-case letters, digits and '-', at most 63 characters)"
+SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VARIABLE = re.compile(r"\$\{([^}]*)\}")
+PKEY = re.compile(r"^0x[0-9a-fA-F]{1,4}$")
+
+NODE_ROLES = ("gpu", "storage", "management", "login")
+NETWORK_KINDS = ("ipoib", "management", "bmc")
+FILESYSTEM_TYPES = ("lustre", "beegfs", "nfs-rdma")
+POOL_KINDS = ("training", "inference")
+SWITCH_KINDS = ("infiniband", "ethernet")
+SUBNET_MANAGERS = ("opensm", "external")
+
+
+@dataclass(frozen=True)
+class CredentialRef:
+    """Where a secret comes from: an environment variable or a file. Holds no secret itself."""
+
+    kind: str  # "env" or "file"
+    source: str  # as written in the site file
+    location: str  # variable name, or the file path with ${APPLIANCE_STATE_DIR} expanded
+
+    @property
+    def reference(self) -> str:
+        return f"{self.kind}:{self.source}"
+
+    def problem(self) -> str | None:
+        """Why the secret cannot be read now, or None."""
+        if self.kind == "env":
+            if self.location not in os.environ:
+                return f"environment variable {self.location} is not set"
+            if not os.environ[self.location]:
+                return f"environment variable {self.location} is empty"
+            return None
+        path = Path(self.location)
+        if not path.exists():
+            return f"credential file {path} does not exist"
+        if not path.is_file():
+            return f"credential file {path} is not a file"
+        try:
+            content = path.read_text()
+        except OSError as exc:
+            return f"credential file {path} cannot be read ({exc.strerror})"
+        if not content.strip():
+            return f"credential file {path} is empty"
+        return None
+
+    def read(self) -> str:
+        problem = self.problem()
+        if problem:
+            raise ValueError(problem)
+        if self.kind == "env":
+            return os.environ[self.location]
+        # The secret is the first line: files written by editors end with a newline.
+        return Path(self.location).read_text().splitlines()[0].strip()
+
+
+def parse_reference(reference: str) -> CredentialRef:
+    """The CredentialRef of a stored reference ("env:NAME" or "file:PATH")."""
+    kind, _, source = reference.partition(":")
+    if kind not in ("env", "file") or not source:
+        raise ValueError(f"not a credential reference: {reference!r} (expected env:NAME or file:PATH)")
+    return CredentialRef(kind, source, source if kind == "env" else expand_path(source))
+
+
+def expand_path(raw: str) -> str:
+    return raw.replace("${APPLIANCE_STATE_DIR}", str(settings.STATE_DIR))
+
+
+@dataclass(frozen=True)
+class BMCDef:
+    url: str
+    username: str
+    password: CredentialRef
+    verify_tls: bool
+    ca_file: str
+
+
+@dataclass(frozen=True)
+class NodeDef:
+    name: str
+    role: str
+    platform: str
+    management_address: str
+    bmc: BMCDef
+    ipoib: dict[str, str]
+    labels: dict
+    line: int
+
+
+@dataclass(frozen=True)
+class NetworkDef:
+    name: str
+    kind: str
+    cidr: str
+    pkey: str
+    mtu: int | None
+
+
+@dataclass(frozen=True)
+class SwitchDef:
+    name: str
+    kind: str
+    model: str
+    tier: str
+    management_address: str | None
+    port_count: int
+
+
+@dataclass(frozen=True)
+class FilesystemDef:
+    name: str
+    type: str
+    servers: list[str]
+    source: str
+    mount_point: str
+    options: list[str]
+    tunables: dict
+
+
+@dataclass(frozen=True)
+class PoolDef:
+    name: str
+    kind: str
+    nodes: list[str]
+    settings: dict
+
+
+@dataclass
+class SiteDefinition:
+    filename: str
+    sha256: str
+    name: str
+    description: str
+    simulation: bool
+    fabric: dict
+    networks: list[NetworkDef] = field(default_factory=list)
+    nodes: list[NodeDef] = field(default_factory=list)
+    switches: list[SwitchDef] = field(default_factory=list)
+    filesystems: list[FilesystemDef] = field(default_factory=list)
+    pools: list[PoolDef] = field(default_factory=list)
+    platforms: dict = field(default_factory=dict, repr=False)  # slug -> platforms.PlatformSpec
+    lines: dict = field(default_factory=dict, repr=False)  # top-level section -> line
+
+    def summary(self) -> str:
+        def count(n, word):
+            return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('h') else 's'}"
+
+        return ", ".join([count(len(self.nodes), "node"), count(len(self.networks), "network"),
+                          count(len(self.filesystems), "filesystem"), count(len(self.pools), "pool"),
+                          count(len(self.switches), "switch")])
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def parse_site(text: str, filename: str) -> SiteDefinition:
+    """Check a site definition completely; raises SiteValidationError with every problem found."""
+    collector = ErrorCollector(filename)
+    root = load_yaml(text, collector)
+    site = _Parser(collector).parse(root, text, filename) if root is not None else None
+    collector.raise_if_any()
+    assert site is not None
+    return site
+
+
+class _Parser:
+    TOP = ("appliance", "simulation", "defaults", "networks", "fabric", "switches", "nodes", "filesystems", "pools")
+
+    def __init__(self, collector: ErrorCollector):
+        self.collector = collector
+        self.platform_cache: dict[str, object] = {}
+        self.declared_nodes: dict[str, dict] = {}  # name -> {"role", "platform"}, None where invalid
+
+    def parse(self, root: Cursor, text: str, filename: str) -> SiteDefinition | None:
+        top = root.mapping(self.TOP, required=("appliance", "nodes"))
+        if top is None:
+            return None
+        name, description = self.appliance(top.get("appliance"))
+        simulation = top["simulation"].boolean() if "simulation" in top else False
+        bmc_defaults = self.defaults(top.get("defaults"))
+        networks = self.networks(top.get("networks"))
+        nodes = self.nodes(top.get("nodes"), bmc_defaults, networks)
+        # Later sections check names against every node the file declares, even one with errors,
+        # so that a mistake in a node is reported once, not again by each pool naming it.
+        node_names = self.declared_nodes
+        fabric = self.fabric(top.get("fabric"), node_names)
+        switches = self.switches(top.get("switches"), nodes)
+        filesystems = self.filesystems(top.get("filesystems"), node_names)
+        pools = self.pools(top.get("pools"), node_names)
+        if name is None:
+            return None
+        return SiteDefinition(
+            filename=filename, sha256=hashlib.sha256(text.encode()).hexdigest(), name=name,
+            description=description, simulation=bool(simulation), fabric=fabric,
+            networks=[n for n, _ in networks.values()], nodes=nodes, switches=switches,
+            filesystems=filesystems, pools=pools,
+            platforms={slug: spec for slug, spec in self.platform_cache.items() if spec is not None},
+            lines={key: cursor.line for key, cursor in top.items()})
+
+    # sections
+
+    def appliance(self, cursor: Cursor | None) -> tuple[str | None, str]:
+        if cursor is None:
+            return None, ""
+        fields = cursor.mapping(("name", "description"), required=("name",))
+        if fields is None:
+            return None, ""
+        name = fields["name"].text(SLUG, "a name (lower-case letters, digits, '-' and '_')") if "name" in fields else None
+        description = (fields["description"].text() or "") if "description" in fields else ""
+        return name, description
+
+    def defaults(self, cursor: Cursor | None) -> dict:
+        if cursor is None:
+            return {}
+        fields = cursor.mapping(("bmc",))
+        if not fields or "bmc" not in fields:
+            return {}
+        bmc = fields["bmc"].mapping(("username", "password", "verify_tls", "ca_file"))
+        return self.bmc_values(bmc or {})
+
+    def bmc_values(self, fields: dict) -> dict:
+        """The checked BMC settings present in `fields` (errors reported, bad values left out)."""
+        values = {}
+        if "url" in fields:
+            values["url"] = fields["url"].url()
+        if "username" in fields:
+            values["username"] = fields["username"].text()
+        if "password" in fields:
+            values["password"] = self.credential(fields["password"])
+        if "verify_tls" in fields:
+            values["verify_tls"] = fields["verify_tls"].boolean()
+        if "ca_file" in fields:
+            values["ca_file"] = self.path(fields["ca_file"], must_exist=True)
+        return {k: v for k, v in values.items() if v is not None}
+
+    def credential(self, cursor: Cursor) -> CredentialRef | None:
+        if not isinstance(cursor.value, dict):
+            if isinstance(cursor.value, str | int) and not isinstance(cursor.value, bool):
+                cursor.error("inline passwords are not allowed: use {env: VARIABLE} or {file: PATH}")
+            else:
+                cursor.error(f"expected {{env: VARIABLE}} or {{file: PATH}}, got {_type_name(cursor.value)}")
+            return None
+        fields = cursor.mapping(("env", "file"))
+        if fields is None:
+            return None
+        if len(fields) != 1:
+            cursor.error("give exactly one of env or file")
+            return None
+        kind, source_cursor = next(iter(fields.items()))
+        if kind == "env":
+            source = source_cursor.text(ENV_NAME, "an environment variable name")
+            if source is None:
+                return None
+            ref = CredentialRef("env", source, source)
+        else:
+            location = self.path(source_cursor)
+            if location is None:
+                return None
+            ref = CredentialRef("file", str(source_cursor.value).strip(), location)
+        problem = ref.problem()
+        if problem:
+            source_cursor.error(problem)
+            return None
+        return ref
+
+    def path(self, cursor: Cursor, must_exist: bool = False) -> str | None:
+        raw = cursor.text()
+        if raw is None:
+            return None
+        unknown = [v for v in VARIABLE.findall(raw) if v != "APPLIANCE_STATE_DIR"]
+        if unknown:
+            cursor.error(f"unknown variable ${{{unknown[0]}}} (only ${{APPLIANCE_STATE_DIR}} is expanded)")
+            return None
+        expanded = expand_path(raw)
+        if not os.path.isabs(expanded):
+            cursor.error(f"{raw!r} is not an absolute path")
+            return None
+        if must_exist and not Path(expanded).is_file():
+            cursor.error(f"file {expanded} does not exist")
+            return None
+        return expanded
+
+    def networks(self, cursor: Cursor | None) -> dict[str, tuple[NetworkDef, object]]:
+        """name -> (definition, ip_network)."""
+        result: dict[str, tuple[NetworkDef, object]] = {}
+        first_line: dict[str, int] = {}
+        for item in (cursor.sequence() if cursor else None) or []:
+            fields = item.mapping(("name", "kind", "cidr", "pkey", "mtu"), required=("name", "kind", "cidr"))
+            if fields is None:
+                continue
+            name = fields["name"].text(SLUG, "a name") if "name" in fields else None
+            kind = fields["kind"].choice(NETWORK_KINDS) if "kind" in fields else None
+            network = fields["cidr"].cidr() if "cidr" in fields else None
+            pkey = ""
+            if "pkey" in fields:
+                pkey = self.pkey(fields["pkey"]) or ""
+                if kind and kind != "ipoib":
+                    fields["pkey"].error("a partition key belongs to an ipoib network only")
+            mtu = fields["mtu"].integer(576, 65520) if "mtu" in fields else None
+            if kind == "ipoib" and "pkey" not in fields:
+                item.missing("pkey", " (ipoib networks name their InfiniBand partition, e.g. 0x7fff)")
+            if name in first_line:
+                fields["name"].error(f"duplicate network name {name!r} (first at line {first_line[name]})")
+                continue
+            if name is None or kind is None or network is None:
+                continue
+            first_line[name] = fields["name"].line
+            result[name] = (NetworkDef(name, kind, str(network), pkey, mtu), network)
+        management = [n for n, (d, _) in result.items() if d.kind == "management"]
+        if len(management) > 1:
+            cursor.error(f"more than one management network ({', '.join(management)})")
+        return result
+
+    def pkey(self, cursor: Cursor) -> str | None:
+        value = cursor.value
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = int(value)
+        elif isinstance(value, str) and PKEY.match(value.strip()):
+            number = int(value.strip(), 16)
+        else:
+            cursor.error(f"{value!r} is not a partition key (expected hexadecimal like 0x7fff)")
+            return None
+        if not 0x0001 <= number <= 0xFFFF or number & 0x7FFF == 0:
+            cursor.error(f"partition key {number:#06x} is out of range (0x0001-0x7fff, full membership bit allowed)")
+            return None
+        return f"{number:#06x}"
+
+    def platform(self, cursor: Cursor):
+        from . import platforms
+
+        slug = cursor.text()
+        if slug is None:
+            return None
+        if slug not in self.platform_cache:
+            try:
+                self.platform_cache[slug] = platforms.load_platform(slug)
+            except LookupError as exc:
+                self.platform_cache[slug] = None
+                cursor.error(str(exc.args[0]))
+                return None
+            except SiteValidationError as exc:
+                self.platform_cache[slug] = None
+                self.collector.errors.extend(exc.errors)
+                cursor.error(f"platform {slug!r} is invalid (errors listed for its file)")
+                return None
+        return self.platform_cache[slug]
+
+    def nodes(self, cursor: Cursor | None, bmc_defaults: dict, networks: dict) -> list[NodeDef]:
+        nodes: list[NodeDef] = []
+        seen: dict[str, dict[str, str]] = {"name": {}, "address": {}, "bmc": {}, "ipoib": {}}
+        management_net = next((net for d, net in networks.values() if d.kind == "management"), None)
+        items = (cursor.sequence() if cursor else None) or []
+        if cursor is not None and isinstance(cursor.value, list) and not items:
+            cursor.error("an appliance has at least one node")
+        for index, item in enumerate(items):
+            fields = item.mapping(("name", "role", "platform", "gpus", "management_address", "bmc", "ipoib", "labels"),
+                                  required=("name", "role", "platform", "management_address", "bmc"))
+            if fields is None:
+                continue
+            where = f"nodes[{index}], line {item.line}"
+            name = fields["name"].text(NAME, NAME_WHAT) if "name" in fields else None
+            if name is not None:
+                if name in seen["name"]:
+                    fields["name"].error(f"duplicate node name {name!r} (also {seen['name'][name]})")
+                else:
+                    seen["name"][name] = where
+            role = fields["role"].choice(NODE_ROLES) if "role" in fields else None
+            spec = self.platform(fields["platform"]) if "platform" in fields else None
+            if name is not None:
+                self.declared_nodes.setdefault(name, {"role": role, "platform": spec.slug if spec else None})
+            if spec is not None:
+                if "gpus" in fields:
+                    declared = fields["gpus"].integer(minimum=0)
+                    if declared is not None and declared != spec.gpu_count:
+                        fields["gpus"].error(f"{declared} GPUs contradicts platform {spec.slug}, which has {spec.gpu_count}")
+                if role == "gpu" and spec.gpu_count == 0:
+                    fields["platform"].error(f"a gpu node needs a platform with GPUs; {spec.slug} has none")
+            elif "gpus" in fields:
+                fields["gpus"].integer(minimum=0)
+
+            address = fields["management_address"].ip_address() if "management_address" in fields else None
+            if address is not None:
+                if str(address) in seen["address"]:
+                    fields["management_address"].error(
+                        f"duplicate management address {address} (also {seen['address'][str(address)]})")
+                else:
+                    seen["address"][str(address)] = where
+                if management_net is not None and address not in management_net:
+                    fields["management_address"].error(f"{address} is outside the management network {management_net}")
+
+            bmc = self.node_bmc(fields.get("bmc"), bmc_defaults)
+            if bmc is not None:
+                if bmc.url in seen["bmc"]:
+                    fields["bmc"].child("url").error(f"duplicate BMC URL {bmc.url} (also {seen['bmc'][bmc.url]})")
+                else:
+                    seen["bmc"][bmc.url] = where
+
+            ipoib = self.node_ipoib(fields.get("ipoib"), networks, seen["ipoib"], where)
+            labels = (fields["labels"].scalar_mapping() if "labels" in fields else {}) or {}
+            if None in (name, role, spec, address, bmc, ipoib):
+                continue
+            nodes.append(NodeDef(name=name, role=role, platform=spec.slug, management_address=str(address),
+                                 bmc=bmc, ipoib=ipoib, labels=labels, line=item.line))
+        return nodes
+
+    def node_bmc(self, cursor: Cursor | None, bmc_defaults: dict) -> BMCDef | None:
+        if cursor is None:
+            return None
+        fields = cursor.mapping(("url", "username", "password", "verify_tls", "ca_file"), required=("url",))
+        if fields is None:
+            return None
+        given = self.bmc_values(fields)
+        values = {**bmc_defaults, **given}
+        complete = all(key in given for key in fields)
+        for key in ("username", "password"):
+            if key not in fields and key not in bmc_defaults:
+                cursor.missing(key, " (give it here or in defaults.bmc)")
+                complete = False
+        if not complete:
+            return None
+        return BMCDef(url=values["url"], username=values["username"], password=values["password"],
+                      verify_tls=values.get("verify_tls", True), ca_file=values.get("ca_file", ""))
+
+    def node_ipoib(self, cursor: Cursor | None, networks: dict, seen: dict, where: str) -> dict | None:
+        if cursor is None:
+            return {}
+        fields = cursor.mapping()
+        if fields is None:
+            return None
+        result, ok = {}, True
+        for network_name, value in fields.items():
+            address = value.ip_address()
+            if address is None:
+                ok = False
+                continue
+            if network_name not in networks or networks[network_name][0].kind != "ipoib":
+                known = [n for n, (d, _) in networks.items() if d.kind == "ipoib"]
+                value.error(f"unknown ipoib network {network_name!r} (networks: {', '.join(known) or 'none'})")
+                ok = False
+                continue
+            if address not in networks[network_name][1]:
+                value.error(f"{address} is outside network {network_name} ({networks[network_name][1]})")
+                ok = False
+                continue
+            if str(address) in seen:
+                value.error(f"duplicate address {address} (also {seen[str(address)]})")
+                ok = False
+                continue
+            seen[str(address)] = where
+            result[network_name] = str(address)
+        return result if ok else None
+
+    def fabric(self, cursor: Cursor | None, nodes: dict[str, dict]) -> dict:
+        if cursor is None:
+            return {}
+        fields = cursor.mapping(("subnet_manager",))
+        if not fields or "subnet_manager" not in fields:
+            return {}
+        sm_cursor = fields["subnet_manager"]
+        sm = sm_cursor.mapping(("kind", "node", "priority"), required=("kind",))
+        if sm is None or "kind" not in sm:
+            return {}
+        kind = sm["kind"].choice(SUBNET_MANAGERS)
+        if kind is None:
+            return {}
+        result: dict = {"subnet_manager": {"kind": kind}}
+        if kind == "opensm":
+            node = sm_cursor.require(sm, "node")
+            node_name = node.text() if node else None
+            if node_name is not None:
+                if node_name not in nodes:
+                    node.error(f"unknown node {node_name!r}")
+                else:
+                    spec = self.platform_cache.get(nodes[node_name]["platform"] or "")
+                    if spec is not None and not spec.ports:
+                        node.error(f"node {node_name} has no InfiniBand port to run opensm on")
+                result["subnet_manager"]["node"] = node_name
+            priority = sm["priority"].integer(0, 15) if "priority" in sm else 0
+            result["subnet_manager"]["priority"] = priority
+        elif kind == "external":
+            for key in ("node", "priority"):
+                if key in sm:
+                    sm[key].error("only an opensm subnet manager runs on a node of the appliance")
+        return result
+
+    def switches(self, cursor: Cursor | None, nodes: list[NodeDef]) -> list[SwitchDef]:
+        result: list[SwitchDef] = []
+        names: dict[str, int] = {}
+        addresses = {n.management_address: f"node {n.name}" for n in nodes}
+        for item in (cursor.sequence() if cursor else None) or []:
+            fields = item.mapping(("name", "kind", "model", "tier", "management_address", "ports"),
+                                  required=("name", "kind"))
+            if fields is None:
+                continue
+            name = fields["name"].text(NAME, NAME_WHAT) if "name" in fields else None
+            if name in names:
+                fields["name"].error(f"duplicate switch name {name!r} (first at line {names[name]})")
+                name = None
+            elif name is not None:
+                names[name] = fields["name"].line
+            kind = fields["kind"].choice(SWITCH_KINDS) if "kind" in fields else None
+            model = (fields["model"].text() or "") if "model" in fields else ""
+            tier = (fields["tier"].text() or "") if "tier" in fields else ""
+            ports = fields["ports"].integer(1, 2048) if "ports" in fields else 0
+            address = None
+            if "management_address" in fields:
+                parsed = fields["management_address"].ip_address()
+                if parsed is not None and str(parsed) in addresses:
+                    fields["management_address"].error(f"duplicate management address {parsed} (also {addresses[str(parsed)]})")
+                elif parsed is not None:
+                    address = str(parsed)
+                    addresses[address] = f"switch {name}"
+            if name is None or kind is None or ports is None:
+                continue
+            result.append(SwitchDef(name, kind, model, tier, address, ports))
+        return result
+
+    def filesystems(self, cursor: Cursor | None, nodes: dict[str, dict]) -> list[FilesystemDef]:
+        result: list[FilesystemDef] = []
+        names: dict[str, int] = {}
+        mounts: dict[str, int] = {}
+        for item in (cursor.sequence() if cursor else None) or []:
+            fields = item.mapping(("name", "type", "servers", "source", "mount_point", "options", "tunables"),
+                                  required=("name", "type", "source", "mount_point"))
+            if fields is None:
+                continue
+            name = fields["name"].text(SLUG, "a name") if "name" in fields else None
+            if name in names:
+                fields["name"].error(f"duplicate filesystem name {name!r} (first at line {names[name]})")
+                name = None
+            elif name is not None:
+                names[name] = fields["name"].line
+            fs_type = fields["type"].choice(FILESYSTEM_TYPES) if "type" in fields else None
+            source = fields["source"].text() if "source" in fields else None
+            mount = None
+            if "mount_point" in fields:
+                mount = fields["mount_point"].text()
+                if mount is not None and not mount.startswith("/"):
+                    fields["mount_point"].error(f"{mount!r} is not an absolute path")
+                    mount = None
+                elif mount in mounts:
+                    fields["mount_point"].error(f"mount point {mount} is already used (line {mounts[mount]})")
+                    mount = None
+                elif mount is not None:
+                    mounts[mount] = fields["mount_point"].line
+            servers: list[str] | None = []
+            if "servers" in fields:
+                servers = fields["servers"].text_list()
+                for i, server in enumerate(servers or []):
+                    if server not in nodes:
+                        fields["servers"].child(i).error(f"unknown node {server!r}")
+                        servers = None
+                        break
+            options = fields["options"].text_list(split_commas=True) if "options" in fields else []
+            tunables = fields["tunables"].scalar_mapping() if "tunables" in fields else {}
+            if None in (name, fs_type, source, mount, servers, options, tunables):
+                continue
+            result.append(FilesystemDef(name, fs_type, servers, source, mount, options, tunables))
+        return result
+
+    def pools(self, cursor: Cursor | None, nodes: dict[str, dict]) -> list[PoolDef]:
+        result: list[PoolDef] = []
+        names: dict[str, int] = {}
+        member_of: dict[str, str] = {}
+        for item in (cursor.sequence() if cursor else None) or []:
+            fields = item.mapping(("name", "kind", "nodes", "settings"), required=("name", "kind", "nodes"))
+            if fields is None:
+                continue
+            name = fields["name"].text(SLUG, "a name") if "name" in fields else None
+            if name in names:
+                fields["name"].error(f"duplicate pool name {name!r} (first at line {names[name]})")
+                name = None
+            elif name is not None:
+                names[name] = fields["name"].line
+            kind = fields["kind"].choice(POOL_KINDS) if "kind" in fields else None
+            members: list[str] | None = None
+            if "nodes" in fields:
+                members = fields["nodes"].text_list()
+                for i, member in enumerate(members or []):
+                    member_cursor = fields["nodes"].child(i)
+                    if member not in nodes:
+                        member_cursor.error(f"unknown node {member!r}")
+                        members = None
+                    elif nodes[member]["role"] not in ("gpu", None):
+                        member_cursor.error(f"node {member} is a {nodes[member]['role']} node; pools hold GPU nodes")
+                        members = None
+                    elif member in member_of:
+                        member_cursor.error(f"node {member} is already in pool {member_of[member]}: a node serves one pool")
+                        members = None
+                    else:
+                        member_of[member] = name or f"pools[{len(result)}]"
+            settings_value = self.pool_settings(fields.get("settings"), kind)
+            if None in (name, kind, members, settings_value):
+                continue
+            result.append(PoolDef(name, kind, members, settings_value))
+        return result
+
+    def pool_settings(self, cursor: Cursor | None, kind: str | None) -> dict | None:
+        """Free-form scheduler settings, with the few keys the suite acts on checked."""
+        if cursor is None:
+            return {}
+        fields = cursor.mapping()
+        if fields is None:
+            return None
+        ok = True
+        if "partition" in fields and fields["partition"].text(NAME, "a Slurm partition name") is None:
+            ok = False
+        if "time_slicing" in fields:
+            if kind == "training":
+                fields["time_slicing"].error("training pools give whole GPUs to one job; time-slicing is for inference pools")
+                ok = False
+            else:
+                slicing = fields["time_slicing"].mapping()
+                if slicing is None:
+                    ok = False
+                elif "replicas" not in slicing:
+                    fields["time_slicing"].missing("replicas")
+                    ok = False
+                elif slicing["replicas"].integer(2, 64) is None:
+                    ok = False
+        return to_plain(cursor.value) if ok else None
