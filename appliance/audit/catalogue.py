@@ -75,6 +75,7 @@ _BASE = [
     EventType("provisioning.stage.end", "provisioning", "low", "A stage of a run ended.", 6002, 4, _OPERATION),
     EventType("provisioning.bios.change", "provisioning", "high", "A BIOS attribute was changed on a node's BMC.", 3004, 3, _CHANGE),
     EventType("provisioning.acceptance.export", "provisioning", "low", "An acceptance report was exported.", 6005, 2, _AUDIT_READ),
+    EventType("provisioning.secret.create", "provisioning", "high", "A cluster secret (the Slurm munge key) was generated.", 3004, 1, _CHANGE),
     EventType("audit.view", "audit", "low", "The audit log was viewed.", 6005, 2, _AUDIT_READ),
     EventType("audit.search", "audit", "low", "The audit log was searched.", 6005, 6, _AUDIT_READ),
     EventType("audit.export", "audit", "medium", "The audit log was exported.", 6005, 2, _AUDIT_READ),

@@ -1,0 +1,180 @@
+"""Vars providers of the fabric, gpudirect, storage and workloads stages.
+
+Each function turns the inventory into the extra variables its stage's playbook reads: rendered
+configuration text (per node where it differs by node) and the expectations its checks enforce.
+Secrets never travel in these variables: the munge key is a file in the keys directory that the
+workloads stage copies with `no_log`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+
+from . import fabric, gpudirect, kubernetes, slurm, storage
+from .site import RenderError, SiteView, site_view
+from .slurm import MigInstance
+
+MUNGE_KEY_BYTES = 1024
+DEFAULT_COUNTER_THRESHOLDS = {"SymbolErrorCounter": 10, "LinkDownedCounter": 1, "LinkErrorRecoveryCounter": 1}
+FABRIC_PACKAGES = ["rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"]
+GPUDIRECT_PACKAGES = ["nvidia-gds", "nvidia-fs-dkms"]
+SLURM_NODE_PACKAGES = ["munge", "slurmd", "slurm-client", "lbnl-nhc"]
+SLURM_CONTROLLER_PACKAGES = ["munge", "slurmctld", "slurm-client"]
+
+
+def _view(appliance) -> SiteView:
+    return appliance if isinstance(appliance, SiteView) else site_view(appliance)
+
+
+def fabric_vars(appliance) -> dict:
+    site = _view(appliance)
+    sm = fabric.subnet_manager(site)
+    return {"appliance_fabric": {
+        "packages": FABRIC_PACKAGES,
+        "subnet_manager": {
+            "kind": sm["kind"], "node": sm.get("node", ""), "priority": sm.get("priority"),
+            "opensm_conf": fabric.render_opensm_conf(site) if sm["kind"] == "opensm" else "",
+            "partitions_conf": fabric.render_partitions_conf(site),
+        },
+        "ipoib_files": {node.name: fabric.ipoib_files(site, node) for node in site.nodes},
+        "ipoib_interfaces": {n.name: fabric.ipoib_interface(site, n) for n in site.ipoib_networks},
+        "counter_thresholds": {
+            node.name: dict(sorted({**DEFAULT_COUNTER_THRESHOLDS,
+                                    **((node.platform.get("hcas") or {}).get("error_thresholds") or {})}.items()))
+            for node in site.nodes
+        },
+    }}
+
+
+def gpudirect_vars(appliance) -> dict:
+    site = _view(appliance)
+    gpu_nodes = [n for n in site.nodes if n.gpu_count]
+    return {"appliance_gpudirect": {
+        "packages": GPUDIRECT_PACKAGES,
+        "cufile_json": {node.name: gpudirect.render_cufile_json(site, node) for node in gpu_nodes},
+        "expected_affinity": {
+            node.name: {str(p.closest_gpu): p.device for p in node.hca_ports if p.closest_gpu is not None}
+            for node in gpu_nodes
+        },
+    }}
+
+
+def storage_client_roles(site: SiteView) -> list[str]:
+    return list((site.settings.get("storage") or {}).get("client_roles") or ["gpu", "login"])
+
+
+def storage_vars(appliance) -> dict:
+    site = _view(appliance)
+    mounts = []
+    for fs in site.filesystems:
+        mounts.append({
+            "name": fs.name, "type": fs.type, "fstype": storage.mount_type(fs), "source": storage.mount_source(fs),
+            "mount_point": fs.mount_point, "options": storage.mount_options(fs),
+            "unit_name": storage.unit_name_for_path(fs.mount_point), "unit": storage.render_mount_unit(fs),
+            "tunables_unit_name": f"lustre-tunables-{fs.name}.service" if storage.lctl_tunables(fs) else "",
+            "tunables_unit": storage.render_lustre_tunables_unit(fs) or "",
+            "beegfs_conf_path": storage.beegfs_client_conf_path(fs) if fs.type == "beegfs" else "",
+            "beegfs_conf": storage.render_beegfs_client_conf(fs) if fs.type == "beegfs" else "",
+        })
+    bench = dict((site.settings.get("storage") or {}).get("smoke_test") or {})
+    return {"appliance_storage_config": {
+        "client_roles": storage_client_roles(site),
+        "packages": storage.client_packages(site),
+        "lnet_conf": storage.render_lnet_conf(site) if any(fs.type == "lustre" for fs in site.filesystems) else "",
+        "mounts": mounts,
+        "smoke_test": {"size_mib": int(bench.get("size_mib", 1024)), "min_read_mbps": int(bench.get("min_read_mbps", 0)),
+                       "min_write_mbps": int(bench.get("min_write_mbps", 0))},
+    }}
+
+
+def mig_instances(site: SiteView) -> dict[str, list[MigInstance]]:
+    """MIG instances the partitioning stage found on each node (facts `appliance_mig_instances`)."""
+    result = {}
+    for node in site.nodes:
+        found = node.facts.get("appliance_mig_instances") or []
+        try:
+            result[node.name] = [MigInstance(gpu=int(i["gpu"]), profile=str(i["profile"]),
+                                             gpu_instance=int(i["gpu_instance"]),
+                                             compute_instance=int(i.get("compute_instance", 0))) for i in found]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RenderError(f"node {node.name}: facts.appliance_mig_instances is malformed ({exc})") from None
+    return {name: found for name, found in result.items() if found}
+
+
+def partition_plan(site: SiteView, instances: dict[str, list[MigInstance]]) -> dict[str, dict[str, int]]:
+    """node -> {GPU type: count} for nodes that have MIG instances (whole GPUs keep the GPU's type)."""
+    plan = {}
+    for name, found in instances.items():
+        node = site.node(name)
+        counts: dict[str, int] = {}
+        for instance in found:
+            counts[instance.profile] = counts.get(instance.profile, 0) + 1
+        whole = node.gpu_count - len({i.gpu for i in found})
+        if whole:
+            counts[node.gpu_type] = whole
+        plan[name] = counts
+    return plan
+
+
+def munge_key_path() -> Path:
+    return Path(settings.KEYS_DIR) / "munge.key"
+
+
+def ensure_munge_key() -> Path:
+    """The cluster's munge key, generated once (0600) and kept in the keys directory."""
+    path = munge_key_path()
+    if path.exists():
+        return path
+    from appliance import audit
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_name(f".munge.key.{os.getpid()}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(secrets.token_bytes(MUNGE_KEY_BYTES))
+    try:
+        # link() never replaces: a key another process made first (and may have distributed) wins.
+        os.link(temporary, path)
+    except FileExistsError:
+        return path
+    finally:
+        temporary.unlink()
+    audit.record("provisioning.secret.create", target_type="secret", target_id="munge.key",
+                 target_name="Slurm munge key", details={"bytes": MUNGE_KEY_BYTES})
+    return path
+
+
+def workloads_vars(appliance) -> dict:
+    site = _view(appliance)
+    result: dict = {}
+    if slurm.training_pools(site):
+        instances = mig_instances(site)
+        plan = partition_plan(site, instances)
+        slurm_nodes = [n.name for n in slurm.slurm_nodes(site)]
+        result["appliance_slurm"] = {
+            "controller": site.management_node.name,
+            "nodes": slurm_nodes,
+            "node_packages": SLURM_NODE_PACKAGES,
+            "controller_packages": SLURM_CONTROLLER_PACKAGES,
+            "slurm_conf": slurm.render_slurm_conf(site, plan),
+            "gres_conf": slurm.render_gres_conf(site, plan, instances),
+            "cgroup_conf": slurm.render_cgroup_conf(),
+            "nhc_conf": slurm.render_nhc_conf(site),
+            "device_files": {name: slurm.device_files(site, name, instances) for name in slurm_nodes},
+            "munge_key_file": str(ensure_munge_key()),
+        }
+    if kubernetes.inference_pools(site):
+        nodes = kubernetes.node_settings(site)
+        result["appliance_kubernetes"] = {
+            "nodes": sorted(n for p in kubernetes.inference_pools(site) for n in p.nodes),
+            "gpu_operator_values": kubernetes.render_gpu_operator_values(site),
+            "device_plugin_config_map": kubernetes.render_device_plugin_config_map(site),
+            "node_settings": {name: kubernetes.render_node_settings_for(nodes[name]) for name in nodes},
+        }
+    if not result:
+        raise RenderError(f"appliance {site.name} has no pool: the workloads stage has nothing to configure")
+    return result
