@@ -169,7 +169,8 @@ class _Importer:
             if _same(obj, key, value):
                 continue
             old = getattr(obj, key)
-            diffs[key] = [_display(key, old), _display(key, value) + (" (changed)" if key in SECRET_FIELDS else "")]
+            new = f"{MASK} (changed)" if key in SECRET_FIELDS else _display(key, value)
+            diffs[key] = [_display(key, old), new]
             setattr(obj, key, value)
         if not diffs:
             return obj, None

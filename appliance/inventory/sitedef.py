@@ -510,8 +510,10 @@ class _Parser:
         fields = cursor.mapping(("bmc",))
         if not fields or "bmc" not in fields:
             return {}
-        bmc = fields["bmc"].mapping(("username", "password", "verify_tls", "ca_file"))
-        return self.bmc_values(bmc or {})
+        bmc = fields["bmc"].mapping(("username", "password", "verify_tls", "ca_file")) or {}
+        values = self.bmc_values(bmc)
+        # A default given with an error was reported once, here: nodes relying on it stay quiet.
+        return {key: values.get(key, _MISSING) for key in bmc}
 
     def bmc_values(self, fields: dict) -> dict:
         """The checked BMC settings present in `fields` (errors reported, bad values left out)."""
@@ -711,7 +713,7 @@ class _Parser:
             if key not in fields and key not in bmc_defaults:
                 cursor.missing(key, " (give it here or in defaults.bmc)")
                 complete = False
-        if not complete:
+        if not complete or _MISSING in values.values():
             return None
         return BMCDef(url=values["url"], username=values["username"], password=values["password"],
                       verify_tls=values.get("verify_tls", True), ca_file=values.get("ca_file", ""))
