@@ -1,4 +1,21 @@
-from rest_framework.routers import DefaultRouter
+from django.urls import path
+from rest_framework.routers import APIRootView, DefaultRouter
+
+from . import api
+
+
+class AccountsRootView(APIRootView):
+    """The accounts API's endpoints."""
+
+    capability = "accounts.view"
+
 
 router = DefaultRouter()
-urlpatterns = router.urls
+router.APIRootView = AccountsRootView
+router.register("users", api.UserViewSet, basename="accounts-user")
+
+urlpatterns = [
+    path("me/", api.MeView.as_view(), name="accounts-me"),
+    path("token/", api.TokenView.as_view(), name="accounts-token"),
+    *router.urls,
+]

@@ -42,10 +42,32 @@ def ensure_administrator(username: str, password: str | None = None) -> tuple[ob
     return create_user(username, Role.ADMINISTRATOR, password), generated
 
 
+def _other_active_administrators(user) -> bool:
+    User = get_user_model()
+    return User.objects.select_for_update().filter(role=Role.ADMINISTRATOR, is_active=True).exclude(pk=user.pk).exists()
+
+
 @transaction.atomic
 def set_role(user, role: str):
     if role not in Role.values:
         raise ValueError(f"role: {role!r} is not one of {', '.join(Role.values)}")
+    # The appliance must never be left without someone who can manage accounts.
+    if user.role == Role.ADMINISTRATOR and role != Role.ADMINISTRATOR and user.is_active \
+            and not _other_active_administrators(user):
+        raise ValueError("role: the last active Administrator cannot be given another role")
     user.role = role
+    user.save()
+    return user
+
+
+@transaction.atomic
+def set_active(user, active: bool, acting_user=None):
+    """Activate or deactivate an account. A deactivated user can neither log in nor use an API token."""
+    if not active:
+        if acting_user is not None and acting_user.pk == user.pk:
+            raise ValueError("is_active: you cannot deactivate your own account")
+        if user.role == Role.ADMINISTRATOR and not _other_active_administrators(user):
+            raise ValueError("is_active: the last active Administrator cannot be deactivated")
+    user.is_active = active
     user.save()
     return user

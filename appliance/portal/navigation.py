@@ -17,6 +17,9 @@ class NavEntry:
 
 NAVIGATION: list[NavEntry] = [
     NavEntry("Overview", "portal:overview", "portal.view"),
+    NavEntry("Nodes", "inventory:node-list", "inventory.view", "inventory"),
+    NavEntry("Site import", "inventory:site-import", "inventory.change", "inventory"),
+    NavEntry("Users", "accounts:user-list", "accounts.view", "accounts"),
 ]
 
 

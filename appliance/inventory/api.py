@@ -1,0 +1,483 @@
+"""REST API of the inventory: read-only viewsets, node state transitions, site import by upload.
+
+Serializers come in two sizes, NetBox-style: a brief one (id, url, name) used when an object is
+nested in another, and a full one for the object's own endpoint. A BMC's password is never a field.
+"""
+
+from django.db.models import Count, Prefetch
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import parsers, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from appliance.core.api import error_response
+
+from . import filtersets
+from .models import BMC, GPU, HCA, Appliance, Filesystem, HCAPort, Network, Node, Platform, Pool, Switch
+from .states import TRANSITIONS, InvalidTransition, NodeState
+
+# --- brief serializers: what a reference to an object looks like -------------------------------
+
+
+class BriefApplianceSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-appliance-detail")
+
+    class Meta:
+        model = Appliance
+        fields = ["id", "url", "name"]
+
+
+class BriefPlatformSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-platform-detail")
+
+    class Meta:
+        model = Platform
+        fields = ["id", "url", "slug", "name"]
+
+
+class BriefNodeSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-node-detail")
+
+    class Meta:
+        model = Node
+        fields = ["id", "url", "name", "role", "state"]
+
+
+class BriefGPUSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-gpu-detail")
+
+    class Meta:
+        model = GPU
+        fields = ["id", "url", "index", "uuid", "model", "memory_mib", "mig_mode"]
+
+
+class BriefHCASerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-hca-detail")
+
+    class Meta:
+        model = HCA
+        fields = ["id", "url", "device"]
+
+
+class BriefHCAPortSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-hcaport-detail")
+    device = serializers.CharField(source="hca.device", read_only=True)
+    closest_gpu_index = serializers.IntegerField(source="closest_gpu.index", read_only=True, allow_null=True)
+
+    class Meta:
+        model = HCAPort
+        fields = ["id", "url", "device", "port", "rate_gbps", "link_layer", "state", "closest_gpu_index"]
+
+
+class BriefPoolSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-pool-detail")
+
+    class Meta:
+        model = Pool
+        fields = ["id", "url", "name", "kind"]
+
+
+# --- full serializers --------------------------------------------------------------------------
+
+
+class ApplianceSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-appliance-detail")
+    node_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Appliance
+        fields = ["id", "url", "name", "description", "simulated", "site_file", "site_digest", "settings",
+                  "node_count", "created", "updated"]
+
+
+class PlatformSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-platform-detail")
+
+    class Meta:
+        model = Platform
+        fields = ["id", "url", "slug", "name", "file", "digest", "gpu_model", "gpu_count", "gpu_memory_mib",
+                  "hca_count", "spec", "created", "updated"]
+
+
+class BMCSerializer(serializers.ModelSerializer):
+    """Where and how to reach a BMC. The password stays in the database, encrypted, and nowhere else."""
+
+    class Meta:
+        model = BMC
+        fields = ["url", "username", "password_ref", "verify_tls", "ca_file", "system_id"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-node-detail")
+    appliance = BriefApplianceSerializer(read_only=True)
+    platform = BriefPlatformSerializer(read_only=True, allow_null=True)
+    pool = serializers.SerializerMethodField()
+    allowed_transitions = serializers.SerializerMethodField()
+    bmc = BMCSerializer(read_only=True, allow_null=True)
+    gpus = BriefGPUSerializer(many=True, read_only=True)
+    hca_ports = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = ["id", "url", "name", "role", "appliance", "platform", "management_address", "ipoib_addresses",
+                  "labels", "state", "state_changed", "state_reason", "allowed_transitions", "pool", "sysroot",
+                  "bmc", "gpus", "hca_ports", "facts", "created", "updated"]
+
+    @extend_schema_field(BriefPoolSerializer(allow_null=True))
+    def get_pool(self, node):
+        membership = getattr(node, "pool_membership", None) if _has_membership(node) else None
+        if membership is None:
+            return None
+        return BriefPoolSerializer(membership.pool, context=self.context).data
+
+    @extend_schema_field(serializers.ListField(child=serializers.ChoiceField(choices=NodeState.choices)))
+    def get_allowed_transitions(self, node) -> list[str]:
+        return allowed_transitions(node)
+
+    @extend_schema_field(BriefHCAPortSerializer(many=True))
+    def get_hca_ports(self, node):
+        ports = [port for hca in node.hcas.all() for port in hca.ports.all()]
+        return BriefHCAPortSerializer(ports, many=True, context=self.context).data
+
+
+def _has_membership(node) -> bool:
+    try:
+        node.pool_membership  # noqa: B018 -- a reverse one-to-one raises when absent
+    except Node.pool_membership.RelatedObjectDoesNotExist:
+        return False
+    return True
+
+
+def allowed_transitions(node) -> list[str]:
+    return sorted(TRANSITIONS[NodeState(node.state)])
+
+
+class NodeTransitionSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=NodeState.choices)
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class GPUSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-gpu-detail")
+    node = BriefNodeSerializer(read_only=True)
+
+    class Meta:
+        model = GPU
+        fields = ["id", "url", "node", "index", "uuid", "model", "memory_mib", "pci_bus_id", "mig_capable",
+                  "mig_mode", "nvlink_peers", "created", "updated"]
+
+
+class HCAPortSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-hcaport-detail")
+    node = BriefNodeSerializer(source="hca.node", read_only=True)
+    hca = BriefHCASerializer(read_only=True)
+    closest_gpu = BriefGPUSerializer(read_only=True, allow_null=True)
+
+    class Meta:
+        model = HCAPort
+        fields = ["id", "url", "node", "hca", "port", "guid", "rate_gbps", "link_layer", "state", "physical_state",
+                  "closest_gpu", "counters", "created", "updated"]
+
+
+class HCASerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-hca-detail")
+    node = BriefNodeSerializer(read_only=True)
+    ports = BriefHCAPortSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = HCA
+        fields = ["id", "url", "node", "device", "model", "firmware_version", "node_guid", "ports",
+                  "created", "updated"]
+
+
+class SwitchSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-switch-detail")
+    appliance = BriefApplianceSerializer(read_only=True)
+
+    class Meta:
+        model = Switch
+        fields = ["id", "url", "appliance", "name", "kind", "model", "tier", "management_address", "port_count",
+                  "created", "updated"]
+
+
+class NetworkSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-network-detail")
+    appliance = BriefApplianceSerializer(read_only=True)
+
+    class Meta:
+        model = Network
+        fields = ["id", "url", "appliance", "name", "kind", "cidr", "pkey", "mtu", "created", "updated"]
+
+
+class FilesystemSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-filesystem-detail")
+    appliance = BriefApplianceSerializer(read_only=True)
+
+    class Meta:
+        model = Filesystem
+        fields = ["id", "url", "appliance", "name", "type", "servers", "source", "mount_point", "options",
+                  "tunables", "created", "updated"]
+
+
+class PoolSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="inventory-pool-detail")
+    appliance = BriefApplianceSerializer(read_only=True)
+    scheduler = serializers.CharField(read_only=True)
+    sharing = serializers.CharField(read_only=True)
+    nodes = BriefNodeSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Pool
+        fields = ["id", "url", "appliance", "name", "kind", "scheduler", "sharing", "settings", "nodes",
+                  "created", "updated"]
+
+
+# --- viewsets ------------------------------------------------------------------------------------
+
+
+class InventoryViewSet(viewsets.ReadOnlyModelViewSet):
+    capability = "inventory.view"
+    write_capability = "inventory.change"
+
+
+class ApplianceViewSet(InventoryViewSet):
+    queryset = Appliance.objects.annotate(node_count=Count("nodes")).order_by("name")
+    serializer_class = ApplianceSerializer
+    filterset_class = filtersets.ApplianceFilterSet
+    search_fields = ["name", "description"]
+
+
+class PlatformViewSet(InventoryViewSet):
+    queryset = Platform.objects.all()
+    serializer_class = PlatformSerializer
+    filterset_class = filtersets.PlatformFilterSet
+    search_fields = ["slug", "name", "gpu_model"]
+
+
+class NodeViewSet(InventoryViewSet):
+    queryset = Node.objects.select_related("appliance", "platform", "bmc", "pool_membership__pool").prefetch_related(
+        "gpus", Prefetch("hcas", queryset=HCA.objects.prefetch_related("ports__closest_gpu")))
+    serializer_class = NodeSerializer
+    filterset_class = filtersets.NodeFilterSet
+    search_fields = ["name", "management_address"]
+    ordering_fields = ["name", "role", "state", "state_changed"]
+    action_capabilities = {"transition": "inventory.change"}
+
+    @extend_schema(
+        request=NodeTransitionSerializer,
+        responses={200: NodeSerializer, 400: OpenApiResponse(description="unknown state"),
+                   409: OpenApiResponse(description="the transition table does not allow it; "
+                                                    "`error.allowed` lists the states that are")},
+    )
+    @action(detail=True, methods=["post"])
+    def transition(self, request, pk=None):
+        """Move the node to another provisioning state, if the transition table allows it."""
+        node = self.get_object()
+        params = NodeTransitionSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        try:
+            node.transition(params.validated_data["state"], params.validated_data["reason"])
+        except InvalidTransition as exc:
+            node.refresh_from_db(fields=["state"])
+            return error_response(409, "invalid_transition", str(exc), request,
+                                  current=node.state, allowed=allowed_transitions(node))
+        return Response(self.get_serializer(self.get_queryset().get(pk=node.pk)).data)
+
+
+class GPUViewSet(InventoryViewSet):
+    queryset = GPU.objects.select_related("node")
+    serializer_class = GPUSerializer
+    filterset_class = filtersets.GPUFilterSet
+    search_fields = ["uuid", "node__name", "model"]
+
+
+class HCAViewSet(InventoryViewSet):
+    queryset = HCA.objects.select_related("node").prefetch_related("ports__closest_gpu")
+    serializer_class = HCASerializer
+    filterset_class = filtersets.HCAFilterSet
+    search_fields = ["device", "node__name", "node_guid"]
+
+
+class HCAPortViewSet(InventoryViewSet):
+    queryset = HCAPort.objects.select_related("hca__node", "closest_gpu")
+    serializer_class = HCAPortSerializer
+    filterset_class = filtersets.HCAPortFilterSet
+    search_fields = ["guid", "hca__device", "hca__node__name"]
+
+
+class SwitchViewSet(InventoryViewSet):
+    queryset = Switch.objects.select_related("appliance")
+    serializer_class = SwitchSerializer
+    filterset_class = filtersets.SwitchFilterSet
+    search_fields = ["name", "model"]
+
+
+class NetworkViewSet(InventoryViewSet):
+    queryset = Network.objects.select_related("appliance")
+    serializer_class = NetworkSerializer
+    filterset_class = filtersets.NetworkFilterSet
+    search_fields = ["name", "cidr"]
+
+
+class FilesystemViewSet(InventoryViewSet):
+    queryset = Filesystem.objects.select_related("appliance")
+    serializer_class = FilesystemSerializer
+    filterset_class = filtersets.FilesystemFilterSet
+    search_fields = ["name", "source", "mount_point"]
+
+
+class PoolViewSet(InventoryViewSet):
+    queryset = Pool.objects.select_related("appliance").prefetch_related("nodes")
+    serializer_class = PoolSerializer
+    filterset_class = filtersets.PoolFilterSet
+    search_fields = ["name"]
+
+
+# --- site import by upload -----------------------------------------------------------------------
+
+
+class YAMLTextParser(parsers.BaseParser):
+    """A raw site definition as the request body (`curl --data-binary @site.yml -H 'Content-Type: application/yaml'`)."""
+
+    media_type = "application/yaml"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return {"text": stream.read() if stream is not None else b""}
+
+
+class TextYAMLParser(YAMLTextParser):
+    media_type = "text/yaml"
+
+
+class PlainTextParser(YAMLTextParser):
+    media_type = "text/plain"
+
+
+class SiteUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="the site definition (YAML)")
+    dry_run = serializers.BooleanField(required=False, default=False,
+                                       help_text="report the changes an import would make, change nothing")
+
+
+class SiteChangeSerializer(serializers.Serializer):
+    action = serializers.ChoiceField(choices=["create", "update", "delete"])
+    model = serializers.CharField(help_text="node, bmc, gpu, pool, ...")
+    name = serializers.CharField()
+    fields = serializers.DictField(help_text="field -> [old, new]; secrets show only that they changed")
+    text = serializers.CharField(help_text="the change in one line, as the site command prints it")
+
+
+class SiteImportReportSerializer(serializers.Serializer):
+    filename = serializers.CharField()
+    appliance = serializers.CharField()
+    dry_run = serializers.BooleanField()
+    changed = serializers.BooleanField()
+    counts = serializers.DictField(child=serializers.IntegerField(), help_text="create/update/delete -> count")
+    changes = SiteChangeSerializer(many=True)
+
+
+class SiteValidationReportSerializer(serializers.Serializer):
+    filename = serializers.CharField()
+    appliance = serializers.CharField()
+    valid = serializers.BooleanField()
+    summary = serializers.CharField()
+
+
+class SiteErrorSerializer(serializers.Serializer):
+    file = serializers.CharField()
+    line = serializers.IntegerField(allow_null=True)
+    path = serializers.CharField()
+    message = serializers.CharField()
+
+
+SITE_PARAMETERS = [
+    OpenApiParameter("filename", OpenApiTypes.STR, OpenApiParameter.QUERY,
+                     description="name to report errors against when the YAML is sent as the raw body"),
+]
+SITE_REQUEST = {"multipart/form-data": SiteUploadSerializer, "application/yaml": OpenApiTypes.STR,
+                "text/yaml": OpenApiTypes.STR, "text/plain": OpenApiTypes.STR}
+SITE_ERROR = OpenApiResponse(description="the site definition is invalid: `error.errors` lists every error "
+                                         "with file, line, path and message")
+
+
+class SiteDefinitionView(APIView):
+    capability = "inventory.change"
+    write_capability = "inventory.change"
+    parser_classes = [parsers.MultiPartParser, parsers.FormParser, YAMLTextParser, TextYAMLParser, PlainTextParser]
+    max_bytes = 10 * 1024 * 1024
+
+    def read_site(self, request) -> tuple[str, str]:
+        """The uploaded text and the name to report errors against."""
+        upload = request.data.get("file") if hasattr(request.data, "get") else None
+        if upload is not None and hasattr(upload, "read"):
+            if upload.size > self.max_bytes:
+                raise serializers.ValidationError({"file": [f"larger than {self.max_bytes} bytes"]})
+            raw, filename = upload.read(), upload.name
+        else:
+            raw = request.data.get("text", b"") if hasattr(request.data, "get") else b""
+            filename = request.query_params.get("filename", "") or "site.yml"
+            if not raw:
+                raise serializers.ValidationError(
+                    {"file": ["send the site definition as a multipart `file` or as the request body"]})
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+        except UnicodeDecodeError as exc:
+            raise serializers.ValidationError({"file": [f"not UTF-8 text (byte {exc.start})"]}) from None
+        return text, filename.replace("\\", "/").rsplit("/", 1)[-1] or "site.yml"
+
+    def dry_run_requested(self, request) -> bool:
+        value = request.query_params.get("dry_run")
+        if value is None and hasattr(request.data, "get"):
+            value = request.data.get("dry_run")
+        return serializers.BooleanField().to_internal_value(value) if value not in (None, "") else False
+
+    def invalid(self, request, exc):
+        errors = [{"file": e.file, "line": e.line, "path": e.path, "message": e.message} for e in exc.errors]
+        message = f"{len(errors)} error(s) in the site definition"
+        return error_response(400, "invalid_site", message, request, errors=errors)
+
+
+class SiteImportView(SiteDefinitionView):
+    @extend_schema(request=SITE_REQUEST, parameters=[*SITE_PARAMETERS, OpenApiParameter(
+        "dry_run", OpenApiTypes.BOOL, OpenApiParameter.QUERY, description="change nothing, report what would change")],
+        responses={200: SiteImportReportSerializer, 400: SITE_ERROR})
+    def post(self, request):
+        """Import a site definition (idempotent: a re-import applies only the differences)."""
+        from .services import import_site
+        from .sitedef import SiteValidationError
+
+        text, filename = self.read_site(request)
+        dry_run = self.dry_run_requested(request)
+        try:
+            report = import_site(text, filename, dry_run=dry_run)
+        except SiteValidationError as exc:
+            return self.invalid(request, exc)
+        return Response(import_report(report, filename))
+
+
+class SiteValidateView(SiteDefinitionView):
+    @extend_schema(request=SITE_REQUEST, parameters=SITE_PARAMETERS,
+                   responses={200: SiteValidationReportSerializer, 400: SITE_ERROR})
+    def post(self, request):
+        """Check a site definition; writes nothing."""
+        from .services import validate_site
+        from .sitedef import SiteValidationError
+
+        text, filename = self.read_site(request)
+        try:
+            site = validate_site(text, filename)
+        except SiteValidationError as exc:
+            return self.invalid(request, exc)
+        return Response({"filename": filename, "appliance": site.name, "valid": True, "summary": site.summary()})
+
+
+def import_report(result, filename: str) -> dict:
+    """The API's view of an ImportResult (appliance.inventory.services)."""
+    return {
+        "filename": filename, "appliance": result.site.name, "dry_run": result.dry_run, "changed": result.changed,
+        "counts": result.counts(),
+        "changes": [{"action": c.action, "model": c.model, "name": c.name, "fields": c.fields, "text": str(c)}
+                    for c in result.changes],
+    }

@@ -1,0 +1,88 @@
+"""Every endpoint of the inventory and accounts API, as every role and as an anonymous client."""
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from appliance.core.roles import Role
+from tests.access import AccessMatrix, Endpoint
+from tests.api.sites import site_body
+
+pytestmark = pytest.mark.django_db
+
+READ = "inventory.view"
+INVENTORY_ENDPOINTS = [
+    Endpoint("/api/inventory/", READ),
+    Endpoint("/api/inventory/appliances/", READ),
+    Endpoint("/api/inventory/appliances/{appliance}/", READ),
+    Endpoint("/api/inventory/platforms/", READ),
+    Endpoint("/api/inventory/platforms/{platform}/", READ),
+    Endpoint("/api/inventory/nodes/", READ),
+    Endpoint("/api/inventory/nodes/{node}/", READ),
+    Endpoint("/api/inventory/nodes/{node}/transition/", "inventory.change", "post",
+             {"state": "maintenance", "reason": "fan replacement"}),
+    Endpoint("/api/inventory/gpus/", READ),
+    Endpoint("/api/inventory/gpus/{gpu}/", READ),
+    Endpoint("/api/inventory/hcas/", READ),
+    Endpoint("/api/inventory/hcas/{hca}/", READ),
+    Endpoint("/api/inventory/hca-ports/", READ),
+    Endpoint("/api/inventory/hca-ports/{port}/", READ),
+    Endpoint("/api/inventory/switches/", READ),
+    Endpoint("/api/inventory/switches/{switch}/", READ),
+    Endpoint("/api/inventory/networks/", READ),
+    Endpoint("/api/inventory/networks/{network}/", READ),
+    Endpoint("/api/inventory/filesystems/", READ),
+    Endpoint("/api/inventory/filesystems/{filesystem}/", READ),
+    Endpoint("/api/inventory/pools/", READ),
+    Endpoint("/api/inventory/pools/{pool}/", READ),
+    Endpoint("/api/inventory/site/validate/", "inventory.change", "post", body=site_body),
+    Endpoint("/api/inventory/site/import/?dry_run=true", "inventory.change", "post", body=site_body),
+]
+ACCOUNTS_ENDPOINTS = [
+    Endpoint("/api/accounts/", "accounts.view"),
+    Endpoint("/api/accounts/users/", "accounts.view"),
+    Endpoint("/api/accounts/users/{target_user}/", "accounts.view"),
+    Endpoint("/api/accounts/users/", "accounts.manage", "post",
+             {"username": "new-operator", "role": "operator", "password": "long-enough-passphrase-71"},
+             success=(201,)),
+    Endpoint("/api/accounts/users/{target_user}/", "accounts.manage", "patch", {"role": "operator"}),
+    Endpoint("/api/accounts/users/{target_user}/", "accounts.manage", "patch", {"is_active": False}),
+    Endpoint("/api/accounts/me/", "portal.view"),
+]
+# Open to anonymous callers on purpose, tested in test_accounts_api.py: where a caller gets a token.
+OPEN_ROUTES = {"accounts-token"}
+
+
+class TestInventoryAPIAccess(AccessMatrix):
+    endpoints = INVENTORY_ENDPOINTS
+
+    @pytest.fixture
+    def url_values(self, inventory, site_credentials):
+        return inventory.ids()
+
+
+class TestAccountsAPIAccess(AccessMatrix):
+    endpoints = ACCOUNTS_ENDPOINTS
+
+    @pytest.fixture
+    def url_values(self, make_user):
+        return {"target_user": make_user(Role.VIEWER, "target-user").pk}
+
+
+def _named_routes(resolver: URLResolver, prefix: str = "") -> set[str]:
+    names = set()
+    for pattern in resolver.url_patterns:
+        if isinstance(pattern, URLResolver):
+            names |= _named_routes(pattern, prefix + str(pattern.pattern))
+        elif isinstance(pattern, URLPattern) and pattern.name and "(?P<format>" not in str(pattern.pattern):
+            names.add(pattern.name)
+    return names
+
+
+def test_the_matrix_covers_every_route_of_the_inventory_and_accounts_api(inventory, make_user):
+    from django.urls import resolve
+
+    values = {**inventory.ids(), "target_user": make_user(Role.VIEWER, "target-user").pk}
+    covered = {resolve(e.url.format(**values).split("?")[0]).url_name for e in INVENTORY_ENDPOINTS + ACCOUNTS_ENDPOINTS}
+    routes = {name for name in _named_routes(get_resolver())
+              if name.startswith(("inventory-", "accounts-"))} | {"api-root"}
+    assert routes - covered - OPEN_ROUTES == set()
