@@ -1,0 +1,101 @@
+#!/usr/bin/python
+# Appliance suite: systemd units through the systemctl found on the PATH.
+#
+# ansible.builtin.systemd talks to systemd over D-Bus when it can, which reaches the host's systemd
+# even for a simulated node; the systemctl command line is what a simulated node intercepts.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: appliance_service
+short_description: Enable, start, stop or restart a systemd unit with systemctl from the PATH
+options:
+  name: {description: unit name (.service may be left out), type: str, required: true}
+  enabled: {description: whether the unit starts at boot, type: bool}
+  state: {description: wanted run state, type: str, choices: [started, stopped, restarted]}
+  daemon_reload: {description: run systemctl daemon-reload first (after a unit file changed), type: bool, default: false}
+"""
+
+RETURN = r"""
+status:
+  description: enabled and active as systemctl reports them after the task
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+class Systemctl:
+    def __init__(self, module):
+        self.module = module
+        self.binary = module.get_bin_path("systemctl", required=True)
+
+    def run(self, *arguments, check=True):
+        rc, out, err = self.module.run_command([self.binary, *arguments], environ_update={"LC_ALL": "C"})
+        if check and rc != 0:
+            self.module.fail_json(msg=f"systemctl {' '.join(arguments)} failed (rc {rc}): {err.strip() or out.strip()}")
+        return rc, out.strip()
+
+    def is_enabled(self, unit):
+        # is-enabled answers non-zero for disabled units; the text tells disabled from unknown.
+        rc, out = self.run("is-enabled", unit, check=False)
+        if rc != 0 and out not in ("disabled", "masked", "static", "indirect", "linked"):
+            self.module.fail_json(msg=f"systemctl is-enabled {unit}: {out or 'unknown unit'} (rc {rc})")
+        return out in ("enabled", "enabled-runtime", "alias")
+
+    def is_active(self, unit):
+        _rc, out = self.run("is-active", unit, check=False)
+        return out in ("active", "activating", "reloading")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "enabled": {"type": "bool"},
+            "state": {"type": "str", "choices": ["started", "stopped", "restarted"]},
+            "daemon_reload": {"type": "bool", "default": False},
+        },
+        required_one_of=[["enabled", "state", "daemon_reload"]],
+        supports_check_mode=True,
+    )
+    p = module.params
+    unit = p["name"]
+    systemctl = Systemctl(module)
+    actions = []
+    if p["daemon_reload"] and not module.check_mode:
+        # daemon-reload only rereads unit files: it is not a change of the node's state by itself.
+        systemctl.run("daemon-reload")
+
+    enabled = systemctl.is_enabled(unit) if p["enabled"] is not None else None
+    active = systemctl.is_active(unit) if p["state"] else None
+
+    if p["enabled"] is not None and enabled != p["enabled"]:
+        actions.append("enable" if p["enabled"] else "disable")
+    if p["state"] == "started" and not active:
+        actions.append("start")
+    elif p["state"] == "stopped" and active:
+        actions.append("stop")
+    elif p["state"] == "restarted":
+        actions.append("restart")
+
+    if not module.check_mode:
+        for action in actions:
+            systemctl.run(action, unit)
+    status = {}
+    if not module.check_mode:
+        if p["enabled"] is not None:
+            status["enabled"] = systemctl.is_enabled(unit)
+        if p["state"]:
+            status["active"] = systemctl.is_active(unit)
+        if p["state"] in ("started", "restarted") and not status["active"]:
+            module.fail_json(msg=f"{unit} is not active after systemctl {actions[-1] if actions else 'start'}",
+                             status=status)
+    diff = {"before": f"{unit}: enabled={enabled} active={active}\n",
+            "after": f"{unit}: " + (", ".join(actions) or "unchanged") + "\n"}
+    module.exit_json(changed=bool(actions), actions=actions, status=status, diff=diff)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+#!/usr/bin/python
+# Appliance suite: InfiniBand ports of a node, read with ibstat and the kernel's port counters, checked
+# against the platform: every expected port Active and LinkUp at the platform's rate, error counters
+# below their thresholds.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: ib_ports
+short_description: Read and verify the InfiniBand ports of a node (ibstat, sysfs counters)
+options:
+  node: {description: node name used in messages, type: str, required: true}
+  sysroot: {description: root of the node's file tree (empty on a real node), type: str, default: ""}
+  expected_ports: {description: "[{device, port}] the platform declares", type: list, elements: dict, required: true}
+  rate_gbps: {description: rate every expected port must run at, type: int, required: true}
+  link_layer: {description: link layer of the expected ports, type: str, default: InfiniBand}
+  thresholds: {description: "counter name (SymbolErrorCounter, LinkDownedCounter, LinkErrorRecoveryCounter) -> maximum", type: dict, default: {}}
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: appliance_hcas, [{device, port, guid, state, physical_state, rate_gbps, link_layer, counters}]
+  returned: success and when a port fails its check
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.appliance_fabric_parsers import ParseError, parse_ibstat
+from ansible.module_utils.basic import AnsibleModule
+
+# perfquery's names (what operators know) -> the kernel's counter files.
+COUNTER_FILES = {
+    "SymbolErrorCounter": "symbol_error",
+    "LinkDownedCounter": "link_downed",
+    "LinkErrorRecoveryCounter": "link_error_recovery",
+}
+
+
+def read_counter(sysroot, device, port, name):
+    path = os.path.join(sysroot or "/", f"sys/class/infiniband/{device}/ports/{port}/counters/{COUNTER_FILES[name]}")
+    with open(path) as handle:
+        return int(handle.read().strip())
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "node": {"type": "str", "required": True},
+            "sysroot": {"type": "str", "default": ""},
+            "expected_ports": {"type": "list", "elements": "dict", "required": True},
+            "rate_gbps": {"type": "int", "required": True},
+            "link_layer": {"type": "str", "default": "InfiniBand"},
+            "thresholds": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    node = p["node"]
+    unknown = sorted(set(p["thresholds"]) - set(COUNTER_FILES))
+    if unknown:
+        module.fail_json(msg=f"{node}: unknown counter threshold(s) {', '.join(unknown)} (known: {', '.join(COUNTER_FILES)})")
+    ibstat = module.get_bin_path("ibstat", required=True)
+    rc, out, err = module.run_command([ibstat], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg=f"{node}: ibstat failed (rc {rc}): {err.strip() or out.strip()}")
+    try:
+        cas = parse_ibstat(out)
+    except ParseError as exc:
+        module.fail_json(msg=f"{node}: {exc}")
+
+    ports, problems = [], []
+    for ca_name in sorted(cas):
+        for number, port in sorted(cas[ca_name]["ports"].items()):
+            counters = {}
+            for name in COUNTER_FILES:
+                try:
+                    counters[name] = read_counter(p["sysroot"], ca_name, number, name)
+                except (OSError, ValueError) as exc:
+                    counters[name] = None
+                    if name in p["thresholds"]:
+                        problems.append(f"{node} {ca_name}/{number}: {name} unreadable ({exc})")
+            ports.append({"device": ca_name, "port": number, "guid": port.get("port_guid", ""),
+                          "state": port.get("state", ""), "physical_state": port.get("physical_state", ""),
+                          "rate_gbps": port.get("rate_gbps", 0), "link_layer": port.get("link_layer", ""),
+                          "counters": counters})
+    by_key = {(port["device"], port["port"]): port for port in ports}
+    for expected in p["expected_ports"]:
+        key = (str(expected["device"]), int(expected.get("port", 1)))
+        where = f"{node} {key[0]}/{key[1]}"
+        port = by_key.get(key)
+        if port is None:
+            problems.append(f"{where}: port missing (ibstat lists {', '.join(f'{d}/{n}' for d, n in sorted(by_key)) or 'none'})")
+            continue
+        if port["state"] != "Active":
+            problems.append(f"{where}: state expected Active, measured {port['state'] or 'unknown'}")
+        if port["physical_state"] != "LinkUp":
+            problems.append(f"{where}: physical state expected LinkUp, measured {port['physical_state'] or 'unknown'}")
+        if port["rate_gbps"] != p["rate_gbps"]:
+            problems.append(f"{where}: rate expected {p['rate_gbps']} Gb/s, measured {port['rate_gbps']} Gb/s")
+        if port["link_layer"] != p["link_layer"]:
+            problems.append(f"{where}: link layer expected {p['link_layer']}, measured {port['link_layer']}")
+        for name, maximum in sorted(p["thresholds"].items()):
+            value = port["counters"].get(name)
+            if value is not None and value > int(maximum):
+                problems.append(f"{where}: {name} expected <= {maximum}, measured {value}")
+    facts = {"appliance_hcas": ports}
+    if problems:
+        module.fail_json(msg="; ".join(problems), problems=problems, ansible_facts=facts)
+    module.exit_json(changed=False, ansible_facts=facts,
+                     msg=f"{node}: {len(p['expected_ports'])} ports Active at {p['rate_gbps']} Gb/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+# Acceptance checks of one node: each group measures one area and returns one record per check,
+# passed or not, {check, node, expected, measured, passed, source, message}.
+#
+# A group is a function (context) -> list of records, registered in GROUPS; a later stage adds its
+# checks (fabric ports, GPUDirect, mounts) as another group without touching the others. A value that
+# cannot be measured is a failed check whose message says why, never a silent pass.
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import shutil
+
+try:
+    from ansible.module_utils.appliance_nvml import driver_record, gpu_records, nvml_session
+except ImportError:  # imported outside Ansible (unit tests put module_utils on sys.path)
+    from appliance_nvml import driver_record, gpu_records, nvml_session
+
+
+class Context:
+    """What the groups need: the node, its sysroot, the platform and values measured elsewhere."""
+
+    def __init__(self, node, sysroot="", platform=None, platform_file="", bios_baseline=None,
+                 bios_measured=None, bios_error="", services=(), kernel_cmdline=(), memlock="unlimited"):
+        self.node = node
+        self.sysroot = sysroot or ""
+        self.platform = platform or {}
+        self.platform_file = platform_file or f"firmware/platforms/{self.platform.get('id', '?')}.yaml"
+        self.bios_baseline = bios_baseline or {}
+        self.bios_measured = bios_measured
+        self.bios_error = bios_error or ""
+        self.services = list(services)
+        self.kernel_cmdline = list(kernel_cmdline)
+        self.memlock = memlock
+
+    def path(self, absolute):
+        return os.path.join(self.sysroot, absolute.lstrip("/")) if self.sysroot else absolute
+
+    def record(self, check, expected, measured, passed, source, message):
+        return {"check": check, "node": self.node, "expected": expected, "measured": measured,
+                "passed": bool(passed), "source": source, "message": message}
+
+    def spec_source(self, key_path):
+        return f"{self.platform_file}: {key_path}"
+
+    def gate(self, name):
+        gate = (self.platform.get("acceptance") or {}).get(name)
+        return gate if isinstance(gate, dict) else {}
+
+
+# ---- BIOS -------------------------------------------------------------------------------------------
+
+def bios_checks(ctx):
+    records = []
+    for name in sorted(ctx.bios_baseline):
+        expected = ctx.bios_baseline[name]
+        source = ctx.spec_source(f"bios.baseline.{name}")
+        if ctx.bios_measured is None:
+            records.append(ctx.record(f"bios.{name}", expected, None, False, source,
+                                      f"BIOS not read: {ctx.bios_error or 'no value from the BMC'}"))
+            continue
+        measured = ctx.bios_measured.get(name)
+        passed = measured == expected or (isinstance(expected, int) and str(measured) == str(expected))
+        message = (f"the BMC reports {name}={measured}" if passed
+                   else f"the BMC reports {name}={measured}, the baseline is {expected}")
+        records.append(ctx.record(f"bios.{name}", expected, measured, passed, source, message))
+    return records
+
+
+# ---- OS ---------------------------------------------------------------------------------------------
+
+def read_text(path):
+    with open(path) as handle:
+        return handle.read()
+
+
+def loaded_modules(ctx):
+    return {line.split()[0] for line in read_text(ctx.path("/proc/modules")).splitlines() if line.strip()}
+
+
+def memlock_limits(ctx):
+    """Effective (soft, hard) memlock of the '*' domain: limits.conf, then limits.d/*.conf in order;
+    a later line overrides an earlier one, as pam_limits applies them."""
+    files = [ctx.path("/etc/security/limits.conf")] + sorted(glob.glob(ctx.path("/etc/security/limits.d/*.conf")))
+    soft = hard = None
+    for path in files:
+        if not os.path.isfile(path):
+            continue
+        for line in read_text(path).splitlines():
+            fields = line.split("#", 1)[0].split()
+            if len(fields) != 4 or fields[0] != "*" or fields[2] != "memlock":
+                continue
+            if fields[1] in ("soft", "-"):
+                soft = fields[3]
+            if fields[1] in ("hard", "-"):
+                hard = fields[3]
+    return soft, hard
+
+
+def os_checks(ctx):
+    records = []
+    source = ctx.spec_source("os.kernel_cmdline")
+    try:
+        tokens = read_text(ctx.path("/proc/cmdline")).split()
+        missing = [p for p in ctx.kernel_cmdline if p not in tokens]
+        message = ("the running kernel has every parameter" if not missing
+                   else f"the running kernel lacks {' '.join(missing)} (a reboot applies the GRUB configuration)")
+        records.append(ctx.record("os.kernel_cmdline", " ".join(ctx.kernel_cmdline), " ".join(tokens),
+                                  not missing, source, message))
+    except OSError as exc:
+        records.append(ctx.record("os.kernel_cmdline", " ".join(ctx.kernel_cmdline), None, False, source,
+                                  f"cannot read /proc/cmdline: {exc}"))
+
+    try:
+        loaded = "nouveau" in loaded_modules(ctx)
+        records.append(ctx.record("os.nouveau_unloaded", "not loaded", "loaded" if loaded else "not loaded",
+                                  not loaded, "NVIDIA driver installation guide: nouveau must not be loaded",
+                                  "nouveau is loaded" if loaded else "nouveau is not loaded"))
+    except OSError as exc:
+        records.append(ctx.record("os.nouveau_unloaded", "not loaded", None, False,
+                                  "NVIDIA driver installation guide: nouveau must not be loaded",
+                                  f"cannot read /proc/modules: {exc}"))
+
+    soft, hard = memlock_limits(ctx)
+    measured = f"soft {soft or 'default'}, hard {hard or 'default'}"
+    passed = soft == ctx.memlock and hard == ctx.memlock
+    records.append(ctx.record("os.memlock", ctx.memlock, measured, passed, ctx.spec_source("os.memlock"),
+                              f"/etc/security/limits.d gives every user memlock {measured}"))
+    return records
+
+
+# ---- services ---------------------------------------------------------------------------------------
+
+def unit_state(unit):
+    systemctl = shutil.which("systemctl")
+    if not systemctl:
+        return None, "systemctl is not on the PATH"
+    completed = subprocess.run([systemctl, "is-active", unit], capture_output=True, text=True, check=False)
+    state = completed.stdout.strip() or "unknown"
+    return state, completed.stderr.strip()
+
+
+def service_checks(ctx):
+    records = []
+    for unit in ctx.services:
+        state, detail = unit_state(unit)
+        message = f"systemctl is-active {unit}: {state}" + (f" ({detail})" if detail and state != "active" else "")
+        records.append(ctx.record(f"service.{unit}", "active", state, state == "active",
+                                  "the appliance's stages enable and start this unit", message))
+    return records
+
+
+# ---- GPUs -------------------------------------------------------------------------------------------
+
+def gpu_checks(ctx, measure=None):
+    """GPU checks from NVML; `measure` (for tests) returns (gpus, driver) or raises NvmlUnavailable."""
+    gpu_spec = ctx.platform.get("gpu") or {}
+    software = ctx.platform.get("software") or {}
+    nvlink = gpu_spec.get("nvlink") or {}
+    width_gate = ctx.gate("pcie_link_width")
+    retired_gate = ctx.gate("retired_pages")
+    expectations = [
+        ("gpu.count", gpu_spec.get("count"), ctx.spec_source("gpu.count")),
+        ("gpu.model", gpu_spec.get("model"), ctx.spec_source("gpu.model")),
+        ("gpu.memory_mib", gpu_spec.get("memory_mib"), ctx.spec_source("gpu.memory_mib")),
+        ("driver.version", software.get("driver_version"), ctx.spec_source("software.driver_version")),
+        ("gpu.persistence_mode", "enabled" if software.get("persistence_mode", True) else "any",
+         ctx.spec_source("software.persistence_mode")),
+        ("nvlink.links_up", nvlink.get("links_per_gpu"), ctx.spec_source("gpu.nvlink.links_per_gpu")),
+        ("pcie.link_width", width_gate.get("min", (gpu_spec.get("pcie") or {}).get("width")),
+         width_gate.get("source") or ctx.spec_source("gpu.pcie.width")),
+        ("gpu.retired_pages", retired_gate.get("max", 0), retired_gate.get("source") or "no retired pages"),
+    ]
+    try:
+        if measure:
+            gpus, driver = measure()
+        else:
+            with nvml_session() as pynvml:
+                gpus, driver = gpu_records(pynvml, health=True), driver_record(pynvml)
+    except Exception as exc:  # NvmlUnavailable or an NVMLError mid-query: every GPU check fails with it
+        return [ctx.record(check, expected, None, False, source, f"NVML: {exc}")
+                for check, expected, source in expectations if expected is not None]
+
+    measured_by_check = {
+        "gpu.count": _count(gpus),
+        "gpu.model": _uniform(gpus, "name"),
+        "gpu.memory_mib": _uniform(gpus, "memory_mib"),
+        "driver.version": _driver(driver),
+        "gpu.persistence_mode": _persistence(gpus),
+        "nvlink.links_up": _per_gpu_minimum(gpus, "nvlink_links_up", "NVLink links up"),
+        "pcie.link_width": _per_gpu_minimum(gpus, "pcie_link_width", "PCIe link width"),
+        "gpu.retired_pages": _retired(gpus),
+    }
+    records = []
+    for check, expected, source in expectations:
+        if expected is None:
+            continue
+        measured, verdict, message = measured_by_check[check](expected)
+        records.append(ctx.record(check, expected, measured, verdict, source, message))
+    return records
+
+
+def _count(gpus):
+    def judge(expected):
+        return len(gpus), len(gpus) == expected, f"NVML reports {len(gpus)} GPUs"
+    return judge
+
+
+def _uniform(gpus, key):
+    def judge(expected):
+        values = sorted({g[key] for g in gpus}, key=str)
+        wrong = [f"GPU {g['index']}: {g[key]}" for g in gpus if g[key] != expected]
+        measured = values[0] if len(values) == 1 else values
+        if not gpus:
+            return None, False, "NVML reports no GPU"
+        return measured, not wrong, ("every GPU reports " + str(expected)) if not wrong else "; ".join(wrong)
+    return judge
+
+
+def _driver(driver):
+    def judge(expected):
+        return driver["version"], driver["version"] == expected, f"NVML reports driver {driver['version']}"
+    return judge
+
+
+def _persistence(gpus):
+    def judge(expected):
+        on = [g["index"] for g in gpus if g.get("persistence_mode")]
+        measured = f"enabled on {len(on)} of {len(gpus)} GPUs"
+        if expected == "any":
+            return measured, True, measured
+        off = [str(g["index"]) for g in gpus if not g.get("persistence_mode")]
+        return measured, bool(gpus) and not off, measured + (f" (off: GPU {', '.join(off)})" if off else "")
+    return judge
+
+
+def _per_gpu_minimum(gpus, key, label):
+    def judge(expected):
+        values = [g.get(key) for g in gpus]
+        if not gpus or any(v is None for v in values):
+            return None, False, f"NVML does not report the {label} of every GPU"
+        low = [f"GPU {g['index']}: {g[key]}" for g in gpus if g[key] < expected]
+        measured = min(values)
+        return measured, not low, (f"every GPU has {label} >= {expected}" if not low
+                                   else f"{label} below {expected}: " + "; ".join(low))
+    return judge
+
+
+def _retired(gpus):
+    def judge(expected):
+        values = [g.get("retired_pages") for g in gpus]
+        if not gpus or any(v is None for v in values):
+            return None, False, "NVML reports neither retired pages nor remapped rows for every GPU"
+        total = sum(values)
+        bad = [f"GPU {g['index']}: {g['retired_pages']}" for g in gpus if g["retired_pages"]]
+        return total, total <= expected, ("no retired or pending pages" if not bad
+                                          else "retired or pending pages: " + "; ".join(bad))
+    return judge
+
+
+GROUPS = {
+    "bios": bios_checks,
+    "os": os_checks,
+    "services": service_checks,
+    "gpu": gpu_checks,
+}
+
+
+def run_groups(ctx, names):
+    unknown = [n for n in names if n not in GROUPS]
+    if unknown:
+        raise ValueError(f"unknown acceptance check group(s) {', '.join(unknown)} (known: {', '.join(GROUPS)})")
+    records = []
+    for name in names:
+        records.extend(GROUPS[name](ctx))
+    return records

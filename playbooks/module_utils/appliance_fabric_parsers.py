@@ -1,0 +1,316 @@
+# Parsers of the tools the fabric, gpudirect, storage and acceptance stages read: ibstat,
+# `nvidia-smi topo -m`, `gdscheck -p`, NCCL's all_reduce_perf, perftest's ib_write_bw, `dcgmi diag`,
+# `findmnt -rn`, fio's JSON report and the kernel log's NVRM Xid lines.
+#
+# Pure functions of text: the modules run the tools (found on the PATH, so that a simulated node
+# answers with its own), these functions read what they print in the format the real tools use.
+
+from __future__ import annotations
+
+import json
+import re
+
+
+class ParseError(ValueError):
+    """The tool printed something these parsers do not recognise; the message quotes it."""
+
+
+# ---- ibstat -----------------------------------------------------------------------------------------
+
+def parse_ibstat(text):
+    """ibstat output -> {device: {node_guid, firmware, ports: {port: {state, physical_state, rate_gbps,
+    port_guid, link_layer}}}}."""
+    cas = {}
+    current = port = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        match = re.match(r"^CA '([^']+)'$", line)
+        if match:
+            current = cas.setdefault(match.group(1), {"node_guid": "", "firmware": "", "ports": {}})
+            port = None
+            continue
+        if current is None or not line:
+            continue
+        match = re.match(r"^Port (\d+):$", line)
+        if match:
+            port = current["ports"].setdefault(int(match.group(1)), {})
+            continue
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if port is None:
+            if key == "Node GUID":
+                current["node_guid"] = value.lower()
+            elif key == "Firmware version":
+                current["firmware"] = value
+            continue
+        if key == "State":
+            port["state"] = value
+        elif key == "Physical state":
+            port["physical_state"] = value
+        elif key == "Rate":
+            try:
+                port["rate_gbps"] = int(float(value.split()[0]))
+            except (ValueError, IndexError):
+                raise ParseError(f"ibstat: unreadable rate {value!r}") from None
+        elif key == "Port GUID":
+            port["port_guid"] = value.lower()
+        elif key == "Link layer":
+            port["link_layer"] = value
+    if not cas:
+        raise ParseError("ibstat printed no CA: " + (text.strip()[:200] or "(nothing)"))
+    return cas
+
+
+# ---- nvidia-smi topo -m -----------------------------------------------------------------------------
+
+# Fewer PCIe hops first: a GPU's nearest NIC is the one with the best of these.
+CONNECTION_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SOC": 5, "SYS": 5}
+
+
+def parse_topo_matrix(text):
+    """`nvidia-smi topo -m` -> {"gpus": {index: {nic_device: connection}}}, NIC columns named by their RDMA
+    device (the NIC legend maps NIC0 -> mlx5_0 in newer drivers; older ones print the device names)."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    header = None
+    for line in lines:
+        if re.match(r"^\s+GPU0(\s|$)", line) or re.match(r"^\s*\S*\s*GPU0\t", line):
+            header = line.split()
+            break
+    if header is None:
+        raise ParseError("nvidia-smi topo -m printed no matrix header (GPU0 ...): " + (text.strip()[:200] or "(nothing)"))
+    columns = []
+    for name in header:
+        if name in ("CPU", "NUMA", "GPU") or name.startswith(("Affinity", "ID")):
+            break
+        columns.append(name)
+    legend = {}
+    for line in lines:
+        match = re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line)
+        if match:
+            legend[match.group(1)] = match.group(2)
+    gpus = {}
+    for line in lines:
+        match = re.match(r"^(GPU(\d+))\s+(.*)$", line)
+        if not match:
+            continue
+        cells = match.group(3).split()
+        row = {}
+        for column, cell in zip(columns, cells):
+            if column.startswith("GPU"):
+                continue
+            row[legend.get(column, column)] = cell
+        gpus[int(match.group(2))] = row
+    if not gpus:
+        raise ParseError("nvidia-smi topo -m printed no GPU row")
+    return {"gpus": gpus}
+
+
+def nearest_nics(row):
+    """The NICs with the best connection of a GPU's row, and that connection."""
+    ranked = [(CONNECTION_RANK[c], nic, c) for nic, c in row.items() if c in CONNECTION_RANK]
+    if not ranked:
+        return [], None
+    best = min(rank for rank, _, _ in ranked)
+    return sorted(nic for rank, nic, _ in ranked if rank == best), next(c for r, _, c in ranked if r == best)
+
+
+def affinity(matrix, expected):
+    """Each GPU's nearest NIC, checked against expected {gpu_index: device}.
+
+    Returns ({gpu_index: device}, [problem, ...]). A tie at the best connection is resolved in favour
+    of the expected device; a GPU whose expected device is not among its nearest is a contradiction."""
+    found, problems = {}, []
+    for index in sorted(matrix["gpus"]):
+        nics, connection = nearest_nics(matrix["gpus"][index])
+        want = expected.get(index)
+        if not nics:
+            if want:
+                problems.append(f"GPU {index}: no NIC in the topology, the platform expects {want}")
+            continue
+        chosen = want if want in nics else nics[0]
+        found[index] = chosen
+        if want and want not in nics:
+            actual = matrix["gpus"][index].get(want, "absent")
+            problems.append(f"GPU {index}: nearest NIC is {', '.join(nics)} ({connection}), the platform expects "
+                            f"{want} (connection {actual})")
+    for index, want in sorted(expected.items()):
+        if index not in matrix["gpus"]:
+            problems.append(f"GPU {index}: not in the topology, the platform expects it next to {want}")
+    return found, problems
+
+
+# ---- gdscheck -p ------------------------------------------------------------------------------------
+
+GDS_FILESYSTEM_LINES = {"lustre": "DDN EXAScaler", "nfs-rdma": "NFS", "beegfs": "BeeGFS"}
+
+
+def parse_gdscheck(text):
+    """`gdscheck -p` -> {"settings": {key: value}, "gpus": [{index, supports_gds, iommu}], "iommu": str,
+    "verified": bool|None, "warnings": [line], "nvidia_fs": str}."""
+    result = {"settings": {}, "gpus": [], "iommu": "", "verified": None, "warnings": [], "nvidia_fs": "", "acs": []}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("="):
+            continue
+        if re.search(r"\bWARN", line) or line.startswith(("WARN", "ERR")):
+            result["warnings"].append(line)
+        match = re.match(r"^GPU index (\d+) (.*)$", line)
+        if match:
+            rest = match.group(2)
+            iommu = re.search(r"IOMMU State:\s*(\w+)", rest)
+            result["gpus"].append({"index": int(match.group(1)),
+                                   "supports_gds": "supports GDS" in rest and "not support" not in rest,
+                                   "iommu": iommu.group(1).lower() if iommu else ""})
+            continue
+        match = re.search(r"nvidia_fs version:\s*(\S+)", line)
+        if match:
+            result["nvidia_fs"] = match.group(1)
+        if line.startswith("Platform verification succeeded"):
+            result["verified"] = True
+            continue
+        if line.startswith("Platform verification") and "succeeded" not in line:
+            result["verified"] = False
+            continue
+        if re.search(r"\bACS\b", line):
+            result["acs"].append(line)
+        key, sep, value = line.partition(":")
+        if sep:
+            key = key.strip().lstrip("-").strip()
+            result["settings"][key] = value.strip()
+            if key == "IOMMU":
+                result["iommu"] = value.strip()
+    if result["verified"] is None and not result["gpus"] and not result["settings"]:
+        raise ParseError("gdscheck -p printed nothing recognisable: " + (text.strip()[:200] or "(nothing)"))
+    return result
+
+
+def gdscheck_problems(report, filesystem_types=()):
+    """What in a gdscheck report breaks GPUDirect Storage (empty list: nothing)."""
+    problems = []
+    if report["verified"] is not True:
+        problems.append("platform verification did not succeed")
+    iommu = report["iommu"].lower()
+    if iommu and iommu != "disabled" and "pass-through" not in iommu and "passthrough" not in iommu:
+        problems.append(f"IOMMU is {report['iommu']} (GPUDirect needs it off or in pass-through: iommu=pt)")
+    for line in report["acs"]:
+        if re.search(r"enabled", line, re.IGNORECASE) and not re.search(r"disabled", line, re.IGNORECASE):
+            problems.append(f"PCIe ACS is enabled ({line}): peer-to-peer traffic goes through the root complex")
+    if not report["nvidia_fs"]:
+        problems.append("nvidia_fs is not loaded (no nvidia_fs version)")
+    peer_direct = report["settings"].get("Mellanox PeerDirect", "")
+    if peer_direct and peer_direct.lower() != "enabled":
+        problems.append(f"Mellanox PeerDirect is {peer_direct} (nvidia-peermem)")
+    for gpu in report["gpus"]:
+        if not gpu["supports_gds"]:
+            problems.append(f"GPU {gpu['index']} does not support GDS")
+        if gpu["iommu"] == "enabled":
+            problems.append(f"GPU {gpu['index']}: IOMMU enabled")
+    for fs_type in sorted(set(filesystem_types)):
+        line = GDS_FILESYSTEM_LINES.get(fs_type)
+        if line and report["settings"].get(line, "").lower() != "supported":
+            problems.append(f"{line} ({fs_type}) is {report['settings'].get(line) or 'not reported'}, not Supported")
+    return problems
+
+
+# ---- NCCL all_reduce_perf, ib_write_bw, dcgmi diag ----------------------------------------------------
+
+def parse_nccl_busbw(text):
+    """The `# Avg bus bandwidth    : 482.4` line of nccl-tests, in GB/s."""
+    match = re.search(r"#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", text)
+    if not match:
+        raise ParseError("all_reduce_perf printed no '# Avg bus bandwidth' line: " + (text.strip()[-200:] or "(nothing)"))
+    errors = re.search(r"#\s*Out of bounds values\s*:\s*(\d+)", text)
+    if errors and int(errors.group(1)):
+        raise ParseError(f"all_reduce_perf found {errors.group(1)} out-of-bounds values (wrong results)")
+    return float(match.group(1))
+
+
+def parse_ib_write_bw(text):
+    """BW average [Gb/sec] of the last result line of perftest (run with --report_gbits)."""
+    header_seen, value = False, None
+    for line in text.splitlines():
+        if re.search(r"BW average\[Gb/sec\]", line):
+            header_seen = True
+            continue
+        if header_seen:
+            fields = line.split()
+            if len(fields) >= 4 and fields[0].isdigit():
+                value = float(fields[3])
+    if value is None:
+        raise ParseError("ib_write_bw printed no result line under 'BW average[Gb/sec]': "
+                         + (text.strip()[-200:] or "(nothing)"))
+    return value
+
+
+def parse_dcgmi_diag(text):
+    """`dcgmi diag -r N` table -> [(test, result)] for every test row (Metadata rows left out)."""
+    rows, section = [], ""
+    for line in text.splitlines():
+        match = re.match(r"^\|-+\s*(.*?)\s*-+\+", line)
+        if match:
+            section = match.group(1)
+            continue
+        match = re.match(r"^\|\s*([^|]+?)\s*\|\s*([^|]*?)\s*\|$", line)
+        if not match or section in ("", "Metadata") or match.group(1) == "Diagnostic":
+            continue
+        name, result = match.group(1), match.group(2)
+        if not result and rows:
+            continue
+        rows.append((name, result))
+    if not rows:
+        raise ParseError("dcgmi diag printed no result table: " + (text.strip()[:200] or "(nothing)"))
+    return rows
+
+
+# ---- mounts, fio, kernel log --------------------------------------------------------------------------
+
+def _unescape(field):
+    return re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), field)
+
+
+def parse_findmnt(text):
+    """`findmnt -rn -o TARGET,SOURCE,FSTYPE,OPTIONS` -> {target: {source, fstype, options: [...]}}."""
+    mounts = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        target, source, fstype, options = (_unescape(f) for f in fields[:4])
+        mounts[target] = {"source": source, "fstype": fstype, "options": options.split(",")}
+    return mounts
+
+
+# Options mount(8) and systemd act on without handing them to the kernel: never listed by findmnt.
+USERSPACE_OPTIONS = ("_netdev", "nofail", "noauto", "auto", "defaults", "user", "users", "nouser")
+
+
+def missing_options(declared, present):
+    present_set = set(present)
+    return [o for o in declared if o not in present_set and o not in USERSPACE_OPTIONS and not o.startswith("x-")]
+
+
+def parse_fio(text):
+    """fio --output-format=json -> {"read_mbps": float, "write_mbps": float} (MB/s, 10^6 bytes)."""
+    start = text.find("{")
+    try:
+        report = json.loads(text[start:]) if start >= 0 else None
+    except ValueError as exc:
+        raise ParseError(f"fio printed no JSON report: {exc}") from None
+    if not report or not report.get("jobs"):
+        raise ParseError("fio's report has no job")
+    read = sum(job.get("read", {}).get("bw_bytes", 0) for job in report["jobs"])
+    write = sum(job.get("write", {}).get("bw_bytes", 0) for job in report["jobs"])
+    errors = [job.get("jobname", "?") for job in report["jobs"] if job.get("error")]
+    if errors:
+        raise ParseError(f"fio job(s) {', '.join(errors)} ended with an error")
+    return {"read_mbps": round(read / 1e6, 1), "write_mbps": round(write / 1e6, 1)}
+
+
+def parse_xids(text):
+    """NVRM Xid lines of the kernel log -> [{pci, xid, text}]."""
+    found = []
+    for line in text.splitlines():
+        match = re.search(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?\s*(.*)$", line)
+        if match:
+            found.append({"pci": match.group(1), "xid": int(match.group(2)), "text": match.group(3).strip()})
+    return found
