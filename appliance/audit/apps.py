@@ -16,3 +16,7 @@ class AuditConfig(AppConfig):
                 catalogue.register_model(model._meta.app_label, model._meta.model_name,
                                          str(model._meta.verbose_name))
                 post_delete.connect(record_delete, sender=model, dispatch_uid=f"audit-delete-{model._meta.label}")
+
+        from .capture import install as install_capture
+
+        install_capture()

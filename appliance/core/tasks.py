@@ -8,6 +8,9 @@ from .dispatch import CONTEXT_KWARG
 
 class ContextTask(Task):
     abstract = True
+    # apply_async checks the call against the function's signature, which knows nothing of the
+    # context kwarg that dispatch.enqueue adds and __call__ removes.
+    typing = False
 
     def __call__(self, *args, **kwargs):
         snapshot = kwargs.pop(CONTEXT_KWARG, None)

@@ -1,0 +1,83 @@
+"""Web and API requests: every state-changing request, and every refusal, leaves a record.
+
+Listed right after appliance.core.middleware.RequestContextMiddleware, so that it runs inside the
+request's action context (request id, source address, user agent) and sees the final response
+after authentication, the views and every other middleware have had their say.
+"""
+
+from django.core.exceptions import PermissionDenied
+
+from appliance import audit
+
+STATE_CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+DENIAL_STATUSES = {401: "authentication required", 403: "permission denied"}
+MAX_PATH = 2000
+
+
+def _view_name(request) -> str:
+    match = getattr(request, "resolver_match", None)
+    return match.view_name if match is not None and match.view_name else ""
+
+
+def _api_error_message(response) -> str:
+    """The message of the suite's one API error body ({"error": {"message": ...}}), if this is one."""
+    data = getattr(response, "data", None)
+    if not isinstance(data, dict):
+        return ""
+    error = data.get("error")
+    if isinstance(error, dict):
+        message = str(error.get("message", ""))
+        # A plain DRF refusal ({"detail": ...}) comes out of the error body as "detail: ...".
+        return message.removeprefix("detail: ") if "fields" not in error else message
+    return str(data.get("detail", ""))
+
+
+def denial_reason(request, response) -> str:
+    return (getattr(request, "audit_denial_reason", "")
+            or _api_error_message(response)
+            or DENIAL_STATUSES[response.status_code])
+
+
+def _details(request, response) -> dict:
+    # The query string stays out: it is where clients put tokens they should not.
+    return {"method": request.method, "path": request.path[:MAX_PATH], "status": response.status_code,
+            "view": _view_name(request)}
+
+
+def _authenticated(user):
+    return user if user is not None and getattr(user, "is_authenticated", False) else None
+
+
+def request_actor(request):
+    """Who made the request: the user at the end of it (a login's new user, a token's owner), or,
+    when the request ended the session (logout, idle timeout), the user it started with."""
+    return _authenticated(getattr(request, "user", None)) or getattr(request, "audit_user_at_start", None)
+
+
+class AuditRequestMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        status = response.status_code
+        common = {"actor": request_actor(request), "target_type": "url", "target_name": request.path[:255],
+                  "details": _details(request, response)}
+        if status in DENIAL_STATUSES:
+            audit.record("access.denied", outcome="denied", reason=denial_reason(request, response), **common)
+        elif request.method in STATE_CHANGING_METHODS:
+            failed = status >= 400
+            reason = (_api_error_message(response) or f"HTTP {status}") if failed else ""
+            audit.record("api.request", outcome="failure" if failed else "success", reason=reason, **common)
+        return response
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        # Session authentication has run by now; the view may still log the user out.
+        request.audit_user_at_start = _authenticated(getattr(request, "user", None))
+        return None
+
+    def process_exception(self, request, exception):
+        # Django turns PermissionDenied into a bare 403 page; keep its message as the reason.
+        if isinstance(exception, PermissionDenied):
+            request.audit_denial_reason = str(exception) or DENIAL_STATUSES[403]
+        return None

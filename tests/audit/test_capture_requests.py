@@ -1,0 +1,102 @@
+"""Web and API requests: state-changing requests and every 401/403 leave records with the
+request's id, actor, source address and user agent."""
+
+import pytest
+from django.test import Client
+
+from appliance.audit.models import AuditRecord
+from appliance.core.roles import Role
+
+pytestmark = pytest.mark.django_db
+
+AGENT = "audit-test-agent/1.0"
+
+
+def records(event, **filters):
+    return list(AuditRecord.objects.filter(event=event, **filters).order_by("sequence"))
+
+
+def test_state_changing_request_is_recorded_with_its_context(users):
+    client = Client(headers={"User-Agent": AGENT})
+    client.force_login(users[Role.OPERATOR])
+    response = client.post("/accounts/logout/")
+    assert response.status_code == 302
+    request_id = response["X-Request-ID"]
+    [rec] = records("api.request", request_id=request_id)
+    assert rec.outcome == "success"
+    assert rec.details == {"method": "POST", "path": "/accounts/logout/", "status": 302,
+                           "view": "accounts:logout"}
+    assert rec.actor_username == users[Role.OPERATOR].username
+    assert rec.channel == "web"
+    assert rec.source_address == "127.0.0.1"
+    assert rec.user_agent == AGENT
+    # The logout itself is recorded too, linked by the same request id.
+    [logout] = records("auth.logout", request_id=request_id)
+    assert logout.actor_username == users[Role.OPERATOR].username
+
+
+def test_failed_state_changing_request_is_a_failure(client_for):
+    client = client_for(Role.AUDITOR)
+    response = client.post("/api/audit/exports/", {"format": "no-such-format"}, content_type="application/json")
+    assert response.status_code == 400
+    [rec] = records("api.request", request_id=response["X-Request-ID"])
+    assert rec.outcome == "failure"
+    assert rec.channel == "api"
+    assert rec.details["status"] == 400
+    assert "format" in rec.reason
+    assert rec.actor_username == "auditor-user"
+
+
+def test_api_403_is_recorded_as_denied_with_the_reason(client_for):
+    client = client_for(Role.VIEWER)
+    response = client.get("/api/audit/records/", headers={"User-Agent": AGENT})
+    assert response.status_code == 403
+    [rec] = records("access.denied", request_id=response["X-Request-ID"])
+    assert rec.outcome == "denied"
+    assert rec.reason == "Your role does not allow this."
+    assert rec.actor_username == "viewer-user" and rec.actor_roles == [Role.VIEWER]
+    assert rec.channel == "api" and rec.user_agent == AGENT and rec.source_address == "127.0.0.1"
+    assert rec.details["method"] == "GET" and rec.details["status"] == 403
+    assert rec.target_name == "/api/audit/records/"
+    assert not records("api.request", request_id=response["X-Request-ID"])
+
+
+def test_api_401_is_recorded_as_denied_for_an_anonymous_caller():
+    response = Client().delete("/api/audit/records/1/")
+    assert response.status_code == 401
+    [rec] = records("access.denied", request_id=response["X-Request-ID"])
+    assert rec.outcome == "denied"
+    assert rec.actor_id is None and rec.actor_username == ""
+    assert "Authentication credentials were not provided" in rec.reason
+    assert rec.details["method"] == "DELETE"
+
+
+def test_invalid_token_is_recorded_as_denied():
+    response = Client().get("/api/audit/records/", headers={"Authorization": "Token not-a-real-token"})
+    assert response.status_code == 401
+    [rec] = records("access.denied", request_id=response["X-Request-ID"])
+    assert rec.reason == "Invalid token."
+
+
+def test_portal_403_keeps_the_permission_denied_message(client_for):
+    response = client_for(Role.OPERATOR).get("/audit/")
+    assert response.status_code == 403
+    [rec] = records("access.denied", request_id=response["X-Request-ID"])
+    assert rec.reason == "Your role does not allow this."
+    assert rec.channel == "web" and rec.actor_username == "operator-user"
+    assert rec.details["view"] == "audit:log"
+
+
+def test_reads_other_than_the_audit_log_are_not_recorded(client_for):
+    client = client_for(Role.OPERATOR)
+    before = AuditRecord.objects.count()
+    response = client.get("/health/")
+    assert response.status_code == 200
+    assert AuditRecord.objects.count() == before
+
+
+def test_incoming_request_id_is_kept(client_for):
+    client = client_for(Role.VIEWER)
+    response = client.get("/api/audit/catalogue/", headers={"X-Request-ID": "trace-0123456789"})
+    assert response["X-Request-ID"] == "trace-0123456789"
+    assert records("access.denied", request_id="trace-0123456789")
