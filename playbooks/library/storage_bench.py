@@ -30,6 +30,8 @@ def fio(module, binary, mount_point, mode, size_mib, node):
     command = [binary, f"--name=appliance-smoke-{node}", f"--directory={mount_point}", f"--rw={mode}",
                "--bs=1M", f"--size={size_mib}M", "--direct=1", "--ioengine=libaio", "--iodepth=16",
                "--numjobs=1", "--group_reporting", "--output-format=json"]
+    if mode == "read":
+        command.append("--unlink=1")  # the read pass is the last use of the test file
     rc, out, err = module.run_command(command, environ_update={"LC_ALL": "C"})
     if rc != 0:
         module.fail_json(msg=f"{node} {mount_point}: fio --rw={mode} failed (rc {rc}): {err.strip() or out.strip()}")
