@@ -2,7 +2,6 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from appliance.core import context
 from appliance.inventory.services import import_site, validate_site
 from appliance.inventory.sitedef import SiteValidationError
 
@@ -26,19 +25,18 @@ class Command(BaseCommand):
             raise CommandError(f"{file}: {exc.strerror}", returncode=1) from exc
         except UnicodeDecodeError as exc:
             raise CommandError(f"{file}: not a text file ({exc.reason})", returncode=1) from exc
-        with context.acting_as(channel="cli"):
-            try:
-                if action == "validate":
-                    site = validate_site(text, file)
-                    self.stdout.write(f"{file}: valid ({site.summary()})")
-                    return
-                result = import_site(text, file, dry_run=dry_run)
-            except SiteValidationError as exc:
-                for error in exc.errors:
-                    self.stderr.write(str(error))
-                count = len(exc.errors)
-                raise CommandError(f"{file}: {count} error{'' if count == 1 else 's'}, nothing written",
-                                   returncode=1) from exc
+        try:
+            if action == "validate":
+                site = validate_site(text, file)
+                self.stdout.write(f"{file}: valid ({site.summary()})")
+                return
+            result = import_site(text, file, dry_run=dry_run)
+        except SiteValidationError as exc:
+            for error in exc.errors:
+                self.stderr.write(str(error))
+            count = len(exc.errors)
+            raise CommandError(f"{file}: {count} error{'' if count == 1 else 's'}, nothing written",
+                               returncode=1) from exc
         for change in result.changes:
             self.stdout.write(str(change))
         if not result.changed:
