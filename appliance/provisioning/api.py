@@ -1,0 +1,170 @@
+"""REST API of provisioning: runs (list, detail, start, cancel), stage runs, task events (paged) and
+the acceptance report. Starting a run returns at once (202): the run executes in a worker."""
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from appliance import audit
+from appliance.core.api import error_response
+from appliance.inventory.models import Appliance
+
+from . import services
+from .models import AcceptanceCheck, AcceptanceReport, HostResult, Run, StageRun, TaskEvent
+
+
+class HostResultSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = HostResult
+        fields = ["host", "ok", "changed", "failed", "unreachable", "skipped", "failed_task", "message"]
+
+
+class StageRunSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="provisioning-stagerun-detail")
+    host_results = HostResultSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = StageRun
+        fields = ["id", "url", "run", "stage", "order", "state", "message", "hosts", "started", "ended", "strategy",
+                  "ok_count", "changed_count", "failed_count", "unreachable_count", "skipped_count",
+                  "failed_host", "failed_task", "events_emitted", "events_stored", "carried_from", "host_results"]
+
+
+class BriefStageRunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = StageRun
+        fields = ["id", "stage", "order", "state", "message", "changed_count", "failed_count"]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="provisioning-run-detail")
+    appliance = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    stage_runs = BriefStageRunSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Run
+        fields = ["id", "url", "appliance", "kind", "stages", "node_names", "dry_run", "force", "state", "message",
+                  "requested_by", "resumes", "created", "started", "ended", "heartbeat_at", "cancel_requested",
+                  "cancel_requested_by", "failed_stage", "failed_host", "failed_task", "ok_count", "changed_count",
+                  "failed_count", "unreachable_count", "skipped_count", "stage_runs"]
+
+
+class RunRequestSerializer(serializers.Serializer):
+    appliance = serializers.SlugRelatedField(slug_field="name", queryset=Appliance.objects.all(), required=False,
+                                             help_text="appliance name; may be left out when there is only one")
+    kind = serializers.ChoiceField(choices=Run.Kind.choices, default=Run.Kind.STAGES)
+    stages = serializers.ListField(child=serializers.CharField(), required=False, default=list,
+                                   help_text="stage names; empty means every stage")
+    from_stage = serializers.CharField(required=False, allow_blank=True, default="")
+    nodes = serializers.ListField(child=serializers.CharField(), required=False, default=list,
+                                  help_text="node names; empty means every node")
+    dry_run = serializers.BooleanField(default=False)
+    force = serializers.BooleanField(default=False)
+
+    def validate(self, attrs):
+        if attrs.get("appliance") is None:
+            appliances = list(Appliance.objects.all()[:2])
+            if len(appliances) != 1:
+                raise serializers.ValidationError({"appliance": "name the appliance (there is not exactly one)"})
+            attrs["appliance"] = appliances[0]
+        return attrs
+
+
+class TaskEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TaskEvent
+        fields = ["id", "stage_run", "counter", "event", "host", "play", "task", "role", "changed", "failed",
+                  "stdout", "data", "created"]
+
+
+class AcceptanceCheckSerializer(serializers.ModelSerializer):
+    check = serializers.CharField(source="name")
+
+    class Meta:
+        model = AcceptanceCheck
+        fields = ["host", "check", "expected", "measured", "passed", "source", "message"]
+
+
+class AcceptanceReportSerializer(serializers.ModelSerializer):
+    checks = AcceptanceCheckSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = AcceptanceReport
+        fields = ["run", "passed", "checks_total", "checks_failed", "created", "checks"]
+
+
+class RunViewSet(viewsets.ReadOnlyModelViewSet):
+    """Provisioning runs. POST starts one (202), POST .../cancel/ asks it to stop."""
+
+    capability = "provisioning.view"
+    write_capability = "provisioning.run"
+    action_capabilities = {"create": "provisioning.run", "cancel": "provisioning.run"}
+    serializer_class = RunSerializer
+    filterset_fields = ["state", "kind", "dry_run", "appliance__name"]
+    ordering_fields = ["created", "id"]
+
+    def get_queryset(self):
+        return Run.objects.select_related("appliance", "requested_by").prefetch_related("stage_runs")
+
+    @extend_schema(request=RunRequestSerializer, responses={202: RunSerializer})
+    def create(self, request):
+        data = RunRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        options = dict(data.validated_data)
+        appliance = options.pop("appliance")
+        try:
+            run = services.start_run(appliance, kind=options["kind"], stages=options["stages"] or None,
+                                     from_stage=options["from_stage"] or None, nodes=options["nodes"] or None,
+                                     dry_run=options["dry_run"], force=options["force"], user=request.user)
+        except services.RunRefused as exc:
+            return error_response(400, "refused", str(exc), request, errors=exc.errors)
+        return Response(RunSerializer(run, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses=RunSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        try:
+            run = services.cancel_run(self.get_object(), user=request.user)
+        except services.RunRefused as exc:
+            return error_response(409, "finished", str(exc), request)
+        return Response(RunSerializer(run, context={"request": request}).data)
+
+    @extend_schema(responses=AcceptanceReportSerializer)
+    @action(detail=True, methods=["get"])
+    def acceptance(self, request, pk=None):
+        run = self.get_object()
+        report = get_object_or_404(AcceptanceReport.objects.prefetch_related("checks"), run=run)
+        audit.record("provisioning.acceptance.export", target=report, details={"format": "json"})
+        return Response(AcceptanceReportSerializer(report).data)
+
+
+class StageRunViewSet(viewsets.ReadOnlyModelViewSet):
+    capability = "provisioning.view"
+    serializer_class = StageRunSerializer
+    filterset_fields = ["run", "stage", "state"]
+
+    def get_queryset(self):
+        return StageRun.objects.prefetch_related("host_results")
+
+
+class TaskEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """Task events in order, paged. Filter by run, stage_run, host, event; `after` = a counter."""
+
+    capability = "provisioning.view"
+    serializer_class = TaskEventSerializer
+    filterset_fields = ["stage_run", "stage_run__run", "host", "event", "failed", "changed"]
+    ordering_fields = ["counter", "id"]
+
+    @extend_schema(parameters=[OpenApiParameter("after", int, description="only events after this counter")])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    def get_queryset(self):
+        events = TaskEvent.objects.order_by("stage_run_id", "counter")
+        after = self.request.query_params.get("after")
+        if after and after.isdigit():
+            events = events.filter(counter__gt=int(after))
+        return events

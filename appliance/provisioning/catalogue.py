@@ -1,0 +1,125 @@
+"""The stage catalogue: the fixed, ordered list of provisioning stages.
+
+Adding a stage is a playbook (playbooks/stages/<name>.yml) and one entry below. An entry says which
+node roles the stage acts on, may add extra variables (a vars provider: (run, nodes) -> dict) and may
+refuse to start (a validation hook: (nodes) -> list of error lines naming file:line), so that a bad
+input stops the run before anything is sent.
+
+A deployment may replace the catalogue (a site with extra stages) by naming another Catalogue object
+in the APPLIANCE_PROVISIONING_CATALOGUE environment variable or the PROVISIONING_CATALOGUE setting
+("module.path:NAME"); the test suite uses that to drive the engine with playbooks of its own.
+"""
+
+import importlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from . import baseline
+
+ALL_ROLES = frozenset({"gpu", "storage", "management", "login"})
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    playbook: str  # relative to settings.PLAYBOOKS_DIR, or absolute
+    description: str
+    roles: frozenset[str] = ALL_ROLES
+    vars_provider: Callable | None = field(default=None, compare=False)
+    validate: Callable | None = field(default=None, compare=False)
+
+    def playbook_path(self) -> Path:
+        path = Path(self.playbook)
+        return path if path.is_absolute() else Path(settings.PLAYBOOKS_DIR) / path
+
+    def applies_to(self, node) -> bool:
+        return node.role in self.roles
+
+    def extra_vars(self, run, nodes) -> dict:
+        return dict(self.vars_provider(run, nodes)) if self.vars_provider else {}
+
+    def errors(self, nodes) -> list[str]:
+        problems = []
+        if not self.playbook_path().is_file():
+            problems.append(f"stage {self.name}: playbook {self.playbook_path()} does not exist")
+        if self.validate:
+            problems.extend(self.validate(nodes))
+        return problems
+
+
+class UnknownStage(ValueError):
+    pass
+
+
+class Catalogue:
+    def __init__(self, stages: Iterable[Stage]):
+        self.stages = list(stages)
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names repeat in the catalogue: {names}")
+        self._by_name = {s.name: s for s in self.stages}
+
+    def __iter__(self):
+        return iter(self.stages)
+
+    def __len__(self):
+        return len(self.stages)
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+    def get(self, name: str) -> Stage:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise UnknownStage(f"unknown stage {name!r} (stages: {', '.join(self.names)})") from None
+
+    def select(self, only: Iterable[str] | None = None, start: str | None = None) -> list[Stage]:
+        """Stages in catalogue order: `only` those named, or every stage from `start` on."""
+        if only:
+            wanted = {self.get(n).name for n in only}
+            selected = [s for s in self.stages if s.name in wanted]
+        else:
+            selected = list(self.stages)
+        if start:
+            first = self.names.index(self.get(start).name)
+            selected = [s for s in selected if self.names.index(s.name) >= first]
+        return selected
+
+
+def _firmware_baselines(nodes) -> list[str]:
+    return baseline.validate_nodes(nodes)
+
+
+DEFAULT = Catalogue([
+    Stage("firmware", "stages/firmware.yml",
+          "BIOS settings over each node's BMC (Redfish): the platform baseline, checked against the "
+          "attribute registry, changed attributes read back.",
+          validate=_firmware_baselines),
+    Stage("os", "stages/os.yml",
+          "Kernel command line (IOMMU passthrough, nouveau off), memlock limits for RDMA, CPU governor, "
+          "chrony, PCIe ACS off on bridges at boot."),
+    Stage("gpu", "stages/gpu.yml",
+          "NVIDIA driver, persistence daemon, fabric manager (NVSwitch), DCGM; verified through NVML.",
+          roles=frozenset({"gpu"})),
+    Stage("acceptance", "stages/acceptance.yml",
+          "The result checked against the platform's expectations: GPUs, driver, persistence, NVLink, "
+          "BIOS values and the settings of the other stages."),
+])
+
+
+def active() -> Catalogue:
+    reference = (getattr(settings, "PROVISIONING_CATALOGUE", "")
+                 or os.environ.get("APPLIANCE_PROVISIONING_CATALOGUE", ""))
+    if not reference:
+        return DEFAULT
+    module_name, _, attribute = reference.partition(":")
+    catalogue = getattr(importlib.import_module(module_name), attribute or "CATALOGUE")
+    if not isinstance(catalogue, Catalogue):
+        raise TypeError(f"{reference} is not a provisioning Catalogue")
+    return catalogue

@@ -1,0 +1,236 @@
+"""Ingestion of Ansible events.
+
+ansible-runner calls the event handler for every event, on the thread that reads ansible-playbook's
+output: that is the hot path, and the handler only counts the event and puts it on a queue. The
+consumer (the thread that started the stage) takes events off the queue and stores them in batches,
+every BATCH_SIZE events or FLUSH_SECONDS, with one bulk insert each. At the end the number emitted
+is compared with the number stored in the database: completeness is a number anyone can check.
+
+While consuming, the ingestor keeps per-host counts, the first failure of each host, the pid of
+ansible-playbook, and hands the facts the stages discovered (ansible_facts keys appliance_*) to the
+facts sink, which updates the inventory.
+"""
+
+import json
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from appliance.audit.services import redact
+from appliance.core.secrets import MASK
+
+from .models import StageRun, TaskEvent
+
+BATCH_SIZE = 500
+FLUSH_SECONDS = 0.25
+STDOUT_LIMIT = 16 * 1024
+DATA_LIMIT = 64 * 1024
+
+_FAILED_EVENTS = {"runner_on_failed", "runner_item_on_failed"}
+_HOST_EVENTS = {"runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"}
+
+
+@dataclass
+class HostTally:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    failed_task: str = ""
+    message: str = ""
+
+
+@dataclass
+class Failure:
+    host: str
+    task: str
+    message: str
+
+
+def _text(value, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+
+
+def failure_message(result: dict) -> str:
+    """The line an operator needs from a failed module result."""
+    if not isinstance(result, dict):
+        return str(result)
+    parts = []
+    for key in ("msg", "reason", "stderr", "module_stderr", "stdout", "module_stdout", "exception"):
+        value = result.get(key)
+        if value and str(value).strip():
+            parts.append(str(value).strip())
+            if key in ("msg", "reason") or len(parts) == 2:
+                break
+    if result.get("censored"):
+        parts.append(str(result["censored"]))
+    return "; ".join(parts) or "the task failed without a message"
+
+
+class Scrubber:
+    """Removes secrets from event data: values of secret-looking keys, and every known secret value
+    wherever it appears (a task without no_log that echoed a password)."""
+
+    def __init__(self, secret_values: list[str]):
+        self.secret_values = [s for s in secret_values if s]
+
+    def text(self, value: str) -> str:
+        for secret in self.secret_values:
+            if secret in value:
+                value = value.replace(secret, MASK)
+        return value
+
+    def data(self, value):
+        value = redact(value)
+        if not self.secret_values:
+            return value
+        return json.loads(self.text(json.dumps(value, default=str)))
+
+
+@dataclass
+class IngestResult:
+    emitted: int
+    stored: int
+    hosts: dict[str, HostTally]
+    failures: list[Failure]
+    stats_seen: bool
+    ansible_pid: int | None
+
+
+class EventIngestor:
+    def __init__(self, stage_run: StageRun, scrubber: Scrubber, *, facts_sink: Callable | None = None,
+                 on_event: Callable | None = None, batch_size: int = BATCH_SIZE, flush_seconds: float = FLUSH_SECONDS):
+        self.stage_run = stage_run
+        self.scrubber = scrubber
+        self.facts_sink = facts_sink
+        self.on_event = on_event
+        self.batch_size = batch_size
+        self.flush_seconds = flush_seconds
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.emitted = 0
+        self.stored = 0
+        self.hosts: dict[str, HostTally] = {}
+        self.failures: list[Failure] = []
+        self.stats_seen = False
+        self.ansible_pid: int | None = None
+        self._batch: list[TaskEvent] = []
+        self._last_flush = time.monotonic()
+
+    # -- the hot path: runner's thread ---------------------------------------------------------
+    def handle(self, event: dict) -> bool:
+        self.emitted += 1
+        self.queue.put(event)
+        # The database is the store of events; runner need not write a file per event as well.
+        return False
+
+    # -- the consumer: the thread that runs the stage ------------------------------------------
+    def consume(self, producer_alive: Callable[[], bool], tick: Callable | None = None,
+                tick_seconds: float = 1.0) -> IngestResult:
+        """Store events until the producer has finished and the queue is empty."""
+        last_tick = time.monotonic()
+        while True:
+            try:
+                event = self.queue.get(timeout=min(self.flush_seconds, tick_seconds))
+            except queue.Empty:
+                event = None
+            if event is not None:
+                self._take(event)
+            now = time.monotonic()
+            if len(self._batch) >= self.batch_size or (self._batch and now - self._last_flush >= self.flush_seconds):
+                self.flush()
+            if tick is not None and now - last_tick >= tick_seconds:
+                tick()
+                last_tick = now
+            if event is None and not producer_alive() and self.queue.empty():
+                break
+        # Events the runner delivered after the producer stopped being alive are drained here.
+        while not self.queue.empty():
+            self._take(self.queue.get())
+        self.flush()
+        stored = TaskEvent.objects.filter(stage_run=self.stage_run).count()
+        return IngestResult(self.emitted, stored, self.hosts, self.failures, self.stats_seen, self.ansible_pid)
+
+    def flush(self) -> None:
+        if self._batch:
+            TaskEvent.objects.bulk_create(self._batch, batch_size=self.batch_size)
+            self.stored += len(self._batch)
+            self._batch = []
+        self._last_flush = time.monotonic()
+
+    def _take(self, event: dict) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        host = data.get("host") or ""
+        task = data.get("task") or ""
+        result = data.get("res") if isinstance(data.get("res"), dict) else {}
+        if self.ansible_pid is None and event.get("pid"):
+            self.ansible_pid = int(event["pid"])
+        failed = (kind in _FAILED_EVENTS and not data.get("ignore_errors")) or kind == "runner_on_unreachable"
+        changed = bool(result.get("changed")) and kind in ("runner_on_ok", "runner_item_on_ok")
+        if kind in _HOST_EVENTS and host:
+            self._tally(kind, host, task, result, failed, changed)
+        if kind == "playbook_on_stats":
+            self._stats(data)
+        if kind == "runner_on_ok" and host and self.facts_sink is not None:
+            facts = {k: v for k, v in (result.get("ansible_facts") or {}).items() if k.startswith("appliance_")}
+            if facts:
+                self.facts_sink(host, facts)
+        self._batch.append(self._row(event, kind, data, host, task, failed, changed))
+        if self.on_event is not None:
+            self.on_event(kind, host, task, event)
+
+    def _tally(self, kind, host, task, result, failed, changed) -> None:
+        tally = self.hosts.setdefault(host, HostTally())
+        if kind == "runner_on_ok":
+            tally.ok += 1
+            tally.changed += int(changed)
+        elif kind == "runner_on_skipped":
+            tally.skipped += 1
+        elif kind == "runner_on_unreachable":
+            tally.unreachable += 1
+        elif kind == "runner_on_failed":
+            if failed:
+                tally.failed += 1
+            else:
+                tally.ok += 1
+        if failed and not tally.failed_task:
+            tally.failed_task = task
+            tally.message = self.scrubber.text(failure_message(result))
+            self.failures.append(Failure(host, task, tally.message))
+
+    def _stats(self, data: dict) -> None:
+        # The play recap is Ansible's own count; it wins over the tally of events.
+        self.stats_seen = True
+        columns = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
+                   "skipped": "skipped"}
+        hosts = set()
+        for column in columns:
+            hosts.update((data.get(column) or {}).keys())
+        for host in hosts:
+            tally = self.hosts.setdefault(host, HostTally())
+            for column, attribute in columns.items():
+                setattr(tally, attribute, int((data.get(column) or {}).get(host, 0)))
+
+    def _row(self, event, kind, data, host, task, failed, changed) -> TaskEvent:
+        clean = self.scrubber.data(data)
+        encoded = json.dumps(clean, default=str)
+        if len(encoded) > DATA_LIMIT:
+            clean = {k: v for k, v in clean.items() if k != "res"}
+            clean["res_cut"] = f"result of {len(encoded)} characters not stored; see the stdout"
+        created = event.get("created")
+        created_at = parse_datetime(created) if isinstance(created, str) else None
+        if created_at is None or not isinstance(created_at, datetime):
+            created_at = timezone.now()
+        return TaskEvent(
+            stage_run=self.stage_run, counter=int(event.get("counter") or self.emitted), uuid=event.get("uuid", ""),
+            event=kind[:64], host=host[:255], play=(data.get("play") or "")[:500], task=task[:500],
+            role=(data.get("role") or "")[:255], changed=changed, failed=failed,
+            stdout=self.scrubber.text(_text(event.get("stdout") or "", STDOUT_LIMIT)), data=clean, created=created_at,
+        )

@@ -1,0 +1,136 @@
+"""Facts the stages discover, written back to the inventory and the acceptance report.
+
+The playbooks' own modules return them as ansible_facts keys prefixed `appliance_` (interfaces
+contract, section 2). A BIOS attribute a stage changed is recorded as one audit event per attribute
+per node, old -> new: that is the evidence an auditor asks for.
+"""
+
+from django.db import transaction
+
+from appliance import audit
+from appliance.inventory.models import BMC, GPU, HCA, HCAPort, Node
+
+from .models import AcceptanceCheck, AcceptanceReport, StageRun
+
+# Facts that describe a node and are kept whole in Node.facts (under the name without the prefix).
+_NODE_FACTS_SKIP = {"appliance_bios_changes", "appliance_acceptance"}
+_MIG_MODES = {"enabled": GPU.MigMode.ENABLED, "disabled": GPU.MigMode.DISABLED, "pending": GPU.MigMode.PENDING,
+              "1": GPU.MigMode.ENABLED, "0": GPU.MigMode.DISABLED, "true": GPU.MigMode.ENABLED,
+              "false": GPU.MigMode.DISABLED}
+
+
+def _save_if_changed(obj, **values) -> None:
+    changed = [name for name, value in values.items() if getattr(obj, name) != value]
+    for name in changed:
+        setattr(obj, name, values[name])
+    if obj.pk is None:
+        obj.save()
+    elif changed:
+        obj.save(update_fields=changed + ["updated"])
+
+
+def _mig_mode(value) -> str:
+    if isinstance(value, dict):
+        value = value.get("current")
+    return _MIG_MODES.get(str(value).lower(), GPU.MigMode.DISABLED)
+
+
+def apply_gpus(node: Node, gpus: list) -> None:
+    for item in gpus or []:
+        if not isinstance(item, dict) or "index" not in item:
+            continue
+        gpu = GPU.objects.filter(node=node, index=int(item["index"])).first() or GPU(node=node, index=int(item["index"]))
+        _save_if_changed(
+            gpu,
+            uuid=str(item.get("uuid") or gpu.uuid or ""),
+            model=str(item.get("name") or gpu.model or ""),
+            memory_mib=int(item.get("memory_mib") or gpu.memory_mib or 0),
+            pci_bus_id=str(item.get("pci_bus_id") or gpu.pci_bus_id or ""),
+            mig_mode=_mig_mode(item.get("mig_mode", gpu.mig_mode)),
+            nvlink_peers=list(item.get("nvlink_peers", gpu.nvlink_peers) or []),
+        )
+
+
+def apply_hcas(node: Node, ports: list) -> None:
+    for item in ports or []:
+        if not isinstance(item, dict) or not item.get("device"):
+            continue
+        hca = HCA.objects.filter(node=node, device=item["device"]).first() or HCA(node=node, device=item["device"])
+        if hca.pk is None:
+            hca.save()
+        port = HCAPort.objects.filter(hca=hca, port=int(item.get("port") or 1)).first() \
+            or HCAPort(hca=hca, port=int(item.get("port") or 1))
+        link_layer = item.get("link_layer") or port.link_layer
+        _save_if_changed(
+            port,
+            guid=str(item.get("guid") or port.guid or ""),
+            state=str(item.get("state") or ""),
+            physical_state=str(item.get("physical_state") or ""),
+            rate_gbps=int(float(item.get("rate_gbps") or 0)),
+            link_layer=link_layer if link_layer in HCAPort.LinkLayer.values else port.link_layer,
+        )
+
+
+def apply_bmc(node: Node, facts: dict) -> None:
+    system_id = (facts or {}).get("system_id")
+    bmc = BMC.objects.filter(node=node).first()
+    if bmc is not None and system_id:
+        _save_if_changed(bmc, system_id=str(system_id))
+
+
+def record_bios_changes(node: Node, changes: list, stage_run: StageRun) -> None:
+    for change in changes or []:
+        if not isinstance(change, dict) or not change.get("attribute"):
+            continue
+        audit.record("provisioning.bios.change", target=node,
+                     details={"attribute": change["attribute"], "old": change.get("old"), "new": change.get("new"),
+                              "run": stage_run.run_id, "stage": stage_run.stage})
+
+
+def record_acceptance(stage_run: StageRun, host: str, node: Node | None, results: list) -> None:
+    report, _ = AcceptanceReport.objects.get_or_create(run_id=stage_run.run_id)
+    for item in results or []:
+        if not isinstance(item, dict) or not item.get("check"):
+            continue
+        check_host = str(item.get("node") or host)
+        check = AcceptanceCheck.objects.filter(report=report, host=check_host, name=str(item["check"])).first() \
+            or AcceptanceCheck(report=report, host=check_host, name=str(item["check"]), passed=False)
+        check.node = node if check_host == host else Node.objects.filter(name=check_host).first()
+        _save_if_changed(check, expected=item.get("expected"), measured=item.get("measured"),
+                         passed=bool(item.get("passed")), source=str(item.get("source") or ""),
+                         message=str(item.get("message") or ""))
+    checks = list(report.checks.all())
+    _save_if_changed(report, checks_total=len(checks), checks_failed=sum(1 for c in checks if not c.passed),
+                     passed=bool(checks) and all(c.passed for c in checks))
+
+
+class FactsSink:
+    """Called by the event ingestor with (host, {appliance_*: value}) for every task that returned facts."""
+
+    def __init__(self, stage_run: StageRun, nodes: dict[str, Node], dry_run: bool):
+        self.stage_run = stage_run
+        self.nodes = nodes
+        self.dry_run = dry_run
+
+    def __call__(self, host: str, facts: dict) -> None:
+        node = self.nodes.get(host)
+        with transaction.atomic():
+            if "appliance_acceptance" in facts:
+                record_acceptance(self.stage_run, host, node, facts["appliance_acceptance"])
+            if node is None or self.dry_run:
+                # Check mode reports what would change; the inventory describes what is.
+                return
+            if "appliance_bios_changes" in facts:
+                record_bios_changes(node, facts["appliance_bios_changes"], self.stage_run)
+            if "appliance_gpus" in facts:
+                apply_gpus(node, facts["appliance_gpus"])
+            if "appliance_hcas" in facts:
+                apply_hcas(node, facts["appliance_hcas"])
+            if "appliance_bmc" in facts:
+                apply_bmc(node, facts["appliance_bmc"])
+            kept = {k[len("appliance_"):]: v for k, v in facts.items() if k not in _NODE_FACTS_SKIP}
+            if kept:
+                merged = {**(node.facts or {}), **kept}
+                if merged != node.facts:
+                    node.facts = merged
+                    node.save(update_fields=["facts", "updated"])

@@ -1,0 +1,189 @@
+"""`manage.py bootstrap`: from factory BIOS to a verified appliance in one command.
+
+With no --site it bootstraps the bundled demo site on the simulated appliance. A rerun after a
+failure (or a kill -9) continues from the first unfinished stage of the last bootstrap.
+"""
+
+import io
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from appliance.core import context
+
+from ... import services
+from ...catalogue import active as active_catalogue
+from ...models import AcceptanceReport, Run
+from ...states import RunState, StageState
+
+
+class Command(BaseCommand):
+    help = ("Bootstrap the appliance: migrate, create the administrator, import the site, start the simulated "
+            "BMCs, run every provisioning stage in order, print the acceptance result. Rerunning continues "
+            "from the first unfinished stage.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--site", help="site definition (YAML); default: the bundled demo site")
+        parser.add_argument("--dry-run", action="store_true", help="check mode: show what would change (diff)")
+        parser.add_argument("--from", dest="from_stage", metavar="STAGE", help="start at this stage")
+        parser.add_argument("--only", metavar="STAGE[,STAGE]", help="run only these stages")
+        parser.add_argument("--force", action="store_true", help="rerun stages an unfinished bootstrap completed")
+        parser.add_argument("--no-input", action="store_true", dest="no_input", help="never ask anything")
+
+    def handle(self, *args, site=None, dry_run=False, from_stage=None, only=None, force=False, **options):
+        self.console = Console(file=self.stdout, highlight=False, soft_wrap=True)
+        with context.acting_as(channel="cli"):
+            return self._bootstrap(site, dry_run, from_stage, only, force)
+
+    # ----------------------------------------------------------------------------------------------
+    def _bootstrap(self, site, dry_run, from_stage, only, force):
+        say = self.console.print
+        call_command("migrate", interactive=False, verbosity=0)
+        say("[bold]Database[/bold] ready.")
+        self._administrator()
+
+        site_path = Path(site).resolve() if site else Path(settings.DEMO_SITE)
+        demo = site is None or site_path == Path(settings.DEMO_SITE).resolve()
+        if demo:
+            from appliance.simulation import services as simulation
+
+            simulation.ensure_credentials()
+        appliance = self._import_site(site_path)
+
+        stopped = services.watchdog()
+        for run in stopped:
+            say(f"[yellow]{run} was left running by a worker that died; marked failed ({run.message}).[/yellow]")
+        stages = [s.strip() for s in only.split(",") if s.strip()] if only else None
+        try:
+            run = services.create_run(appliance, kind=Run.Kind.BOOTSTRAP, stages=stages, from_stage=from_stage,
+                                      dry_run=dry_run, force=force)
+        except services.RunRefused as exc:
+            raise CommandError("the bootstrap cannot start:\n" + "\n".join(exc.errors), returncode=1) from None
+        carried = list(run.stage_runs.filter(state=StageState.SKIPPED, carried_from__isnull=False))
+        if carried:
+            say(f"Resuming {run.resumes}: already completed: {', '.join(s.stage for s in carried)} "
+                "(--force reruns them).")
+        say(f"[bold]{run}[/bold]: stages {', '.join(run.stages)} on appliance {appliance.name}"
+            f"{' (check mode)' if dry_run else ''}.")
+        run = self._execute(run, dry_run)
+        self._report(run)
+        if run.state != RunState.SUCCEEDED:
+            raise CommandError(f"{run} {run.state}: {run.message}", returncode=1)
+        self._how_to_open()
+
+    def _administrator(self):
+        output = io.StringIO()
+        try:
+            call_command("create_admin", stdout=output)
+        except CommandError as exc:
+            raise CommandError(f"administrator: {exc}", returncode=1) from None
+        self.console.print(output.getvalue().strip(), markup=False)
+        kept = settings.KEYS_DIR / "admin-password"
+        if kept.exists():
+            self.console.print(f"Log in as the administrator with the password kept in {kept}.", markup=False)
+
+    def _import_site(self, path: Path):
+        from appliance.inventory.services import import_site
+        from appliance.inventory.sitedef import SiteValidationError
+
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise CommandError(f"{path}: {exc.strerror}", returncode=1) from None
+        display = str(path.relative_to(settings.BASE_DIR)) if path.is_relative_to(settings.BASE_DIR) else str(path)
+        try:
+            result = import_site(text, display)
+        except SiteValidationError as exc:
+            raise CommandError(f"site definition is not valid:\n{exc}", returncode=1) from None
+        counts = result.counts()
+        self.console.print(f"[bold]Site[/bold] {display} imported into appliance {result.appliance.name} "
+                           f"({counts['create']} created, {counts['update']} updated, {counts['delete']} removed).")
+        return result.appliance
+
+    def _execute(self, run, dry_run):
+        stage_total = len(run.stages)
+        columns = [SpinnerColumn(), TextColumn("[bold]{task.fields[stage]:<11}"), BarColumn(bar_width=24),
+                   MofNCompleteColumn(), TextColumn("{task.fields[detail]}", markup=False), TimeElapsedColumn()]
+        diffs: list[str] = []
+        with Progress(*columns, console=self.console, transient=False, refresh_per_second=8) as progress:
+            bar = progress.add_task("bootstrap", total=stage_total, stage="", detail="starting")
+
+            def on_progress(what, **data):
+                stage_run = data.get("stage_run")
+                if what == "stage":
+                    progress.update(bar, stage=stage_run.stage, detail=f"{len(data['hosts'])} hosts")
+                elif what == "event":
+                    if data["host"] and data["task"]:
+                        progress.update(bar, detail=f"{data['host']}: {data['task']}"[:90])
+                    if dry_run and _has_diff(data["event"]):
+                        diffs.append(data["event"].get("stdout") or "")
+                elif what == "stage_end":
+                    progress.advance(bar)
+                    progress.console.print(_stage_line(stage_run), markup=False)
+                elif what == "notice":
+                    progress.console.print(data["message"], markup=False)
+
+            run = services.execute_run(run.pk, progress=on_progress, catalogue=active_catalogue())
+            progress.update(bar, detail=run.state)
+        if dry_run:
+            self.console.print("[bold]Would change (check mode, diff):[/bold]" if diffs else "Nothing would change.")
+            for text in diffs:
+                self.console.print(text.rstrip(), markup=False)
+        return run
+
+    def _report(self, run):
+        say = self.console.print
+        say(f"{run}: {run.state} · {run.ok_count} ok, {run.changed_count} changed, {run.failed_count} failed, "
+            f"{run.unreachable_count} unreachable", markup=False)
+        report = AcceptanceReport.objects.filter(run=run).prefetch_related("checks").first()
+        if report is not None:
+            table = Table(title=f"Acceptance: {'PASSED' if report.passed else 'FAILED'} "
+                                f"({report.checks_total - report.checks_failed}/{report.checks_total} checks passed)")
+            for column in ("node", "check", "expected", "measured", "result"):
+                table.add_column(column)
+            for check in report.checks.all():
+                table.add_row(check.host, check.name, _show(check.expected), _show(check.measured),
+                              "pass" if check.passed else f"FAIL {check.message}")
+            say(table)
+        if run.state != RunState.SUCCEEDED and run.failed_stage:
+            say(f"Failed: stage {run.failed_stage}, host {run.failed_host or '-'}, task {run.failed_task or '-'}",
+                markup=False)
+
+    def _how_to_open(self):
+        self.console.print(
+            "Open the portal: [bold]python manage.py runserver 127.0.0.1:8000[/bold], then "
+            "http://127.0.0.1:8000/provisioning/ (log in as the administrator above).")
+
+
+def _has_diff(event: dict) -> bool:
+    result = (event.get("event_data") or {}).get("res") or {}
+    return bool(isinstance(result, dict) and result.get("diff") and event.get("stdout"))
+
+
+def _stage_line(stage_run) -> str:
+    mark = {StageState.SUCCEEDED: "ok", StageState.SKIPPED: "skipped", StageState.FAILED: "FAILED",
+            StageState.CANCELLED: "cancelled"}.get(stage_run.state, stage_run.state)
+    line = f"  {stage_run.stage:<11} {mark}"
+    if stage_run.state == StageState.SKIPPED:
+        return f"{line} ({stage_run.message})"
+    line += (f" · {len(stage_run.hosts)} hosts, {stage_run.ok_count} ok, {stage_run.changed_count} changed, "
+             f"{stage_run.failed_count} failed, events {stage_run.events_stored}/{stage_run.events_emitted} stored")
+    if stage_run.state == StageState.FAILED:
+        line += f"\n    {stage_run.message}"
+    return line
+
+
+def _show(value) -> str:
+    return "" if value is None else str(value)

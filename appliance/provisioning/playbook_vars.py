@@ -1,0 +1,113 @@
+"""What a stage's playbook is given: the Ansible inventory generated from the database, the extra
+variables, and the secrets (interfaces contract, section 2).
+
+Secrets are rendered twice, as AWX does: once for real into a vars file only the run can read, and
+once masked for display. The inventory itself holds no secret: each host's `bmc_password` is a
+template pointing into the secrets file, so the inventory can be kept and shown as it was used.
+"""
+
+import sys
+from dataclasses import dataclass, field
+
+from appliance.core.secrets import MASK
+from appliance.inventory.models import Node
+
+from . import baseline
+
+SECRETS_VAR = "appliance_bmc_passwords"
+
+
+class SecretUnavailable(RuntimeError):
+    pass
+
+
+@dataclass
+class PlaybookInput:
+    inventory: dict
+    extravars: dict
+    secrets: dict
+    secret_values: list[str] = field(default_factory=list)
+
+    def masked_secrets(self) -> dict:
+        return {SECRETS_VAR: {host: MASK for host in self.secrets.get(SECRETS_VAR, {})}}
+
+
+def bmc_password(bmc) -> str:
+    """The BMC's password, from where the site says it is kept (inventory service) or the encrypted field."""
+    try:
+        from appliance.inventory.services import bmc_password as resolve
+    except ImportError:
+        resolve = None
+    try:
+        password = resolve(bmc) if resolve is not None else bmc.password
+    except Exception as exc:  # the resolver names the missing file or variable
+        raise SecretUnavailable(f"{bmc.node.name}: BMC password: {exc}") from exc
+    if not password:
+        raise SecretUnavailable(f"{bmc.node.name}: BMC password is not set (site definition, bmc.password)")
+    return password
+
+
+def node_environment(node: Node) -> dict:
+    # Only nodes of a simulated appliance have simulated tools and NVML to point at.
+    if not node.sysroot or not node.appliance.simulated:
+        return {}
+    from appliance.simulation.services import node_environment as simulated_environment
+
+    return dict(simulated_environment(node))
+
+
+def host_vars(node: Node) -> tuple[dict, str | None]:
+    """A host's variables, and its BMC password (kept apart from them)."""
+    spec = node.platform.spec if node.platform_id else {}
+    simulated = bool(node.sysroot)
+    variables = {
+        "sysroot": node.sysroot or "",
+        "node_role": node.role,
+        "simulated": simulated,
+        "node_environment": node_environment(node),
+        "management_address": node.management_address,
+        "ipoib_addresses": node.ipoib_addresses or {},
+        "platform": spec or {},
+        "bios_registry": baseline.load_registry(spec),
+    }
+    if simulated:
+        variables.update(ansible_connection="local", ansible_python_interpreter=sys.executable)
+    else:
+        variables.update(ansible_host=node.management_address)
+    password = None
+    bmc = getattr(node, "bmc", None) if hasattr(node, "bmc") else None
+    if bmc is not None:
+        variables["bmc"] = {"url": bmc.url, "username": bmc.username, "verify_tls": bmc.verify_tls,
+                            "ca_file": bmc.ca_file, "system_id": bmc.system_id}
+        password = bmc_password(bmc)
+        variables["bmc_password"] = "{{ " + SECRETS_VAR + "[inventory_hostname] }}"
+    else:
+        variables["bmc"] = {}
+    return variables, password
+
+
+def appliance_vars(appliance) -> dict:
+    return {
+        "appliance": {"name": appliance.name, "simulated": appliance.simulated, "settings": appliance.settings or {}},
+        "networks": [{"name": n.name, "kind": n.kind, "cidr": n.cidr, "pkey": n.pkey, "mtu": n.mtu}
+                     for n in appliance.networks.all()],
+        "filesystems": [{"name": f.name, "type": f.type, "servers": f.servers, "source": f.source,
+                         "mount_point": f.mount_point, "options": f.options, "tunables": f.tunables}
+                        for f in appliance.filesystems.all()],
+        "pools": [{"name": p.name, "kind": p.kind, "scheduler": p.scheduler, "sharing": p.sharing,
+                   "settings": p.settings, "nodes": sorted(m.node.name for m in p.memberships.all())}
+                  for p in appliance.pools.prefetch_related("memberships__node")],
+    }
+
+
+def build(run, stage, nodes: list[Node]) -> PlaybookInput:
+    hosts, passwords = {}, {}
+    for node in nodes:
+        variables, password = host_vars(node)
+        hosts[node.name] = variables
+        if password is not None:
+            passwords[node.name] = password
+    inventory = {"all": {"hosts": hosts}}
+    extravars = {**appliance_vars(run.appliance), "stage": stage.name, **stage.extra_vars(run, nodes)}
+    secrets = {SECRETS_VAR: passwords}
+    return PlaybookInput(inventory, extravars, secrets, sorted(set(passwords.values()), key=len, reverse=True))

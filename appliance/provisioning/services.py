@@ -1,0 +1,533 @@
+"""Provisioning runs: creating them, executing their stages in order, cancelling, and the watchdog.
+
+The bootstrap command, the portal, the API and the Celery task all come here. A run is created
+(with its stage runs, pending) by `create_run`, which refuses bad input before anything starts, and
+executed by `execute_run`, in the bootstrap's own process or in a worker (`start_run` hands it to
+appliance.core.dispatch so that a web request never waits).
+
+A running run beats a heartbeat every few seconds. The watchdog moves a run whose worker is gone
+(its process is dead on this host, or its heartbeat is older than the deadline) to failed, with its
+running stage and its provisioning nodes: nothing stays "running" forever. A user's cancel is a flag
+on the run, read by the executor, and ends as "cancelled"; a dead worker ends as "failed".
+"""
+
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from appliance import audit
+from appliance.core import dispatch
+from appliance.inventory.models import Appliance, Node
+from appliance.inventory.states import NodeState
+
+from . import catalogue as stage_catalogue
+from . import executor, playbook_vars
+from .facts import FactsSink
+from .models import HostResult, Run, StageRun
+from .states import RUN_FINISHED, RunState, StageState
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 2.0
+ProgressCallback = Callable[..., None]
+
+
+def heartbeat_timeout() -> timedelta:
+    return timedelta(seconds=getattr(settings, "PROVISIONING_HEARTBEAT_TIMEOUT", 60))
+
+
+def pending_timeout() -> timedelta:
+    # A run nobody picked up (no worker running) is failed instead of waiting forever.
+    return timedelta(seconds=getattr(settings, "PROVISIONING_PENDING_TIMEOUT", 6 * 3600))
+
+
+class RunRefused(ValueError):
+    """Input a run cannot start with; every line names the place (stage, node, file:line)."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+# --------------------------------------------------------------------------------------------------
+# Creating runs
+
+
+def _target_nodes(appliance: Appliance, node_names: list[str] | None) -> list[Node]:
+    nodes = list(appliance.nodes.select_related("platform", "bmc").exclude(state=NodeState.RETIRED))
+    if not node_names:
+        return nodes
+    by_name = {n.name: n for n in nodes}
+    unknown = [n for n in node_names if n not in by_name]
+    if unknown:
+        raise RunRefused([f"nodes: {', '.join(unknown)} not in appliance {appliance.name} (or retired)"])
+    return [by_name[n] for n in node_names]
+
+
+def latest_bootstrap(appliance: Appliance, exclude: int | None = None) -> Run | None:
+    runs = Run.objects.filter(appliance=appliance, kind=Run.Kind.BOOTSTRAP, dry_run=False)
+    if exclude is not None:
+        runs = runs.exclude(pk=exclude)
+    return runs.order_by("-created", "-id").first()
+
+
+def completed_stage_runs(previous: Run | None) -> dict[str, StageRun]:
+    """Stages an unfinished bootstrap completed on all its nodes: {stage: the stage run that did it}."""
+    if previous is None or previous.state not in (RunState.FAILED, RunState.CANCELLED):
+        return {}
+    done = {}
+    for stage_run in previous.stage_runs.all():
+        if stage_run.state == StageState.SUCCEEDED:
+            done[stage_run.stage] = stage_run
+        elif stage_run.state == StageState.SKIPPED and stage_run.carried_from_id:
+            done[stage_run.stage] = stage_run.carried_from
+    return done
+
+
+def active_run(appliance: Appliance) -> Run | None:
+    return Run.objects.filter(appliance=appliance, state__in=[RunState.PENDING, RunState.RUNNING]).first()
+
+
+def create_run(appliance: Appliance, *, kind: str = Run.Kind.BOOTSTRAP, stages: list[str] | None = None,
+               from_stage: str | None = None, nodes: list[str] | None = None, dry_run: bool = False,
+               force: bool = False, user=None, catalogue: stage_catalogue.Catalogue | None = None) -> Run:
+    """Check the request and create the run with its stage runs (pending). Raises RunRefused."""
+    catalogue = catalogue or stage_catalogue.active()
+    if kind not in Run.Kind.values:
+        raise RunRefused([f"kind: {kind!r} is not one of {', '.join(Run.Kind.values)}"])
+    try:
+        selected = catalogue.select(only=stages, start=from_stage)
+    except stage_catalogue.UnknownStage as exc:
+        raise RunRefused([str(exc)]) from None
+    if not selected:
+        raise RunRefused(["stages: nothing to run (check --only and --from)"])
+    if kind == Run.Kind.NODE and (len(selected) != 1 or not nodes):
+        raise RunRefused(["a node run is one stage on named nodes"])
+    target = _target_nodes(appliance, nodes)
+    if not target:
+        raise RunRefused([f"appliance {appliance.name} has no node to provision"])
+    errors = []
+    for stage in selected:
+        errors.extend(stage.errors([n for n in target if stage.applies_to(n)]))
+    if errors:
+        raise RunRefused(errors)
+
+    watchdog()
+    with transaction.atomic():
+        Appliance.objects.select_for_update().filter(pk=appliance.pk).first()
+        busy = active_run(appliance)
+        if busy is not None:
+            raise RunRefused([f"appliance {appliance.name}: {busy} is {busy.state}; cancel it or wait for it"])
+        carried = {}
+        previous = latest_bootstrap(appliance)
+        if kind == Run.Kind.BOOTSTRAP and not dry_run and not force:
+            carried = completed_stage_runs(previous)
+        run = Run.objects.create(
+            appliance=appliance, kind=kind, stages=[s.name for s in selected],
+            node_names=[n.name for n in target] if nodes else [], dry_run=dry_run, force=force,
+            requested_by=user if getattr(user, "is_authenticated", False) else None,
+            resumes=previous if carried else None,
+        )
+        for order, stage in enumerate(selected, start=1):
+            stage_run = StageRun.objects.create(run=run, stage=stage.name, order=order)
+            done = carried.get(stage.name)
+            wanted = {n.name for n in target if stage.applies_to(n)}
+            if done is not None and wanted <= set(done.hosts):
+                stage_run.carried_from = done
+                stage_run.hosts = done.hosts
+                stage_run.save(update_fields=["carried_from", "hosts", "updated"])
+                stage_run.transition(StageState.SKIPPED, f"completed by run #{done.run_id}")
+    return run
+
+
+def start_run(appliance: Appliance, **options) -> Run:
+    """Create a run and hand it to a worker (Celery, or the in-process pool): returns at once."""
+    from .tasks import execute_run_task
+
+    run = create_run(appliance, **options)
+    dispatch.enqueue(execute_run_task, run.pk)
+    return run
+
+
+def cancel_run(run: Run, user=None) -> Run:
+    """Ask a run to stop. A pending run is cancelled at once; a running one at the executor's next check."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.finished:
+            raise RunRefused([f"{run} has already ended ({run.state})"])
+        who = user.get_username() if getattr(user, "is_authenticated", False) else ""
+        run.cancel_requested, run.cancel_requested_by = True, who
+        run.save(update_fields=["cancel_requested", "cancel_requested_by", "updated"])
+        audit.record("provisioning.run.cancel", target=run, details={"state": run.state})
+        if run.state == RunState.PENDING:
+            for stage_run in run.stage_runs.filter(state=StageState.PENDING):
+                stage_run.transition(StageState.CANCELLED, "run cancelled before it started")
+            run.transition(RunState.CANCELLED, f"cancelled by {who or 'a user'} before it started")
+            audit.record("provisioning.run.end", target=run, outcome="failure", reason=run.message,
+                         details={"state": run.state})
+    return run
+
+
+# --------------------------------------------------------------------------------------------------
+# Executing runs
+
+
+class _Pulse:
+    """The run's heartbeat and its cancel flag, read together every few seconds."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.cancelled = False
+        self._last = 0.0
+
+    def __call__(self) -> None:
+        now = timezone.now()
+        if self._last and (now.timestamp() - self._last) < HEARTBEAT_SECONDS:
+            return
+        self._last = now.timestamp()
+        Run.objects.filter(pk=self.run.pk).update(heartbeat_at=now)
+        self.cancelled = Run.objects.filter(pk=self.run.pk, cancel_requested=True).exists()
+
+    def should_cancel(self) -> bool:
+        return self.cancelled
+
+
+def _run_nodes(run: Run) -> list[Node]:
+    nodes = run.appliance.nodes.select_related("platform", "bmc").exclude(state=NodeState.RETIRED)
+    if run.node_names:
+        nodes = nodes.filter(name__in=run.node_names)
+    return list(nodes)
+
+
+def _prepare_simulation(appliance: Appliance) -> None:
+    if not appliance.simulated:
+        return
+    from appliance.simulation import services as simulation
+
+    simulation.prepare_appliance(appliance)
+    simulation.start_bmcs(appliance)
+
+
+def _emit(progress: ProgressCallback | None, what: str, **data) -> None:
+    if progress is not None:
+        progress(what, **data)
+
+
+def _failure_line(stage: str, host: str, task: str, message: str) -> str:
+    where = f"stage {stage}"
+    if host:
+        where += f", host {host}"
+    if task:
+        where += f", task {task!r}"
+    return f"{where}: {message}"
+
+
+def _record_host_results(stage_run: StageRun, ingest, nodes: dict[str, Node]) -> None:
+    for host in sorted(set(stage_run.hosts) | set(ingest.hosts)):
+        tally = ingest.hosts.get(host)
+        if tally is None:
+            continue
+        HostResult.objects.create(
+            stage_run=stage_run, node=nodes.get(host), host=host, ok=tally.ok, changed=tally.changed,
+            failed=tally.failed, unreachable=tally.unreachable, skipped=tally.skipped,
+            failed_task=tally.failed_task[:500], message=tally.message)
+
+
+def _run_stage(run: Run, stage_run: StageRun, stage, nodes: list[Node], pulse: _Pulse,
+               progress: ProgressCallback | None) -> set[str]:
+    """Execute one stage; returns the hosts that failed in it."""
+    stage_run.hosts = [n.name for n in nodes]
+    stage_run.private_data_dir = str(executor.private_data_dir(stage_run))
+    stage_run.save(update_fields=["hosts", "private_data_dir", "updated"])
+    stage_run.transition(StageState.RUNNING)
+    _emit(progress, "stage", stage_run=stage_run, hosts=stage_run.hosts)
+    by_name = {n.name: n for n in nodes}
+    try:
+        playbook_input = playbook_vars.build(run, stage, nodes)
+    except playbook_vars.SecretUnavailable as exc:
+        stage_run.transition(StageState.FAILED, _failure_line(stage.name, "", "", str(exc)))
+        return set(by_name)
+
+    def on_event(kind, host, task, event):
+        if stage_run.ansible_pid is None and event.get("pid"):
+            stage_run.ansible_pid = int(event["pid"])
+            stage_run.save(update_fields=["ansible_pid", "updated"])
+        _emit(progress, "event", stage_run=stage_run, event_kind=kind, host=host, task=task, event=event)
+
+    execution = executor.execute(
+        stage_run, stage.playbook_path(), playbook_input, dry_run=run.dry_run,
+        facts_sink=FactsSink(stage_run, by_name, run.dry_run), should_cancel=pulse.should_cancel, tick=pulse,
+        on_event=on_event)
+    if execution.notice:
+        _emit(progress, "notice", message=execution.notice)
+    ingest = execution.ingest
+    _record_host_results(stage_run, ingest, by_name)
+    totals = {name: sum(getattr(t, name) for t in ingest.hosts.values())
+              for name in ("ok", "changed", "failed", "unreachable", "skipped")}
+    stage_run.ok_count, stage_run.changed_count = totals["ok"], totals["changed"]
+    stage_run.failed_count, stage_run.unreachable_count = totals["failed"], totals["unreachable"]
+    stage_run.skipped_count = totals["skipped"]
+    stage_run.events_emitted, stage_run.events_stored = ingest.emitted, ingest.stored
+    stage_run.strategy = execution.strategy
+    stage_run.ansible_pid = ingest.ansible_pid or stage_run.ansible_pid
+    failed_hosts = {h for h, t in ingest.hosts.items() if t.failed or t.unreachable}
+    if ingest.failures:
+        first = ingest.failures[0]
+        stage_run.failed_host, stage_run.failed_task = first.host[:255], first.task[:500]
+    stage_run.save(update_fields=["ok_count", "changed_count", "failed_count", "unreachable_count",
+                                  "skipped_count", "events_emitted", "events_stored", "strategy", "ansible_pid",
+                                  "failed_host", "failed_task", "updated"])
+
+    if execution.status == "canceled":
+        stage_run.transition(StageState.CANCELLED, "cancelled by a user while running")
+        return set()
+    if ingest.emitted != ingest.stored:
+        stage_run.transition(StageState.FAILED, _failure_line(
+            stage.name, "", "", f"{ingest.emitted} events emitted but {ingest.stored} stored: the record of "
+                                f"this stage is incomplete"))
+        return failed_hosts
+    if ingest.failures:
+        first = ingest.failures[0]
+        more = len({f.host for f in ingest.failures}) - 1
+        message = _failure_line(stage.name, first.host, first.task, first.message)
+        if more:
+            message += f" (and {more} more host{'s' if more > 1 else ''} failed)"
+        stage_run.transition(StageState.FAILED, message)
+        return failed_hosts
+    if execution.status != "successful":
+        detail = execution.stdout_tail or f"ansible-playbook ended with status {execution.status}"
+        stage_run.transition(StageState.FAILED, _failure_line(
+            stage.name, "", "", f"ansible-playbook exited with code {execution.rc}: {detail}"))
+        return set(by_name)
+    stage_run.transition(StageState.SUCCEEDED)
+    return set()
+
+
+def _audit_stage_end(stage_run: StageRun) -> None:
+    outcome = "success" if stage_run.state in (StageState.SUCCEEDED, StageState.SKIPPED) else "failure"
+    audit.record("provisioning.stage.end", target=stage_run, outcome=outcome, reason=stage_run.message,
+                 details={"stage": stage_run.stage, "state": stage_run.state, "hosts": stage_run.hosts,
+                          "ok": stage_run.ok_count, "changed": stage_run.changed_count,
+                          "failed": stage_run.failed_count, "unreachable": stage_run.unreachable_count,
+                          "failed_host": stage_run.failed_host, "failed_task": stage_run.failed_task,
+                          "events_emitted": stage_run.events_emitted, "events_stored": stage_run.events_stored})
+
+
+def _completed_on(node: Node, stage_runs: list[StageRun], catalogue) -> bool:
+    """Whether every stage of the run that applies to the node ran to the end on it without failing."""
+    for stage_run in stage_runs:
+        if not catalogue.get(stage_run.stage).applies_to(node):
+            continue
+        if node.name not in stage_run.hosts:
+            return False
+        if stage_run.state == StageState.SUCCEEDED or (
+                stage_run.state == StageState.SKIPPED and stage_run.carried_from_id):
+            continue
+        # A stage that failed on other hosts still completed on this one if it ran to the end here.
+        host_level_failure = stage_run.state == StageState.FAILED and stage_run.failed_host
+        result = stage_run.host_results.filter(host=node.name).first() if host_level_failure else None
+        if result is None or not result.succeeded:
+            return False
+    return True
+
+
+def _finish_nodes(run: Run, nodes: list[Node], node_failures: dict[str, str], run_message: str, catalogue) -> None:
+    """provisioning -> ready for a node every stage of the run completed on, failed (with why) otherwise."""
+    stage_runs = list(run.stage_runs.all())
+    for node in nodes:
+        node.refresh_from_db(fields=["state"])
+        if node.state != NodeState.PROVISIONING:
+            continue
+        if node.name in node_failures:
+            node.transition(NodeState.FAILED, node_failures[node.name])
+        elif _completed_on(node, stage_runs, catalogue):
+            node.transition(NodeState.READY, f"provisioned by run #{run.pk}")
+        else:
+            node.transition(NodeState.FAILED, f"run #{run.pk} did not complete: {run_message}")
+
+
+def _summarise(run: Run) -> None:
+    stage_runs = list(run.stage_runs.filter(carried_from__isnull=True))
+    for name in ("ok", "changed", "failed", "unreachable", "skipped"):
+        setattr(run, f"{name}_count", sum(getattr(s, f"{name}_count") for s in stage_runs))
+    run.save(update_fields=["ok_count", "changed_count", "failed_count", "unreachable_count", "skipped_count",
+                            "failed_stage", "failed_host", "failed_task", "updated"])
+
+
+def execute_run(run_id: int, progress: ProgressCallback | None = None,
+                catalogue: stage_catalogue.Catalogue | None = None) -> Run:
+    """Execute a pending run's stages in order, in this process. Returns the run, ended."""
+    catalogue = catalogue or stage_catalogue.active()
+    run = Run.objects.select_related("appliance").get(pk=run_id)
+    if run.state != RunState.PENDING:
+        return run
+    run.worker_host, run.worker_pid = socket.gethostname(), os.getpid()
+    run.transition(RunState.RUNNING)
+    audit.record("provisioning.run.start", target=run,
+                 details={"kind": run.kind, "stages": run.stages, "nodes": run.node_names or "all",
+                          "dry_run": run.dry_run, "force": run.force, "resumes": run.resumes_id})
+    nodes = _run_nodes(run)
+    pulse = _Pulse(run)
+    node_failures: dict[str, str] = {}
+    run_failure = ""
+    try:
+        if not run.dry_run:
+            for node in nodes:
+                if node.state != NodeState.PROVISIONING:
+                    node.transition(NodeState.PROVISIONING, f"run #{run.pk}")
+        _prepare_simulation(run.appliance)
+        stop_reason = ""
+        for stage_run in run.stage_runs.order_by("order"):
+            if stage_run.state != StageState.PENDING:
+                _emit(progress, "stage_end", stage_run=stage_run)
+                continue
+            pulse()
+            if pulse.cancelled:
+                stage_run.transition(StageState.CANCELLED, "run cancelled before this stage")
+                _audit_stage_end(stage_run)
+                continue
+            if stop_reason:
+                stage_run.transition(StageState.SKIPPED, stop_reason)
+                _audit_stage_end(stage_run)
+                _emit(progress, "stage_end", stage_run=stage_run)
+                continue
+            stage = catalogue.get(stage_run.stage)
+            stage_nodes = [n for n in nodes if stage.applies_to(n) and n.name not in node_failures]
+            if not stage_nodes:
+                reason = ("every node it applies to failed in an earlier stage"
+                          if any(stage.applies_to(n) for n in nodes) else
+                          f"no node with role {', '.join(sorted(stage.roles))} in this run")
+                stage_run.transition(StageState.SKIPPED, reason)
+                _audit_stage_end(stage_run)
+                _emit(progress, "stage_end", stage_run=stage_run)
+                continue
+            failed_hosts = _run_stage(run, stage_run, stage, stage_nodes, pulse, progress)
+            _audit_stage_end(stage_run)
+            _emit(progress, "stage_end", stage_run=stage_run)
+            if stage_run.state == StageState.FAILED and not run.failed_stage:
+                run.failed_stage, run.failed_host, run.failed_task = (
+                    stage_run.stage, stage_run.failed_host, stage_run.failed_task)
+                run_failure = stage_run.message
+            for host in failed_hosts:
+                node_failures.setdefault(host, stage_run.message)
+            if stage_run.state == StageState.CANCELLED:
+                pulse.cancelled = True
+            elif stage_run.state == StageState.FAILED and not stage_run.failed_host:
+                # The stage failed as a whole (not one host): later stages depend on it.
+                stop_reason = f"stage {stage_run.stage} failed"
+    except Exception as exc:
+        log.exception("run %s failed", run.pk)
+        run_failure = run_failure or f"{type(exc).__name__}: {exc}"
+        for stage_run in run.stage_runs.filter(state=StageState.RUNNING):
+            stage_run.transition(StageState.FAILED, run_failure)
+            _audit_stage_end(stage_run)
+        for stage_run in run.stage_runs.filter(state=StageState.PENDING):
+            stage_run.transition(StageState.SKIPPED, "the run stopped: " + run_failure)
+
+    run.refresh_from_db(fields=["cancel_requested", "cancel_requested_by"])
+    cancelled = run.stage_runs.filter(state=StageState.CANCELLED).exists()
+    if run_failure:
+        target, message = RunState.FAILED, run_failure
+    elif cancelled:
+        who = run.cancel_requested_by or "a user"
+        target, message = RunState.CANCELLED, f"cancelled by {who}"
+    else:
+        target, message = RunState.SUCCEEDED, ("check mode: nothing was changed" if run.dry_run else "")
+    _summarise(run)
+    if not run.dry_run:
+        _finish_nodes(run, nodes, node_failures, message, catalogue)
+    run.transition(target, message)
+    audit.record("provisioning.run.end", target=run, outcome="success" if target == RunState.SUCCEEDED else "failure",
+                 reason=message, details={"state": target, "ok": run.ok_count, "changed": run.changed_count,
+                                          "failed": run.failed_count, "unreachable": run.unreachable_count,
+                                          "failed_stage": run.failed_stage, "failed_host": run.failed_host,
+                                          "failed_task": run.failed_task})
+    return run
+
+
+# --------------------------------------------------------------------------------------------------
+# The watchdog
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _dead_reason(run: Run, now) -> str:
+    local = run.worker_host == socket.gethostname()
+    if local and run.worker_pid and run.worker_pid != os.getpid() and not _process_alive(run.worker_pid):
+        return f"worker died: process {run.worker_pid} on {run.worker_host} is gone"
+    beat = run.heartbeat_at or run.started or run.created
+    if beat < now - heartbeat_timeout():
+        return (f"worker died: no heartbeat from {run.worker_host or 'the worker'} "
+                f"(pid {run.worker_pid}) since {beat:%Y-%m-%d %H:%M:%S %Z}")
+    return ""
+
+
+def _stop_orphan(stage_run: StageRun, run: Run) -> None:
+    """A dead worker's ansible-playbook keeps running (runner spawns it ignoring SIGHUP): stop it, so it
+    cannot act on the nodes while the run is resumed."""
+    pid = stage_run.ansible_pid
+    if not pid or run.worker_host != socket.gethostname() or not _process_alive(pid):
+        return
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            if b"ansible" not in handle.read():
+                return
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass
+
+
+def fail_dead_run(run: Run, reason: str) -> Run:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.state in RUN_FINISHED:
+            return run
+        for stage_run in run.stage_runs.filter(state=StageState.RUNNING):
+            _stop_orphan(stage_run, run)
+            stage_run.transition(StageState.FAILED, reason)
+            _audit_stage_end(stage_run)
+            if not run.failed_stage:
+                run.failed_stage = stage_run.stage
+        for stage_run in run.stage_runs.filter(state=StageState.PENDING):
+            stage_run.transition(StageState.CANCELLED, reason)
+        if not run.dry_run:
+            for node in _run_nodes(run):
+                if node.state == NodeState.PROVISIONING:
+                    node.transition(NodeState.FAILED, f"run #{run.pk}: {reason}")
+        run.save(update_fields=["failed_stage", "updated"])
+        run.transition(RunState.FAILED, reason)
+        audit.record("provisioning.run.end", target=run, outcome="failure", reason=reason,
+                     details={"state": RunState.FAILED, "watchdog": True})
+    return run
+
+
+def watchdog(now=None) -> list[Run]:
+    """Fail every run whose worker is gone, and every run nobody picked up in time. Returns them."""
+    now = now or timezone.now()
+    failed = []
+    for run in Run.objects.filter(state=RunState.RUNNING):
+        reason = _dead_reason(run, now)
+        if reason:
+            failed.append(fail_dead_run(run, reason))
+    for run in Run.objects.filter(state=RunState.PENDING, created__lt=now - pending_timeout()):
+        failed.append(fail_dead_run(run, f"never started: no worker picked it up within {pending_timeout()}"))
+    return failed

@@ -1,0 +1,51 @@
+import pytest
+import yaml
+
+from appliance.inventory.models import BMC, Appliance, Node, Platform
+from tests.provisioning import catalogue as test_catalogue
+
+BMC_PASSWORD = "s3cret-Bmc-Pa55word"
+
+
+@pytest.fixture
+def state_dir(settings, tmp_path):
+    settings.STATE_DIR = tmp_path / "state"
+    settings.STATE_DIR.mkdir()
+    return settings.STATE_DIR
+
+
+@pytest.fixture
+def probe():
+    test_catalogue.PROBE_VARS.clear()
+    yield test_catalogue.PROBE_VARS
+    test_catalogue.PROBE_VARS.clear()
+
+
+@pytest.fixture
+def catalogue(probe, settings):
+    # The engine's tests run their own playbooks with Ansible's defaults, not the product's ansible.cfg.
+    settings.PLAYBOOKS_DIR = test_catalogue.PLAYBOOKS
+    return test_catalogue.CATALOGUE
+
+
+@pytest.fixture
+def platform(db, settings):
+    path = settings.FIRMWARE_DIR / "platforms" / "hgx-h100-8gpu.yaml"
+    spec = yaml.safe_load(path.read_text())
+    return Platform.objects.create(slug="hgx-h100-8gpu", name=spec["name"], file=path.name, digest="0" * 64,
+                                   gpu_model=spec["gpu"]["model"], gpu_count=8, gpu_memory_mib=81559, spec=spec)
+
+
+@pytest.fixture
+def appliance(db, platform, tmp_path):
+    """Three simulated-style nodes (sysroot directories, local connection) with BMC passwords."""
+    appliance = Appliance.objects.create(name="lab", simulated=False)
+    for index, (name, role) in enumerate([("gpu01", "gpu"), ("gpu02", "gpu"), ("mgmt01", "management")], start=1):
+        sysroot = tmp_path / "nodes" / name
+        (sysroot / "etc").mkdir(parents=True)
+        node = Node.objects.create(appliance=appliance, name=name, role=role,
+                                   platform=platform if role == "gpu" else None,
+                                   management_address=f"192.168.50.{index}", sysroot=str(sysroot))
+        BMC.objects.create(node=node, url=f"https://127.0.0.1:{18500 + index}", username="admin",
+                           password=BMC_PASSWORD, verify_tls=False)
+    return appliance
