@@ -33,7 +33,7 @@ class UserSerializer(serializers.ModelSerializer):
 
 class UserCreateSerializer(serializers.Serializer):
     username = serializers.RegexField(r"^[\w.@+-]+\Z", max_length=150)
-    email = serializers.EmailField(required=False, allow_blank=True, default="")
+    email = serializers.EmailField(required=False, allow_blank=True)
     role = serializers.ChoiceField(choices=Role.choices)
     password = serializers.CharField(write_only=True, style={"input_type": "password"}, trim_whitespace=False)
 
