@@ -1,4 +1,21 @@
-from rest_framework.routers import DefaultRouter
+from django.urls import path
+from rest_framework.routers import APIRootView, DefaultRouter
+
+from . import api
+
+
+class AuditRootView(APIRootView):
+    """The audit API's endpoints."""
+
+    capability = "audit.view"
+
 
 router = DefaultRouter()
-urlpatterns = router.urls
+router.APIRootView = AuditRootView
+router.register("records", api.AuditRecordViewSet, basename="audit-record")
+
+urlpatterns = [
+    path("catalogue/", api.CatalogueView.as_view(), name="audit-catalogue"),
+    path("exports/", api.ExportView.as_view(), name="audit-export"),
+    *router.urls,
+]

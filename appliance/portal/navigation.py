@@ -20,6 +20,8 @@ NAVIGATION: list[NavEntry] = [
     NavEntry("Nodes", "inventory:node-list", "inventory.view", "inventory"),
     NavEntry("Site import", "inventory:site-import", "inventory.change", "inventory"),
     NavEntry("Users", "accounts:user-list", "accounts.view", "accounts"),
+    NavEntry("Audit log", "audit:log", "audit.view", "audit"),
+    NavEntry("Event catalogue", "audit:catalogue", "audit.view", "audit"),
 ]
 
 

@@ -1,0 +1,162 @@
+"""REST API of the audit log: read-only records with the portal's filters, per-record verification,
+the event catalogue, and exports. There is no route that changes or deletes a record."""
+
+from django.http import FileResponse
+from django.shortcuts import get_object_or_404
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import pagination, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from . import catalogue, presentation
+from .downloads import EXPORT_FORMATS, export_zip
+from .models import AuditRecord
+from .queries import AuditRecordFilter, active_filters, record_read
+
+
+class ActorSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="actor_id", allow_null=True)
+    username = serializers.CharField(source="actor_username")
+    roles = serializers.ListField(source="actor_roles", child=serializers.CharField())
+
+
+class TargetSerializer(serializers.Serializer):
+    type = serializers.CharField(source="target_type")
+    id = serializers.CharField(source="target_id")
+    name = serializers.CharField(source="target_name")
+
+
+class AuditRecordSerializer(serializers.ModelSerializer):
+    """A record in the shape its hash covers (actor and target nested), plus its hash."""
+
+    url = serializers.HyperlinkedIdentityField(view_name="audit-record-detail", lookup_field="sequence")
+    actor = ActorSerializer(source="*", read_only=True)
+    target = TargetSerializer(source="*", read_only=True)
+
+    class Meta:
+        model = AuditRecord
+        fields = ["sequence", "url", "uuid", "timestamp", "event", "category", "severity", "actor", "channel",
+                  "source_address", "user_agent", "request_id", "action", "target", "outcome", "reason",
+                  "details", "prev_hash", "hash"]
+        read_only_fields = fields
+
+
+class RecordCursorPagination(pagination.CursorPagination):
+    """Newest first, by sequence: constant cost at any depth of a log of millions of records."""
+
+    ordering = "-sequence"
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
+class VerificationSerializer(serializers.Serializer):
+    sequence = serializers.IntegerField()
+    ok = serializers.BooleanField()
+    message = serializers.CharField()
+    checkpoint = serializers.JSONField(allow_null=True)
+    proof = serializers.JSONField(allow_null=True)
+
+
+class AuditRecordViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit log, newest first. Filters: actor, actor_id, event (exact, or a prefix such as
+    `auth.*`), action, category, target_type, target_id, target (name contains), outcome, channel,
+    request_id, since, until (ISO 8601)."""
+
+    capability = "audit.view"
+    queryset = AuditRecord.objects.all()
+    serializer_class = AuditRecordSerializer
+    lookup_field = "sequence"
+    lookup_value_regex = r"\d+"
+    filterset_class = AuditRecordFilter
+    # Only the filter set: free-text search and arbitrary ordering would bypass the indexes.
+    filter_backends = [DjangoFilterBackend]
+    pagination_class = RecordCursorPagination
+
+    def get_queryset(self):
+        return AuditRecord.objects.order_by("-sequence")
+
+    def list(self, request, *args, **kwargs):
+        queryset = self.filter_queryset(self.get_queryset())
+        record_read("api.records", active_filters(request.query_params))
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def retrieve(self, request, *args, **kwargs):
+        instance = self.get_object()
+        record_read("api.record", target=instance)
+        return Response(self.get_serializer(instance).data)
+
+    @extend_schema(responses={200: VerificationSerializer}, filters=False)
+    @action(detail=True, methods=["get"])
+    def verify(self, request, sequence=None):
+        """The record's inclusion proof, checked against the latest signed checkpoint that covers it."""
+        from .proofs import verify_record
+
+        get_object_or_404(AuditRecord, sequence=sequence)
+        result = verify_record(int(sequence))
+        return Response({
+            "sequence": int(sequence),
+            "ok": bool(result.ok),
+            "message": str(result.message),
+            "checkpoint": presentation.as_mapping(getattr(result, "checkpoint", None)),
+            "proof": presentation.as_mapping(getattr(result, "proof", None)),
+        })
+
+
+class EventTypeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    category = serializers.CharField()
+    severity = serializers.CharField()
+    description = serializers.CharField()
+    ocsf_class = serializers.IntegerField()
+    ocsf_class_name = serializers.CharField()
+    ocsf_activity = serializers.IntegerField()
+    controls = serializers.DictField(source="controls_by_standard",
+                                     child=serializers.ListField(child=serializers.CharField()))
+
+
+class CatalogueView(APIView):
+    """The typed event catalogue: every event type with its OCSF class and the controls it evidences."""
+
+    capability = "audit.view"
+
+    @extend_schema(responses={200: EventTypeSerializer(many=True)})
+    def get(self, request):
+        rows = presentation.coverage_matrix()["rows"]
+        return Response({"standards": list(catalogue.STANDARDS),
+                         "events": EventTypeSerializer(rows, many=True).data})
+
+
+class ExportRequestSerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=EXPORT_FORMATS)
+    since = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+    def validate(self, attrs):
+        if attrs.get("since") and attrs.get("until") and attrs["until"] < attrs["since"]:
+            raise serializers.ValidationError({"until": "must not be before 'since'"})
+        return attrs
+
+
+class ExportView(APIView):
+    """An export bundle (records, manifest, signed checkpoints, public key) as a zip download."""
+
+    capability = "audit.export"
+    write_capability = "audit.export"
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        return Response({"formats": [{"name": name, "label": label} for name, label in EXPORT_FORMATS]})
+
+    @extend_schema(request=ExportRequestSerializer,
+                   responses={(200, "application/zip"): OpenApiResponse(OpenApiTypes.BINARY, description="the bundle")})
+    def post(self, request):
+        serializer = ExportRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        archive, filename, _manifest = export_zip(data["format"], since=data["since"], until=data["until"])
+        return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")

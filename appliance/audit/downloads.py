@@ -1,0 +1,44 @@
+"""An export bundle as one zip download, for the portal's export page and the API.
+
+The bundle itself (records in the chosen format, manifest, checkpoints, public key) comes from
+appliance.audit.export.export_bundle, which also records `audit.export`; this only packs it.
+"""
+
+import tempfile
+import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+# The formats of `manage.py audit export --format`.
+EXPORT_FORMATS = (
+    ("jsonl", "JSON Lines (hash-chained records)"),
+    ("cef", "CEF (ArcSight)"),
+    ("syslog", "Syslog (RFC 5424, structured data)"),
+    ("ocsf", "OCSF (JSON)"),
+    ("csv", "CSV"),
+)
+
+
+def export_zip(fmt: str, since: datetime | None = None, until: datetime | None = None):
+    """Returns (open binary file positioned at 0, download file name, manifest).
+
+    The file is an anonymous temporary file: it disappears when the response closes it.
+    """
+    from .export import export_bundle
+
+    with tempfile.TemporaryDirectory(prefix="audit-export-") as workdir:
+        bundle_dir = Path(workdir) / "bundle"
+        bundle_dir.mkdir()
+        manifest = export_bundle(bundle_dir, fmt, since=since, until=until)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        name = f"audit-{fmt}-{stamp}"
+        archive = tempfile.TemporaryFile()
+        try:
+            with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for path in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
+                    zf.write(path, f"{name}/{path.relative_to(bundle_dir).as_posix()}")
+        except BaseException:
+            archive.close()
+            raise
+    archive.seek(0)
+    return archive, f"{name}.zip", manifest

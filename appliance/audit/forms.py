@@ -1,0 +1,18 @@
+from django import forms
+
+from .downloads import EXPORT_FORMATS
+
+
+class ExportForm(forms.Form):
+    format = forms.ChoiceField(choices=EXPORT_FORMATS, initial="jsonl")
+    since = forms.DateTimeField(required=False, label="Since (UTC)",
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
+    until = forms.DateTimeField(required=False, label="Until (UTC)",
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
+
+    def clean(self):
+        cleaned = super().clean()
+        since, until = cleaned.get("since"), cleaned.get("until")
+        if since and until and until < since:
+            self.add_error("until", "must not be before 'since'")
+        return cleaned
