@@ -1,0 +1,258 @@
+"""The hardware and OS state of one simulated node: one JSON file inside the node's sysroot.
+
+`<sysroot>/var/lib/appliance-sim/state.json` is the single source of truth. Readers take a shared
+fcntl lock, writers an exclusive one and replace the file atomically, so a simulated tool, the
+simulated NVML, the BMC emulator and the suite can all act on one node at the same time.
+
+Every write also regenerates files derived from the state: `nvml.state` (the line-oriented view the C
+library parses, see nvml/simnvml.c) and `<sysroot>/proc/cmdline`, `<sysroot>/proc/modules`,
+`<sysroot>/proc/mounts` (what a playbook would read from /proc on a real machine).
+
+This module is pure Python without Django: the simulated tools and the BMC emulator's configuration
+import it in processes that never load the suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+STATE_RELATIVE = Path("var/lib/appliance-sim/state.json")
+SYSROOT_ENV = "APPLIANCE_SIM_SYSROOT"
+FORMAT_VERSION = 1
+
+
+class StateError(Exception):
+    """The node's state file is missing or unreadable."""
+
+
+def state_path(sysroot: str | os.PathLike) -> Path:
+    return Path(sysroot) / STATE_RELATIVE
+
+
+def sysroot_from_environment() -> Path:
+    value = os.environ.get(SYSROOT_ENV, "")
+    if not value:
+        raise StateError(f"{SYSROOT_ENV} is not set: this command only runs on a simulated node")
+    root = Path(value)
+    if not state_path(root).is_file():
+        raise StateError(f"{state_path(root)}: no simulated node state here (run `manage.py simulation prepare`)")
+    return root
+
+
+@contextlib.contextmanager
+def _locked(sysroot: Path, exclusive: bool) -> Iterator[None]:
+    lock_file = state_path(sysroot).with_suffix(".lock")
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read(sysroot: Path) -> dict:
+    path = state_path(sysroot)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StateError(f"{path}: no simulated node state here (run `manage.py simulation prepare`)") from None
+    except json.JSONDecodeError as exc:
+        raise StateError(f"{path}:{exc.lineno}: state file is not valid JSON: {exc.msg}") from None
+
+
+def load(sysroot: str | os.PathLike) -> dict:
+    root = Path(sysroot)
+    with _locked(root, exclusive=False):
+        return _read(root)
+
+
+def exists(sysroot: str | os.PathLike) -> bool:
+    return state_path(sysroot).is_file()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def _write(sysroot: Path, state: dict) -> None:
+    _atomic_write(state_path(sysroot), json.dumps(state, indent=1, sort_keys=True) + "\n")
+    _write_derived(sysroot, state)
+
+
+def write_locked(sysroot: str | os.PathLike, state: dict) -> None:
+    """Write the state from inside an `update()` block, before handing the lock to another process
+    (a systemd unit running simulated commands); the block must then end with an exception."""
+    _write(Path(sysroot), state)
+
+
+def create(sysroot: str | os.PathLike, state: dict) -> bool:
+    """Write the initial state unless the node already has one (a node's state is never reset)."""
+    root = Path(sysroot)
+    with _locked(root, exclusive=True):
+        if state_path(root).exists():
+            return False
+        _write(root, state)
+        return True
+
+
+@contextlib.contextmanager
+def update(sysroot: str | os.PathLike) -> Iterator[dict]:
+    """Read, let the caller change the dict, write it back; all under the exclusive lock.
+    An exception inside the block leaves the file untouched."""
+    root = Path(sysroot)
+    with _locked(root, exclusive=True):
+        state = _read(root)
+        yield state
+        _write(root, state)
+
+
+def refresh_derived(sysroot: str | os.PathLike) -> None:
+    """Regenerate the derived files (after the NVML sidecar format changed, for instance)."""
+    root = Path(sysroot)
+    with _locked(root, exclusive=True):
+        _write_derived(root, _read(root))
+
+
+# ---- faults ---------------------------------------------------------------------------------------
+
+def faults(state: dict, kind: str) -> list[dict]:
+    return [fault for fault in state.get("faults", []) if fault.get("kind") == kind]
+
+
+def has_fault(state: dict, kind: str, **match) -> bool:
+    return any(all(str(fault.get(key)) == str(value) for key, value in match.items())
+               for fault in faults(state, kind))
+
+
+def visible_gpus(state: dict) -> list[dict]:
+    """GPUs the driver sees: a `gpu_missing` fault hides one (fallen off the bus)."""
+    missing = {int(fault["index"]) for fault in faults(state, "gpu_missing")}
+    return [gpu for gpu in state.get("gpus", []) if gpu["index"] not in missing]
+
+
+PORT_STATES = {"Down": 1, "Initializing": 2, "Armed": 3, "Active": 4}
+PHYSICAL_STATES = {"Sleep": 1, "Polling": 2, "Disabled": 3, "LinkUp": 5}
+RATE_LANES = {400: ("4X", "NDR"), 200: ("4X", "HDR"), 100: ("4X", "EDR"), 56: ("4X", "FDR"), 40: ("4X", "QDR"),
+              10: ("1X", "SDR")}
+
+
+def effective_hcas(state: dict) -> list[dict]:
+    """HCAs with their ports as the hardware reports them now, injected faults applied
+    (`port_down`: no link; `port_rate`: trained at a lower rate)."""
+    result = []
+    for hca in state.get("hcas", []):
+        ports = []
+        for port in hca["ports"]:
+            port = dict(port)
+            if has_fault(state, "port_down", device=hca["device"]):
+                port.update(state="Down", physical_state="Polling", rate_gbps=10)
+            for fault in faults(state, "port_rate"):
+                if fault.get("device") == hca["device"]:
+                    port["rate_gbps"] = int(fault["rate_gbps"])
+            port["width"], port["speed"] = RATE_LANES.get(port["rate_gbps"], ("4X", "unknown"))
+            port["state_code"] = PORT_STATES.get(port["state"], 1)
+            port["physical_state_code"] = PHYSICAL_STATES.get(port["physical_state"], 3)
+            ports.append(port)
+        result.append({**hca, "ports": ports})
+    return result
+
+
+# ---- derived files ----------------------------------------------------------------------------------
+
+def _nvml_sidecar(state: dict) -> str:
+    """The NVML view of the state, one fact per line: `<kind> <fields...>`, the last field of a
+    `text` line runs to the end of the line. nvml/simnvml.c parses exactly this."""
+    software = state.get("driver") or {}
+    loaded = "nvidia" in state.get("modules", [])
+    lines = [f"system driver_loaded {1 if loaded else 0}"]
+    if software.get("version"):
+        lines.append(f"text system driver_version {software['version']}")
+        lines.append(f"system cuda_version {software.get('cuda_version_int', 0)}")
+    gpus = visible_gpus(state)
+    lines.append(f"system gpu_count {len(gpus)}")
+    for slot, gpu in enumerate(gpus):
+        mig = gpu.get("mig", {})
+        lines += [
+            f"gpu {slot} index {gpu['index']}",
+            f"text gpu {slot} name {gpu['name']}",
+            f"text gpu {slot} uuid {gpu['uuid']}",
+            f"text gpu {slot} serial {gpu['serial']}",
+            f"text gpu {slot} pci_bus_id {gpu['pci_bus_id']}",
+            f"gpu {slot} pci_device_id {gpu['pci_device_id']}",
+            f"gpu {slot} pci_subsystem_id {gpu['pci_subsystem_id']}",
+            f"gpu {slot} memory_total {gpu['memory_total_bytes']}",
+            f"gpu {slot} memory_reserved {gpu['memory_reserved_bytes']}",
+            f"gpu {slot} memory_used {gpu['memory_used_bytes']}",
+            f"gpu {slot} util_gpu {gpu['utilization_gpu']}",
+            f"gpu {slot} util_memory {gpu['utilization_memory']}",
+            f"gpu {slot} power_mw {gpu['power_draw_mw']}",
+            f"gpu {slot} power_limit_mw {gpu['power_limit_mw']}",
+            f"gpu {slot} temperature {gpu['temperature_c']}",
+            f"gpu {slot} persistence {1 if gpu['persistence_mode'] else 0}",
+            f"gpu {slot} mig_capable {1 if mig.get('capable') else 0}",
+            f"gpu {slot} mig_current {1 if mig.get('current') else 0}",
+            f"gpu {slot} mig_pending {1 if mig.get('pending') else 0}",
+            f"gpu {slot} pcie_gen_current {gpu['pcie']['generation_current']}",
+            f"gpu {slot} pcie_gen_max {gpu['pcie']['generation_max']}",
+            f"gpu {slot} pcie_width_current {gpu['pcie']['width_current']}",
+            f"gpu {slot} pcie_width_max {gpu['pcie']['width_max']}",
+            f"gpu {slot} retired_sbe {len(gpu['retired_pages'].get('single_bit', []))}",
+            f"gpu {slot} retired_dbe {len(gpu['retired_pages'].get('double_bit', []))}",
+            f"gpu {slot} retired_pending {1 if gpu['retired_pages'].get('pending') else 0}",
+            f"gpu {slot} multiprocessors {gpu['multiprocessors']}",
+            f"gpu {slot} cc_major {gpu['compute_capability'][0]}",
+            f"gpu {slot} cc_minor {gpu['compute_capability'][1]}",
+            f"gpu {slot} nvlink_count {len(gpu['nvlinks'])}",
+        ]
+        for link, link_state in enumerate(gpu["nvlinks"]):
+            lines.append(f"nvlink {slot} {link} {1 if link_state == 'up' else 0}")
+        for profile in mig.get("profiles", []):
+            lines.append(
+                f"text profile {slot} {profile['nvml_profile']} {profile['id']} {profile['compute_slices']} "
+                f"{profile['memory_slices']} {profile['max']} {profile['memory_mib']} "
+                f"{profile['multiprocessors']} {','.join(str(p) for p in profile['placements'])} {profile['name']}")
+        for instance in mig.get("gpu_instances", []):
+            lines.append(f"gi {slot} {instance['id']} {instance['profile_id']} {instance['placement_start']} "
+                         f"{instance['placement_size']}")
+            for compute in instance.get("compute_instances", []):
+                lines.append(f"text ci {slot} {instance['id']} {compute['id']} {compute['profile_id']} "
+                             f"{compute['slices']} {compute['uuid']}")
+    return "\n".join(lines) + "\n"
+
+
+def _write_derived(sysroot: Path, state: dict) -> None:
+    _atomic_write(state_path(sysroot).with_name("nvml.state"), _nvml_sidecar(state))
+    kernel = state.get("kernel", {})
+    _atomic_write(sysroot / "proc" / "cmdline", kernel.get("cmdline", "") + "\n")
+    _atomic_write(sysroot / "proc" / "modules",
+                  "".join(f"{module} 16384 0 - Live 0x0000000000000000\n" for module in state.get("modules", [])))
+    _atomic_write(sysroot / "proc" / "mounts",
+                  "".join(f"{mount['source']} {mount['target']} {mount['fstype']} {','.join(mount['options'])} 0 0\n"
+                          for mount in state.get("mounts", [])))
+    # The same directory layout as sysfs, for the port counters and state the fabric checks read.
+    for hca in effective_hcas(state):
+        for port in hca["ports"]:
+            base = sysroot / "sys" / "class" / "infiniband" / hca["device"] / "ports" / str(port["port"])
+            _atomic_write(base / "state", f"{port['state_code']}: {port['state'].upper()}\n")
+            _atomic_write(base / "phys_state", f"{port['physical_state_code']}: {port['physical_state']}\n")
+            _atomic_write(base / "rate", f"{port['rate_gbps']} Gb/sec ({port['width']} {port['speed']})\n")
+            _atomic_write(base / "link_layer", f"{port['link_layer']}\n")
+            for counter, value in port["counters"].items():
+                _atomic_write(base / "counters" / counter, f"{value}\n")

@@ -1,0 +1,94 @@
+"""dcgmi discovery -l and dcgmi diag -r 1|2|3 [-j]: answers while nvidia-dcgm.service (the host engine) runs."""
+
+from __future__ import annotations
+
+import json
+
+from ..state import visible_gpus
+
+NO_HOST_ENGINE = ("Error: unable to establish a connection to the specified host: localhost\n"
+                  "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.")
+
+
+def _checks(state: dict, level: int) -> list[tuple[str, str, list[tuple[int, bool, str]]]]:
+    """(category, test, [(gpu index, passed, detail)])"""
+    gpus = visible_gpus(state)
+    expected = len(state["gpus"])
+    results = [
+        ("Deployment", "Denylist", [(gpu["index"], True, "") for gpu in gpus]),
+        ("Deployment", "NVML Library", [(gpu["index"], True, "") for gpu in gpus]),
+        ("Deployment", "CUDA Main Library", [(gpu["index"], True, "") for gpu in gpus]),
+        ("Deployment", "Permissions and OS Blocks", [(gpu["index"], True, "") for gpu in gpus]),
+        ("Deployment", "Persistence Mode", [(gpu["index"], gpu["persistence_mode"],
+                                              "" if gpu["persistence_mode"] else "persistence mode is disabled")
+                                             for gpu in gpus]),
+        ("Deployment", "Environment Variables", [(gpu["index"], True, "") for gpu in gpus]),
+        ("Deployment", "Page Retirement/Row Remap", [
+            (gpu["index"], not (gpu["retired_pages"]["single_bit"] or gpu["retired_pages"]["double_bit"]
+                                or gpu["retired_pages"].get("pending")), "retired pages present") for gpu in gpus]),
+        ("Deployment", "Graphics Processes", [(gpu["index"], True, "") for gpu in gpus]),
+        ("Deployment", "Inforom", [(gpu["index"], True, "") for gpu in gpus]),
+    ]
+    if len(gpus) != expected:
+        results.append(("Deployment", "GPU Count", [(-1, False, f"{len(gpus)} GPUs found, {expected} expected")]))
+    if level >= 2:
+        results += [
+            ("Integration", "PCIe", [(gpu["index"], gpu["pcie"]["width_current"] == gpu["pcie"]["width_max"],
+                                      f"PCIe link width x{gpu['pcie']['width_current']}") for gpu in gpus]),
+            ("Integration", "NVLink", [(gpu["index"], all(link == "up" for link in gpu["nvlinks"]),
+                                        "NVLink down") for gpu in gpus]),
+            ("Hardware", "GPU Memory", [(gpu["index"], True, "") for gpu in gpus]),
+            ("Stress", "Targeted Power", [(gpu["index"], True, "") for gpu in gpus]),
+        ]
+    if level >= 3:
+        results.append(("Hardware", "Diagnostic", [(gpu["index"], True, "") for gpu in gpus]))
+    return results
+
+
+def main(tool, argv: list[str]) -> int:
+    state = tool.state()
+    if not state["services"].get("nvidia-dcgm.service", {}).get("active"):
+        raise tool.fail(NO_HOST_ENGINE, 255)
+    if argv in (["discovery", "-l"], ["discovery", "--list"]):
+        gpus = visible_gpus(state)
+        tool.print(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} found.")
+        tool.print("+--------+----------------------------------------------------------------------+")
+        tool.print("| GPU ID | Device Information                                                   |")
+        tool.print("+--------+----------------------------------------------------------------------+")
+        for gpu in gpus:
+            tool.print(f"| {gpu['index']:<6} | Name: {gpu['name']:<63}|")
+            tool.print(f"|        | PCI Bus ID: {gpu['pci_bus_id']:<57}|")
+            tool.print(f"|        | Device UUID: {gpu['uuid']:<56}|")
+        tool.print("+--------+----------------------------------------------------------------------+")
+        return 0
+    if argv[:1] == ["diag"]:
+        level = None
+        as_json = "-j" in argv or "--json" in argv
+        for position, arg in enumerate(argv):
+            if arg in ("-r", "--run") and position + 1 < len(argv):
+                level = argv[position + 1]
+        if level not in ("1", "2", "3", "short", "medium", "long"):
+            raise tool.fail("diag needs -r 1|2|3 (short|medium|long) in the simulation", 2)
+        number = {"short": 1, "medium": 2, "long": 3}.get(level) or int(level)
+        checks = _checks(state, number)
+        failed = any(not passed for _, _, results in checks for _, passed, _ in results)
+        if as_json:
+            categories: dict[str, list] = {}
+            for category, test, results in checks:
+                categories.setdefault(category, []).append({"name": test, "results": [
+                    {"gpu_id": str(index), "status": "Pass" if passed else "Fail",
+                     **({} if passed else {"info": detail})} for index, passed, detail in results]})
+            tool.print(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [
+                {"category": name, "tests": tests} for name, tests in categories.items()]},
+                "version": "3.3.7", "runs": {"level": number, "result": "Fail" if failed else "Pass"}}, indent=2))
+        else:
+            tool.print("Successfully ran diagnostic for group.")
+            tool.print("+---------------------------+------------------------------------------------+")
+            tool.print("| Diagnostic                | Result                                         |")
+            tool.print("+===========================+================================================+")
+            for _category, test, results in checks:
+                bad = [f"GPU {index}: {detail}" for index, passed, detail in results if not passed]
+                tool.print(f"| {test:<25} | {'Fail - ' + '; '.join(bad) if bad else 'Pass':<46} |")
+            tool.print("+---------------------------+------------------------------------------------+")
+        return 1 if failed else 0
+    raise tool.unsupported(argv)
