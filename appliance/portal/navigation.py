@@ -19,6 +19,7 @@ NAVIGATION: list[NavEntry] = [
     NavEntry("Overview", "portal:overview", "portal.view"),
     NavEntry("Nodes", "inventory:node-list", "inventory.view", "inventory"),
     NavEntry("Site import", "inventory:site-import", "inventory.change", "inventory"),
+    NavEntry("Provisioning", "provisioning:index", "provisioning.view", "provisioning"),
     NavEntry("Users", "accounts:user-list", "accounts.view", "accounts"),
     NavEntry("Audit log", "audit:log", "audit.view", "audit"),
     NavEntry("Event catalogue", "audit:catalogue", "audit.view", "audit"),
