@@ -21,3 +21,10 @@ def fresh_throttles():
 @pytest.fixture
 def inventory(db):
     return build_sample_inventory()
+
+
+@pytest.fixture
+def site_credentials(monkeypatch):
+    from tests.api.sites import PASSWORD_VARIABLE, SITE_BMC_PASSWORD
+
+    monkeypatch.setenv(PASSWORD_VARIABLE, SITE_BMC_PASSWORD)
