@@ -1,4 +1,11 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from . import views
 
 app_name = "provisioning"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.ProvisioningIndexView.as_view(), name="index"),
+    path("runs/<int:pk>/", views.RunDetailView.as_view(), name="run"),
+    path("runs/<int:pk>/cancel/", views.RunCancelView.as_view(), name="run-cancel"),
+    path("stages/<int:pk>/output/", views.StageOutputView.as_view(), name="stage-output"),
+]

@@ -30,7 +30,7 @@ def catalogue(probe, settings):
 
 @pytest.fixture
 def platform(db, settings):
-    path = settings.FIRMWARE_DIR / "platforms" / "hgx-h100-8gpu.yaml"
+    path = settings.BASE_DIR / "firmware" / "platforms" / "hgx-h100-8gpu.yaml"
     spec = yaml.safe_load(path.read_text())
     return Platform.objects.create(slug="hgx-h100-8gpu", name=spec["name"], file=path.name, digest="0" * 64,
                                    gpu_model=spec["gpu"]["model"], gpu_count=8, gpu_memory_mib=81559, spec=spec)
