@@ -19,7 +19,7 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_fabric_parsers import missing_options, parse_findmnt
+from ansible.module_utils.appliance_fabric_parsers import ParseError, missing_options, parse_findmnt
 from ansible.module_utils.basic import AnsibleModule
 
 
@@ -33,11 +33,14 @@ def main():
     )
     node = module.params["node"]
     findmnt = module.get_bin_path("findmnt", required=True)
-    rc, out, err = module.run_command([findmnt, "-rn", "-o", "TARGET,SOURCE,FSTYPE,OPTIONS"],
+    rc, out, err = module.run_command([findmnt, "-J", "-o", "TARGET,SOURCE,FSTYPE,OPTIONS"],
                                       environ_update={"LC_ALL": "C"})
     if rc not in (0, 1):  # 1: no mount matched, which the checks below report per mount
         module.fail_json(msg=f"{node}: findmnt failed (rc {rc}): {err.strip() or out.strip()}")
-    present = parse_findmnt(out)
+    try:
+        present = parse_findmnt(out)
+    except ParseError as exc:
+        module.fail_json(msg=f"{node}: {exc}")
     facts, problems = [], []
     for wanted in module.params["mounts"]:
         target = wanted["mount_point"]

@@ -147,10 +147,14 @@ GDS_FILESYSTEM_LINES = {"lustre": "DDN EXAScaler", "nfs-rdma": "NFS", "beegfs": 
 def parse_gdscheck(text):
     """`gdscheck -p` -> {"settings": {key: value}, "gpus": [{index, supports_gds, iommu}], "iommu": str,
     "verified": bool|None, "warnings": [line], "nvidia_fs": str}."""
-    result = {"settings": {}, "gpus": [], "iommu": "", "verified": None, "warnings": [], "nvidia_fs": "", "acs": []}
+    result = {"settings": {}, "gpus": [], "iommu": "", "verified": None, "warnings": [], "nvidia_fs": "", "acs": [],
+              "errors": []}
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("="):
+            continue
+        if result["verified"] is False:
+            result["errors"].append(line)  # the reasons gdscheck lists under its verdict
             continue
         if re.search(r"\bWARN", line) or line.startswith(("WARN", "ERR")):
             result["warnings"].append(line)
@@ -163,7 +167,7 @@ def parse_gdscheck(text):
                                    "iommu": iommu.group(1).lower() if iommu else ""})
             continue
         match = re.search(r"nvidia_fs version:\s*(\S+)", line)
-        if match:
+        if match and match.group(1)[0].isdigit():
             result["nvidia_fs"] = match.group(1)
         if line.startswith("Platform verification succeeded"):
             result["verified"] = True
@@ -188,7 +192,8 @@ def gdscheck_problems(report, filesystem_types=()):
     """What in a gdscheck report breaks GPUDirect Storage (empty list: nothing)."""
     problems = []
     if report["verified"] is not True:
-        problems.append("platform verification did not succeed")
+        problems.append("platform verification did not succeed"
+                        + (f" ({'; '.join(report['errors'])})" if report["errors"] else ""))
     iommu = report["iommu"].lower()
     if iommu and iommu != "disabled" and "pass-through" not in iommu and "passthrough" not in iommu:
         problems.append(f"IOMMU is {report['iommu']} (GPUDirect needs it off or in pass-through: iommu=pt)")
@@ -269,14 +274,20 @@ def _unescape(field):
 
 
 def parse_findmnt(text):
-    """`findmnt -rn -o TARGET,SOURCE,FSTYPE,OPTIONS` -> {target: {source, fstype, options: [...]}}."""
+    """`findmnt -J -o TARGET,SOURCE,FSTYPE,OPTIONS` -> {target: {source, fstype, options: [...]}}; the tree
+    findmnt prints (children under their parent mount) is flattened."""
+    try:
+        report = json.loads(text) if text.strip() else {"filesystems": []}
+    except ValueError as exc:
+        raise ParseError(f"findmnt printed no JSON: {exc}") from None
     mounts = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        target, source, fstype, options = (_unescape(f) for f in fields[:4])
-        mounts[target] = {"source": source, "fstype": fstype, "options": options.split(",")}
+    pending = list(report.get("filesystems") or [])
+    while pending:
+        entry = pending.pop(0)
+        pending.extend(entry.get("children") or [])
+        options = entry.get("options") or ""
+        mounts[entry.get("target", "")] = {"source": entry.get("source", ""), "fstype": entry.get("fstype", ""),
+                                           "options": options.split(",") if options else []}
     return mounts
 
 

@@ -178,3 +178,21 @@ def workloads_vars(appliance) -> dict:
     if not result:
         raise RenderError(f"appliance {site.name} has no pool: the workloads stage has nothing to configure")
     return result
+
+
+# The provisioning catalogue calls a vars provider with (run, nodes); these adapt the functions above.
+
+def fabric_stage_vars(run, nodes) -> dict:
+    return fabric_vars(run.appliance)
+
+
+def gpudirect_stage_vars(run, nodes) -> dict:
+    return gpudirect_vars(run.appliance)
+
+
+def storage_stage_vars(run, nodes) -> dict:
+    return storage_vars(run.appliance)
+
+
+def workloads_stage_vars(run, nodes) -> dict:
+    return workloads_vars(run.appliance)

@@ -1,0 +1,147 @@
+"""slurm.conf, gres.conf and cgroup.conf from the inventory, checked by Slurm's own parser (slurmd -G)."""
+
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from appliance.partitioning.renderers.site import RenderError
+from appliance.partitioning.renderers.slurm import (
+    MigInstance,
+    device_files,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_nhc_conf,
+    render_slurm_conf,
+)
+from tests.partitioning.demo_site import demo_site, platform
+
+
+def test_slurm_conf_declares_the_training_nodes_with_their_gpus():
+    text = render_slurm_conf(demo_site())
+    lines = text.splitlines()
+    assert "SlurmctldHost=mgmt01(10.0.0.10)" in lines
+    for key in ("GresTypes=gpu", "SelectType=select/cons_tres", "ProctrackType=proctrack/cgroup",
+                "TaskPlugin=task/cgroup,task/affinity", "AuthType=auth/munge"):
+        assert key in lines
+    assert "NodeName=gpu01 NodeAddr=10.0.0.11 Gres=gpu:h100:8 State=UNKNOWN" in lines
+    assert not any(line.startswith("NodeName=gpu03") for line in lines)  # inference nodes are Kubernetes'
+    assert ("PartitionName=training Nodes=gpu01,gpu02 OverSubscribe=EXCLUSIVE Default=YES MaxTime=INFINITE State=UP"
+            in lines)
+    assert render_slurm_conf(demo_site()) == text  # deterministic: a rerun writes the same bytes
+
+
+def test_node_resources_come_from_facts_then_platform():
+    site = demo_site("hgx-h200-8gpu")
+    lines = render_slurm_conf(site).splitlines()
+    assert ("NodeName=gpu01 NodeAddr=10.0.0.11 CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 "
+            "RealMemory=1992294 Gres=gpu:h200:8 State=UNKNOWN") in lines
+    nodes = tuple(replace(n, facts={"cpus": 192, "memory_mib": 1000000}) if n.name == "gpu02" else n for n in site.nodes)
+    lines = render_slurm_conf(replace(site, nodes=nodes)).splitlines()
+    assert "NodeName=gpu02 NodeAddr=10.0.0.12 CPUs=192 RealMemory=1000000 Gres=gpu:h200:8 State=UNKNOWN" in lines
+
+
+def test_gres_conf_names_explicit_device_files():
+    text = render_gres_conf(demo_site())
+    assert "NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[0-7]" in text.splitlines()
+    assert "AutoDetect" not in text
+    assert render_cgroup_conf().splitlines()[1:4] == ["ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=yes"]
+
+
+def test_mig_plan_changes_gres_and_names_mig_device_files():
+    instances = {"gpu01": [MigInstance(0, "3g.40gb", 1, 0), MigInstance(0, "3g.40gb", 2, 0)]}
+    plan = {"gpu01": {"h100": 7, "3g.40gb": 2}}
+    conf = render_slurm_conf(demo_site(), plan)
+    assert "Gres=gpu:3g.40gb:2,gpu:h100:7" in conf
+    gres = render_gres_conf(demo_site(), plan, instances).splitlines()
+    assert "NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[1-7]" in gres
+    # /proc/driver/nvidia-caps/mig-minors: gpu0/gi1/access is 12, its ci0 13
+    assert ("NodeName=gpu01 Name=gpu Type=3g.40gb "
+            "MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap12,/dev/nvidia-caps/nvidia-cap13") in gres
+    with pytest.raises(RenderError, match="gpu01.*MIG instances are not known"):
+        render_gres_conf(demo_site(), plan, None)
+    with pytest.raises(RenderError, match="gpu01: 6 whole h100"):
+        render_gres_conf(demo_site(), {"gpu01": {"h100": 6, "3g.40gb": 2}}, instances)
+
+
+def test_nhc_checks_gpus_ports_and_mounts():
+    text = render_nhc_conf(demo_site())
+    assert "gpu01 || check_hw_ib 400 mlx5_7:1" in text
+    assert "* || check_fs_mount_rw -f /mnt/lustre" in text
+    assert "gpu02 || check_cmd_output -t 30 -m '/^8$/' nvidia-smi --query-gpu=count --format=csv,noheader -i 0" in text
+
+
+# ---- Slurm's own parser -------------------------------------------------------------------------------
+
+SLURMD = shutil.which("slurmd") or "/usr/sbin/slurmd"
+
+
+def _parser_available():
+    if not os.path.exists(SLURMD):
+        return "slurmd (Debian package slurmd) is not installed"
+    if os.geteuid() != 0:
+        return "slurmd -G needs the /dev/nvidia* files of gres.conf: mknod and a private /dev need root"
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"unshare -m is not permitted here: {probe.stderr.strip()}"
+    return ""
+
+
+def slurmd_gres(tmp_path, node, files, slurm_conf, gres_conf):
+    """Run `slurmd -G` for `node` inside a mount namespace whose /dev holds the device files gres.conf names."""
+    dev = tmp_path / "dev"
+    for path in files:
+        relative = path.removeprefix("/dev/")
+        target = dev / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        major = 195 if "nvidia-caps" not in relative else 508
+        minor = int("".join(ch for ch in relative.rsplit("/", 1)[-1] if ch.isdigit()))
+        os.mknod(target, 0o600 | 0o020000, os.makedev(major, minor))
+    (tmp_path / "slurm.conf").write_text(slurm_conf)
+    (tmp_path / "gres.conf").write_text(gres_conf)
+    (tmp_path / "cgroup.conf").write_text(render_cgroup_conf())
+    script = f"mount --bind {dev} /dev && exec {SLURMD} -G -f {tmp_path / 'slurm.conf'} -N {node}"
+    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def slurm_parser():
+    reason = _parser_available()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_slurm_parser_accepts_the_generated_files(tmp_path, slurm_parser):
+    site = demo_site()
+    done = slurmd_gres(tmp_path, "gpu01", device_files(site, "gpu01"), render_slurm_conf(site), render_gres_conf(site))
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "Gres Name=gpu Type=h100 Count=8" in output
+
+
+def test_slurm_parser_accepts_a_mig_layout(tmp_path, slurm_parser):
+    site = demo_site()
+    instances = {"gpu02": [MigInstance(3, "1g.10gb", gi, 0) for gi in (7, 8, 9)] + [MigInstance(3, "4g.40gb", 1, 0)]}
+    plan = {"gpu02": {"h100": 7, "1g.10gb": 3, "4g.40gb": 1}}
+    done = slurmd_gres(tmp_path, "gpu02", device_files(site, "gpu02", instances), render_slurm_conf(site, plan),
+                       render_gres_conf(site, plan, instances))
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "Type=h100 Count=7" in output
+    assert output.count("Type=1g.10gb Count=1") == 3
+    assert "Type=4g.40gb Count=1" in output
+
+
+def test_slurm_parser_rejects_a_wrong_key(tmp_path, slurm_parser):
+    site = demo_site()
+    broken = render_gres_conf(site).replace("Name=gpu Type=h100", "Name=gpu Kind=h100", 1)
+    done = slurmd_gres(tmp_path, "gpu01", device_files(site, "gpu01"), render_slurm_conf(site), broken)
+    assert done.returncode != 0
+    assert "Kind" in done.stdout + done.stderr
+
+
+def test_platform_files_carry_the_h200_gate():
+    assert platform("hgx-h200-8gpu")["acceptance"]["nccl_all_reduce_busbw_gbs"]["min"] == 480
+    assert "7g.141gb" in platform("hgx-h200-8gpu")["gpu"]["mig_profiles"]
