@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import catalogue, presentation
-from .downloads import EXPORT_FORMATS, export_zip
+from .downloads import EXPORT_FORMATS, ExportError, export_zip
 from .models import AuditRecord
 from .queries import AuditRecordFilter, active_filters, record_read
 
@@ -119,27 +119,42 @@ class EventTypeSerializer(serializers.Serializer):
                                      child=serializers.ListField(child=serializers.CharField()))
 
 
+class CatalogueSerializer(serializers.Serializer):
+    standards = serializers.ListField(child=serializers.CharField())
+    events = EventTypeSerializer(many=True)
+
+
 class CatalogueView(APIView):
     """The typed event catalogue: every event type with its OCSF class and the controls it evidences."""
 
     capability = "audit.view"
 
-    @extend_schema(responses={200: EventTypeSerializer(many=True)})
+    @extend_schema(responses={200: CatalogueSerializer})
     def get(self, request):
         rows = presentation.coverage_matrix()["rows"]
-        return Response({"standards": list(catalogue.STANDARDS),
-                         "events": EventTypeSerializer(rows, many=True).data})
+        return Response(CatalogueSerializer({"standards": list(catalogue.STANDARDS), "events": rows}).data)
 
 
-class ExportRequestSerializer(serializers.Serializer):
+class ExportSerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=EXPORT_FORMATS)
-    since = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    since = serializers.DateTimeField(required=False, allow_null=True, default=None,
+                                      help_text="first record time included (ISO 8601)")
+    until = serializers.DateTimeField(required=False, allow_null=True, default=None,
+                                      help_text="records before this time (ISO 8601; not included)")
 
     def validate(self, attrs):
-        if attrs.get("since") and attrs.get("until") and attrs["until"] < attrs["since"]:
-            raise serializers.ValidationError({"until": "must not be before 'since'"})
+        if attrs.get("since") and attrs.get("until") and attrs["until"] <= attrs["since"]:
+            raise serializers.ValidationError({"until": "must be later than 'since'"})
         return attrs
+
+
+class ExportFormatSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    label = serializers.CharField()
+
+
+class ExportFormatsSerializer(serializers.Serializer):
+    formats = ExportFormatSerializer(many=True)
 
 
 class ExportView(APIView):
@@ -148,15 +163,19 @@ class ExportView(APIView):
     capability = "audit.export"
     write_capability = "audit.export"
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: ExportFormatsSerializer})
     def get(self, request):
+        """The export formats on offer."""
         return Response({"formats": [{"name": name, "label": label} for name, label in EXPORT_FORMATS]})
 
-    @extend_schema(request=ExportRequestSerializer,
+    @extend_schema(request=ExportSerializer,
                    responses={(200, "application/zip"): OpenApiResponse(OpenApiTypes.BINARY, description="the bundle")})
     def post(self, request):
-        serializer = ExportRequestSerializer(data=request.data)
+        serializer = ExportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        archive, filename, _manifest = export_zip(data["format"], since=data["since"], until=data["until"])
+        try:
+            archive, filename, _manifest = export_zip(data["format"], since=data["since"], until=data["until"])
+        except ExportError as exc:
+            raise serializers.ValidationError({"range": [str(exc)]}) from exc
         return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")

@@ -9,23 +9,27 @@ import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-# The formats of `manage.py audit export --format`.
-EXPORT_FORMATS = (
-    ("jsonl", "JSON Lines (hash-chained records)"),
-    ("cef", "CEF (ArcSight)"),
-    ("syslog", "Syslog (RFC 5424, structured data)"),
-    ("ocsf", "OCSF (JSON)"),
-    ("csv", "CSV"),
-)
+from .export import FORMATS, ExportError, export_bundle
+
+__all__ = ["EXPORT_FORMATS", "ExportError", "export_zip"]
+
+_LABELS = {
+    "jsonl": "JSON Lines (the hash-chained records)",
+    "cef": "CEF (ArcSight)",
+    "syslog": "Syslog (RFC 5424, structured data)",
+    "ocsf": "OCSF (JSON Lines)",
+    "csv": "CSV",
+}
+# The formats of `manage.py audit export --format`, as (name, label) choices.
+EXPORT_FORMATS = tuple((name, _LABELS.get(name, name)) for name in FORMATS)
 
 
 def export_zip(fmt: str, since: datetime | None = None, until: datetime | None = None):
     """Returns (open binary file positioned at 0, download file name, manifest).
 
     The file is an anonymous temporary file: it disappears when the response closes it.
+    Raises ExportError for a range or format the log cannot export.
     """
-    from .export import export_bundle
-
     with tempfile.TemporaryDirectory(prefix="audit-export-") as workdir:
         bundle_dir = Path(workdir) / "bundle"
         bundle_dir.mkdir()

@@ -8,7 +8,7 @@ from django.views.generic import FormView, TemplateView
 from appliance.core.permissions import CapabilityMixin
 
 from . import catalogue, chain, presentation
-from .downloads import export_zip
+from .downloads import ExportError, export_zip
 from .forms import ExportForm
 from .models import AuditRecord
 from .queries import AuditRecordFilter, active_filters, keyset_page, record_read
@@ -131,9 +131,19 @@ class ExportView(CapabilityMixin, FormView):
     form_class = ExportForm
 
     def form_valid(self, form):
-        archive, filename, _manifest = export_zip(
-            form.cleaned_data["format"], since=form.cleaned_data["since"], until=form.cleaned_data["until"])
+        try:
+            archive, filename, _manifest = export_zip(
+                form.cleaned_data["format"], since=form.cleaned_data["since"], until=form.cleaned_data["until"])
+        except ExportError as exc:
+            form.add_error(None, str(exc))
+            return self.form_invalid(form)
         return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")
+
+    def form_invalid(self, form):
+        # A refused export is a failed request in the log, not a successful page view.
+        response = super().form_invalid(form)
+        response.status_code = 400
+        return response
 
 
 class CatalogueView(CapabilityMixin, TemplateView):

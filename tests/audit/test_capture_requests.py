@@ -100,3 +100,56 @@ def test_incoming_request_id_is_kept(client_for):
     response = client.get("/api/audit/catalogue/", headers={"X-Request-ID": "trace-0123456789"})
     assert response["X-Request-ID"] == "trace-0123456789"
     assert records("access.denied", request_id="trace-0123456789")
+
+
+def test_inventory_edit_through_the_api_records_the_request_and_the_change(users):
+    from rest_framework.authtoken.models import Token
+
+    from appliance.inventory.models import Appliance, Node
+
+    node = Node.objects.create(appliance=Appliance.objects.create(name="api-edit"), name="gpu-77", role="gpu")
+    token = Token.objects.create(user=users[Role.OPERATOR])
+    client = Client(headers={"Authorization": f"Token {token.key}", "User-Agent": AGENT})
+    response = client.post(f"/api/inventory/nodes/{node.pk}/transition/", {"state": "maintenance", "reason": "fan"},
+                           content_type="application/json")
+    assert response.status_code == 200
+    request_id = response["X-Request-ID"]
+    change = AuditRecord.objects.get(event="inventory.node.transition", request_id=request_id)
+    assert change.details == {"from": "new", "to": "maintenance", "reason": "fan"}
+    [request_record] = records("api.request", request_id=request_id)
+    for rec in (change, request_record):
+        assert rec.actor_username == "operator-user" and rec.channel == "api"
+        assert rec.source_address == "127.0.0.1" and rec.user_agent == AGENT
+    assert request_record.details["status"] == 200 and request_record.outcome == "success"
+    assert change.sequence < request_record.sequence
+
+    refused = Client(headers={"Authorization": f"Token {Token.objects.create(user=users[Role.VIEWER]).key}"}).post(
+        f"/api/inventory/nodes/{node.pk}/transition/", {"state": "ready"}, content_type="application/json")
+    assert refused.status_code == 403
+    [denied] = records("access.denied", request_id=refused["X-Request-ID"])
+    assert denied.actor_username == "viewer-user" and denied.details["method"] == "POST"
+    assert not AuditRecord.objects.filter(event="inventory.node.transition", request_id=refused["X-Request-ID"])
+
+
+def test_inventory_model_save_update_delete_are_recorded_with_the_actor(users):
+    from appliance.core import context
+    from appliance.inventory.models import BMC, Appliance, Node
+
+    operator = users[Role.OPERATOR]
+    with context.acting_as(operator, channel="web", request_id="req-inventory-edit"):
+        node = Node.objects.create(appliance=Appliance.objects.create(name="edits"), name="gpu-88", role="gpu")
+        bmc = BMC.objects.create(node=node, url="https://127.0.0.1:9/redfish/v1/", username="root",
+                                 password="Old-bmc-secret-1")
+        Node.objects.filter(pk=node.pk).update(management_address="10.0.0.88")
+        bmc.password = "New-bmc-secret-2"
+        bmc.save()
+        node.delete()
+    edits = AuditRecord.objects.filter(request_id="req-inventory-edit")
+    assert {r.channel for r in edits} == {"web"} and {r.actor_username for r in edits} == {"operator-user"}
+    update = edits.get(event="inventory.node.update")
+    assert update.details["changes"]["management_address"] == [None, "10.0.0.88"]
+    assert edits.filter(event="inventory.node.delete", target_name="gpu-88").exists()
+    assert edits.filter(event="inventory.bmc.delete").exists()  # the cascade is recorded too
+    assert edits.filter(event="inventory.bmc.update").exists()
+    dumped = str([r.payload() for r in edits])
+    assert "Old-bmc-secret-1" not in dumped and "New-bmc-secret-2" not in dumped
