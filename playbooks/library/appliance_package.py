@@ -59,8 +59,8 @@ class Packages:
             return fields[3]
         return None
 
-    def apt(self, *arguments):
-        command = [self.apt_get, "-y", "-q", "-o", "Dpkg::Options::=--force-confold", *arguments]
+    def apt(self, verb, *arguments):
+        command = [self.apt_get, verb, "-y", "-q", "-o", "Dpkg::Options::=--force-confold", *arguments]
         rc, out, err = self.module.run_command(command, environ_update=self.environment)
         if rc != 0:
             self.module.fail_json(msg=f"{' '.join(command[1:])} failed (rc {rc}): {err.strip() or out.strip()}",

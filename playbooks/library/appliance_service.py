@@ -41,6 +41,9 @@ class Systemctl:
         # is-enabled answers non-zero for disabled units; the text tells disabled from unknown.
         rc, out = self.run("is-enabled", unit, check=False)
         if rc != 0 and out not in ("disabled", "masked", "static", "indirect", "linked"):
+            if self.module.check_mode:
+                # A dry run on a node where this run's packages or unit files were not written yet.
+                return False
             self.module.fail_json(msg=f"systemctl is-enabled {unit}: {out or 'unknown unit'} (rc {rc})")
         return out in ("enabled", "enabled-runtime", "alias")
 

@@ -25,7 +25,7 @@ def _pynvml():
         import pynvml
     except ImportError as exc:
         raise NvmlUnavailable("the Python package nvidia-ml-py (module pynvml) is not installed "
-                              "for this node's Python interpreter") from exc
+                              f"for this node's Python interpreter ({exc})") from exc
     return pynvml
 
 
