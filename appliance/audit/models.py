@@ -1,10 +1,14 @@
-"""The audit tables. Rows are only ever inserted: database triggers reject UPDATE and DELETE."""
+"""The audit tables. Records, checkpoints and tombstones are only ever inserted: database triggers
+reject UPDATE and DELETE (see triggers.py); the one DELETE they let through is archiving a range
+that a signed tombstone already covers."""
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 
 from . import chain
+from .tracking import AuditedModel
 
 
 class Outcome(models.TextChoices):
@@ -52,25 +56,41 @@ class AuditRecord(models.Model):
         return f"#{self.sequence} {self.event} {self.outcome}"
 
     def payload(self) -> dict:
-        return {
-            "sequence": self.sequence,
-            "uuid": str(self.uuid),
-            "timestamp": chain.format_timestamp(self.timestamp),
-            "event": self.event,
-            "category": self.category,
-            "severity": self.severity,
-            "actor": {"id": self.actor_id, "username": self.actor_username, "roles": list(self.actor_roles)},
-            "channel": self.channel,
-            "source_address": self.source_address,
-            "user_agent": self.user_agent,
-            "request_id": self.request_id,
-            "action": self.action,
-            "target": {"type": self.target_type, "id": self.target_id, "name": self.target_name},
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "details": self.details,
-            "prev_hash": self.prev_hash,
-        }
+        return payload_from_values(tuple(getattr(self, name) for name in PAYLOAD_COLUMNS))
+
+
+# The columns a record's payload is built from, in this order (a values_list() over them feeds
+# payload_from_values without building model instances: exports and verification read millions).
+PAYLOAD_COLUMNS = (
+    "sequence", "uuid", "timestamp", "event", "category", "severity", "actor_id", "actor_username",
+    "actor_roles", "channel", "source_address", "user_agent", "request_id", "action", "target_type",
+    "target_id", "target_name", "outcome", "reason", "details", "prev_hash",
+)
+
+
+def payload_from_values(values: tuple) -> dict:
+    (sequence, record_uuid, timestamp, event, category, severity, actor_id, actor_username, actor_roles,
+     channel, source_address, user_agent, request_id, action, target_type, target_id, target_name,
+     outcome, reason, details, prev_hash) = values
+    return {
+        "sequence": sequence,
+        "uuid": str(record_uuid),
+        "timestamp": chain.format_timestamp(timestamp),
+        "event": event,
+        "category": category,
+        "severity": severity,
+        "actor": {"id": actor_id, "username": actor_username, "roles": list(actor_roles)},
+        "channel": channel,
+        "source_address": source_address,
+        "user_agent": user_agent,
+        "request_id": request_id,
+        "action": action,
+        "target": {"type": target_type, "id": target_id, "name": target_name},
+        "outcome": outcome,
+        "reason": reason,
+        "details": details,
+        "prev_hash": prev_hash,
+    }
 
 
 class ChainHead(models.Model):
@@ -90,3 +110,107 @@ class ChainHead(models.Model):
 
     def __str__(self):
         return f"chain head at #{self.sequence}"
+
+
+class AuditCheckpoint(models.Model):
+    """A signed tree head: the Merkle root and the chain's hash after `tree_size` records.
+
+    The signature (Ed25519, key outside the database) covers `statement()`; the frontier is kept so
+    exports and proofs start from the nearest checkpoint instead of the first record.
+    """
+
+    tree_size = models.BigIntegerField(unique=True)
+    root_hash = models.CharField(max_length=64)
+    last_hash = models.CharField(max_length=64)
+    frontier = models.JSONField(default=list)
+    timestamp = models.DateTimeField()
+    key_id = models.CharField(max_length=16)
+    signature = models.CharField(max_length=128)
+
+    class Meta:
+        ordering = ["tree_size"]
+
+    def __str__(self):
+        return f"checkpoint at #{self.tree_size} ({self.root_hash[:12]})"
+
+    def statement(self) -> dict:
+        return chain.checkpoint_statement(tree_size=self.tree_size, root_hash=self.root_hash,
+                                          last_hash=self.last_hash,
+                                          timestamp=chain.format_timestamp(self.timestamp), key_id=self.key_id)
+
+    def signed(self) -> dict:
+        """The statement with its signature: what exports carry and verifiers check."""
+        return {**self.statement(), "signature": self.signature}
+
+
+class AuditTombstone(models.Model):
+    """What archiving left in place of records first_sequence..last_sequence: their count, the
+    Merkle root of that range, the last hash (the next record's prev_hash) and the frontier of the
+    whole tree at last_sequence, signed, so the remaining log still verifies end to end."""
+
+    first_sequence = models.BigIntegerField(unique=True)
+    last_sequence = models.BigIntegerField(unique=True)
+    count = models.BigIntegerField()
+    first_prev_hash = models.CharField(max_length=64)
+    last_hash = models.CharField(max_length=64)
+    range_root = models.CharField(max_length=64)
+    tree_root = models.CharField(max_length=64)
+    frontier = models.JSONField(default=list)
+    export_manifest_sha256 = models.CharField(max_length=64)
+    timestamp = models.DateTimeField()
+    key_id = models.CharField(max_length=16)
+    signature = models.CharField(max_length=128)
+
+    class Meta:
+        ordering = ["first_sequence"]
+
+    def __str__(self):
+        return f"tombstone #{self.first_sequence}..#{self.last_sequence}"
+
+    def statement(self) -> dict:
+        return chain.tombstone_statement(
+            first_sequence=self.first_sequence, last_sequence=self.last_sequence, count=self.count,
+            first_prev_hash=self.first_prev_hash, last_hash=self.last_hash, range_root=self.range_root,
+            tree_root=self.tree_root, frontier=self.frontier, export_manifest_sha256=self.export_manifest_sha256,
+            timestamp=chain.format_timestamp(self.timestamp), key_id=self.key_id)
+
+    def signed(self) -> dict:
+        return {**self.statement(), "signature": self.signature}
+
+
+class RetentionState(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    APPROVED = "approved", "Approved"
+    ARCHIVED = "archived", "Archived"
+
+
+class RetentionRequest(AuditedModel):
+    """Archiving of the oldest records: asked by one Administrator with a verified export of exactly
+    that range, approved by another, then carried out (records removed, tombstone left)."""
+
+    state = models.CharField(max_length=10, choices=RetentionState.choices, default=RetentionState.REQUESTED)
+    cutoff = models.DateTimeField()
+    first_sequence = models.BigIntegerField()
+    last_sequence = models.BigIntegerField()
+    count = models.BigIntegerField()
+    first_hash = models.CharField(max_length=64)
+    last_hash = models.CharField(max_length=64)
+    export_path = models.CharField(max_length=1024)
+    export_manifest_sha256 = models.CharField(max_length=64)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    requested_by_username = models.CharField(max_length=150)
+    requested_at = models.DateTimeField()
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    approved_by_username = models.CharField(max_length=150, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField(null=True, blank=True)
+    tombstone = models.OneToOneField(AuditTombstone, null=True, blank=True, on_delete=models.PROTECT,
+                                     related_name="request")
+
+    class Meta:
+        ordering = ["-requested_at"]
+
+    def __str__(self):
+        return f"retention #{self.pk} of records #{self.first_sequence}..#{self.last_sequence} ({self.state})"

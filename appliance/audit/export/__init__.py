@@ -1,0 +1,234 @@
+"""Export bundles: a contiguous range of the log, ready for an auditor or a SIEM.
+
+A bundle is a directory:
+- records.jsonl: the canonical records (always, whatever the display format), what `audit verify` checks;
+- records.<format>: the same records as CEF, RFC 5424 syslog, OCSF or CSV (for jsonl, the same file);
+- manifest.json: the range (first/last sequence and hash, count, Merkle root of the range), the tree
+  head at the range's end with the frontier before it and a consistency proof to the signed
+  checkpoint after it, every signed checkpoint inside the range, the tombstones, the key id, the
+  files' digests; itself signed with the audit key;
+- public-key.pem: the key that signed it all.
+
+`export_bundle` is the one path for the CLI, the portal and the API, and records `audit.export`.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import uuid
+from contextlib import nullcontext
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+
+from django.db import transaction
+from django.db.models import Max, Min
+from django.utils import timezone
+
+from .. import catalogue, chain, merkle, signing
+from ..checkpoints import covering_checkpoint, make_checkpoint
+from ..models import PAYLOAD_COLUMNS, AuditCheckpoint, AuditRecord, AuditTombstone, payload_from_values
+from ..verify import MANIFEST_NAME, PUBLIC_KEY_NAME, RECORDS_NAME, level_root
+from .formats import FORMATS, ExportContext
+
+__all__ = ["FORMATS", "ExportError", "export_bundle", "prefix_frontier"]
+
+CHUNK = 5000
+
+
+class ExportError(ValueError):
+    pass
+
+
+def product_version() -> str:
+    try:
+        return metadata.version("appliance-suite")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _describe_event(name: str) -> dict:
+    event_type = catalogue.get(name)
+    return {"description": event_type.description, "ocsf_class": event_type.ocsf_class,
+            "ocsf_class_name": event_type.ocsf_class_name, "ocsf_activity": event_type.ocsf_activity}
+
+
+def _hashes(first: int, last: int) -> list[str]:
+    return list(AuditRecord.objects.filter(sequence__gte=first, sequence__lte=last)
+                .order_by("sequence").values_list("hash", flat=True))
+
+
+def prefix_frontier(size: int) -> list[tuple[int, bytes]]:
+    """The Merkle frontier of the first `size` records, from the nearest tombstone or checkpoint at
+    or before it plus the records after that."""
+    tombstone = AuditTombstone.objects.filter(last_sequence__lte=size).order_by("-last_sequence").first()
+    start, frontier = (tombstone.last_sequence, tombstone.frontier) if tombstone else (0, [])
+    anchor = (AuditCheckpoint.objects.filter(tree_size__gt=start, tree_size__lte=size)
+              .order_by("-tree_size").first())
+    if anchor is not None:
+        start, frontier = anchor.tree_size, anchor.frontier
+    result = merkle.frontier_from_json(frontier)
+    if anchor is not None and merkle.frontier_root(result).hex() != anchor.root_hash:
+        raise ExportError(f"the stored frontier of {anchor} does not match its signed root: "
+                          "run `manage.py audit verify --database`")
+    hashes = _hashes(start + 1, size)
+    if len(hashes) != size - start:
+        raise ExportError(f"records #{start + 1}..#{size} are incomplete in the database: "
+                          "run `manage.py audit verify --database`")
+    merkle.frontier_extend(result, [chain.merkle_leaf(h) for h in hashes])
+    return result
+
+
+def _range(since: datetime | None, until: datetime | None) -> tuple[int, int]:
+    records = AuditRecord.objects.all()
+    if since is not None:
+        records = records.filter(timestamp__gte=since)
+    if until is not None:
+        records = records.filter(timestamp__lt=until)
+    bounds = records.aggregate(first=Min("sequence"), last=Max("sequence"))
+    if bounds["first"] is None:
+        raise ExportError("the audit log holds no records in that time range")
+    return bounds["first"], bounds["last"]
+
+
+def _prepare_directory(out: Path) -> Path:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"out: {out} exists and is not an empty directory")
+    if not out.parent.is_dir():
+        raise ExportError(f"out: the directory {out.parent} does not exist")
+    staging = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(mode=0o700)
+    return staging
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datetime | None = None) -> dict:
+    """Write a bundle of the records with since <= timestamp < until (all when not given) to
+    `out_dir` (created; it must not exist or be empty) and return its manifest.
+
+    The range is the contiguous run of sequence numbers between the first and the last record in
+    that time window. A signed checkpoint covering its end is made if none exists yet. Records
+    `audit.export` (after the exported range). Nothing half-written is left: the bundle appears
+    under its name only once complete.
+    """
+    from .. import services
+
+    formatter = FORMATS.get(fmt)
+    if formatter is None:
+        raise ExportError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    if since is not None and until is not None and since >= until:
+        raise ExportError("since: must be earlier than until")
+    out = Path(out_dir)
+    first, last = _range(since, until)
+    anchor = covering_checkpoint(last) or make_checkpoint()
+    staging = _prepare_directory(out)
+    try:
+        manifest = _write(staging, formatter, first, last, anchor, since, until)
+        if out.exists():
+            out.rmdir()
+        os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    with transaction.atomic():
+        services.record("audit.export", target_type="audit.export", target_id=f"{first}-{last}",
+                        target_name=str(out), details={
+                            "format": fmt, "first_sequence": first, "last_sequence": last,
+                            "count": manifest["range"]["count"],
+                            "since": chain.format_timestamp(since) if since else None,
+                            "until": chain.format_timestamp(until) if until else None,
+                            "manifest_sha256": hashlib.sha256((out / MANIFEST_NAME).read_bytes()).hexdigest()})
+    return manifest
+
+
+def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpoint, since, until) -> dict:
+    key = signing.load_signing_key()
+    context = ExportContext(product_version=product_version(), host=socket.gethostname(),
+                            resolve=_describe_event)
+    prefix = prefix_frontier(first - 1)
+    records_path = staging / RECORDS_NAME
+    display_path = staging / f"records.{formatter.extension}"
+    separate_display = formatter.name != "jsonl"
+    digests: list[bytes] = []
+    first_prev = first_hash = last_hash = None
+    expected = first
+    rows = (AuditRecord.objects.filter(sequence__gte=first, sequence__lte=last).order_by("sequence")
+            .values_list(*PAYLOAD_COLUMNS, "hash").iterator(chunk_size=CHUNK))
+    with records_path.open("wb", buffering=1 << 20) as records_file, \
+            (display_path.open("wb", buffering=1 << 20) if separate_display else nullcontext()) as display:
+        if separate_display:
+            display.write(formatter.header(context))
+        for row in rows:
+            payload = payload_from_values(row[:-1])
+            record_hash = row[-1]
+            if payload["sequence"] != expected:
+                raise ExportError(f"record #{expected} is missing from the database: "
+                                  "run `manage.py audit verify --database`")
+            payload_bytes = chain.canonical(payload)
+            records_file.write(chain.export_line(payload_bytes, record_hash))
+            if separate_display:
+                display.write(formatter.line(payload, record_hash, context))
+            else:
+                context.event_type(payload["event"])
+            digests.append(bytes.fromhex(record_hash))
+            if first_prev is None:
+                first_prev, first_hash = payload["prev_hash"], record_hash
+            last_hash = record_hash
+            expected += 1
+    if expected != last + 1:
+        raise ExportError(f"records #{expected}..#{last} are missing from the database: "
+                          "run `manage.py audit verify --database`")
+    leaves = [hashlib.sha256(b"\x00" + d).digest() for d in digests]
+    frontier = list(prefix)
+    merkle.frontier_extend(frontier, leaves)
+    if anchor.tree_size > last:
+        from ..proofs import _tree_for
+
+        proof = merkle.consistency_proof(last, anchor.tree_size, _tree_for(last - 1, anchor.tree_size))
+    else:
+        proof = []
+    (staging / PUBLIC_KEY_NAME).write_text(key.public_pem())
+    files = {"records": {"name": RECORDS_NAME, "sha256": _sha256_file(records_path)}}
+    files["display"] = ({"name": display_path.name, "sha256": _sha256_file(display_path)} if separate_display
+                        else files["records"])
+    checkpoints = AuditCheckpoint.objects.filter(tree_size__gte=first, tree_size__lte=anchor.tree_size)
+    manifest = {
+        "type": chain.MANIFEST_TYPE,
+        "format": formatter.name,
+        "created": chain.format_timestamp(timezone.now()),
+        "source": {"product": "appliance-suite", "version": context.product_version, "host": context.host},
+        "range": {
+            "first_sequence": first, "last_sequence": last, "count": last - first + 1,
+            "first_prev_hash": first_prev, "first_hash": first_hash, "last_hash": last_hash,
+            "root_hash": level_root(leaves).hex(),
+            "since": chain.format_timestamp(since) if since else None,
+            "until": chain.format_timestamp(until) if until else None,
+        },
+        "tree": {
+            "prefix_frontier": merkle.frontier_to_json(prefix),
+            "size": last,
+            "root_hash": merkle.frontier_root(frontier).hex(),
+            "checkpoint_tree_size": anchor.tree_size,
+            "checkpoint_root_hash": anchor.root_hash,
+            "consistency_proof": [node.hex() for node in proof],
+        },
+        "checkpoints": [c.signed() for c in checkpoints.order_by("tree_size")],
+        "tombstones": [t.signed() for t in AuditTombstone.objects.order_by("first_sequence")],
+        "key_id": key.key_id,
+        "public_key": PUBLIC_KEY_NAME,
+        "files": files,
+        "event_types": context.event_types,
+    }
+    manifest["signature"] = key.sign(chain.signed_statement(manifest))
+    (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                                         encoding="utf-8")
+    return manifest

@@ -1,0 +1,172 @@
+"""`manage.py audit`: export, verify, checkpoint, public-key, retention. Thin wrappers around the
+audit services.
+
+`audit verify PATH` runs with no database at all: no system checks, no queries, and it asks the
+command recorder not to write a `cli.command` record (`audit_record_invocation = False`).
+"""
+
+import argparse
+import getpass
+import sys
+from datetime import UTC, datetime
+
+from django.contrib.auth import authenticate
+from django.core.management.base import BaseCommand, CommandError
+
+
+def parse_moment(text: str) -> datetime:
+    """ISO 8601 date or date-time; without an offset it is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 date or date-time (2026-01-31 or 2026-01-31T12:00:00Z)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class Command(BaseCommand):
+    help = "The audit log: export bundles, verify them offline or verify the live log, checkpoints, retention."
+    requires_system_checks = []
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="subcommand", required=True)
+        export = sub.add_parser("export", help="write an export bundle (records, manifest, public key)")
+        export.add_argument("--format", required=True, choices=["jsonl", "cef", "syslog", "ocsf", "csv"])
+        export.add_argument("--out", required=True, help="bundle directory to create")
+        export.add_argument("--since", type=parse_moment, help="first instant included (ISO 8601)")
+        export.add_argument("--until", type=parse_moment, help="first instant excluded (ISO 8601)")
+
+        verify = sub.add_parser("verify", help="verify an export bundle offline, or the live log with --database")
+        verify.add_argument("path", nargs="?", help="bundle directory")
+        verify.add_argument("--public-key", help="PEM file of the trusted audit key (default: the bundle's own)")
+        verify.add_argument("--database", action="store_true", help="verify the live log instead of a bundle")
+
+        sub.add_parser("checkpoint", help="sign a checkpoint of the log as it is now")
+        public_key = sub.add_parser("public-key", help="print or write the audit public key (PEM)")
+        public_key.add_argument("--out", help="file to write instead of printing")
+
+        retention = sub.add_parser("retention", help="archive old records under dual control")
+        actions = retention.add_subparsers(dest="action", required=True)
+        for name, text in (("request", "ask to archive records older than a cut-off"),
+                           ("approve", "approve a request (a different Administrator)"),
+                           ("archive", "carry out an approved request")):
+            action = actions.add_parser(name, help=text)
+            action.add_argument("--user", required=True, help="the Administrator acting")
+            action.add_argument("--password-file", help="file holding the Administrator's password (first line); "
+                                "asked for on the terminal otherwise")
+            if name == "request":
+                action.add_argument("--cutoff", required=True, type=parse_moment,
+                                    help="records before this instant are archived")
+                action.add_argument("--bundle", required=True, help="verified export bundle of exactly that range")
+            else:
+                action.add_argument("id", type=int, help="retention request number")
+        actions.add_parser("list", help="list retention requests")
+
+    @staticmethod
+    def _offline(options) -> bool:
+        return options.get("subcommand") == "verify" and not options.get("database")
+
+    def run_from_argv(self, argv):
+        self.audit_record_invocation = not (len(argv) > 2 and argv[2] == "verify" and "--database" not in argv)
+        return super().run_from_argv(argv)
+
+    def execute(self, *args, **options):
+        if self._offline(options):
+            self.audit_record_invocation = False
+        return super().execute(*args, **options)
+
+    def handle(self, *args, subcommand, **options):
+        return getattr(self, f"handle_{subcommand.replace('-', '_')}")(**options)
+
+    def handle_export(self, *, format, out, since=None, until=None, **options):
+        from appliance.audit.export import ExportError, export_bundle
+
+        try:
+            manifest = export_bundle(out, format, since=since, until=until)
+        except ExportError as exc:
+            raise CommandError(str(exc)) from exc
+        span = manifest["range"]
+        self.stdout.write(f"exported records #{span['first_sequence']}..#{span['last_sequence']} "
+                          f"({span['count']}) as {format} to {out}; key {manifest['key_id']}")
+
+    def handle_verify(self, *, path=None, public_key=None, database=False, **options):
+        if database:
+            if path:
+                raise CommandError("give a bundle PATH or --database, not both")
+            from appliance.audit.verify_database import verify_database
+
+            result = verify_database()
+        else:
+            if not path:
+                raise CommandError("give a bundle PATH, or --database for the live log")
+            from appliance.audit.verify import verify_bundle
+
+            result = verify_bundle(path, public_key)
+        for note in result.notes:
+            self.stderr.write(note)
+        if result.ok:
+            self.stdout.write(f"{result.summary()} ({result.seconds:.2f} s)")
+            return
+        self.stderr.write(result.summary())
+        sys.exit(1)
+
+    def handle_checkpoint(self, **options):
+        from appliance.audit.checkpoints import make_checkpoint
+
+        try:
+            checkpoint = make_checkpoint()
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"checkpoint #{checkpoint.tree_size} root {checkpoint.root_hash} key {checkpoint.key_id}")
+
+    def handle_public_key(self, *, out=None, **options):
+        from appliance.audit.signing import load_signing_key
+
+        key = load_signing_key()
+        if out:
+            with open(out, "w") as handle:
+                handle.write(key.public_pem())
+            self.stdout.write(f"public key {key.key_id} written to {out}")
+        else:
+            self.stdout.write(key.public_pem().rstrip("\n"))
+
+    def _administrator(self, username: str, password_file: str | None):
+        if password_file:
+            try:
+                with open(password_file) as handle:
+                    password = handle.readline().rstrip("\n")
+            except OSError as exc:
+                raise CommandError(f"{password_file}: {exc.strerror}") from exc
+        else:
+            password = getpass.getpass(f"password of {username}: ")
+        user = authenticate(username=username, password=password)
+        if user is None:
+            raise CommandError(f"user: {username!r}: wrong username or password")
+        return user
+
+    def handle_retention(self, *, action, **options):
+        from appliance.audit import retention
+
+        if action == "list":
+            for request in retention.list_requests():
+                approved = f", approved by {request.approved_by_username}" if request.approved_by_username else ""
+                self.stdout.write(f"#{request.pk} {request.state}: records #{request.first_sequence}.."
+                                  f"#{request.last_sequence} ({request.count}) before {request.cutoff.isoformat()}, "
+                                  f"asked by {request.requested_by_username}{approved}")
+            return
+        user = self._administrator(options["user"], options.get("password_file"))
+        try:
+            if action == "request":
+                request = retention.request_retention(user, options["cutoff"], options["bundle"])
+                self.stdout.write(f"retention request #{request.pk}: records #{request.first_sequence}.."
+                                  f"#{request.last_sequence} ({request.count}); a second Administrator must approve")
+            elif action == "approve":
+                request = retention.approve_retention(options["id"], user)
+                self.stdout.write(f"retention request #{request.pk} approved")
+            else:
+                tombstone = retention.archive_retention(options["id"], user)
+                self.stdout.write(f"archived records #{tombstone.first_sequence}..#{tombstone.last_sequence} "
+                                  f"({tombstone.count}); tombstone root {tombstone.range_root}")
+        except retention.RetentionError as exc:
+            raise CommandError(str(exc)) from exc

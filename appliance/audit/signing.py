@@ -1,0 +1,127 @@
+"""The audit signing key: Ed25519, in a file outside the database (settings.AUDIT_SIGNING_KEY_FILE).
+
+Someone who can rewrite the database cannot forge a checkpoint, a tombstone or an export manifest
+without this file. The key id is the first 16 hex digits of SHA-256 over the raw 32-byte public key,
+so anyone holding the public key computes the same id.
+
+Verification helpers here need neither Django nor a database: the offline verifier uses them.
+"""
+
+import hashlib
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+ALGORITHM = "ed25519"
+
+
+class SigningKeyError(RuntimeError):
+    pass
+
+
+def key_id_of(public_key: Ed25519PublicKey) -> str:
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def public_key_pem(public_key: Ed25519PublicKey) -> str:
+    return public_key.public_bytes(serialization.Encoding.PEM,
+                                   serialization.PublicFormat.SubjectPublicKeyInfo).decode("ascii")
+
+
+def load_public_key_pem(data: bytes | str, where: str = "public key") -> Ed25519PublicKey:
+    if isinstance(data, str):
+        data = data.encode("ascii", "replace")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except ValueError as exc:
+        raise SigningKeyError(f"{where}: not a PEM public key ({exc})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise SigningKeyError(f"{where}: not an Ed25519 public key")
+    return key
+
+
+def verify_signature(public_key: Ed25519PublicKey, message: bytes, signature_hex: str) -> bool:
+    try:
+        public_key.verify(bytes.fromhex(signature_hex), message)
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    private_key: Ed25519PrivateKey
+    key_id: str
+    path: Path
+
+    @property
+    def public_key(self) -> Ed25519PublicKey:
+        return self.private_key.public_key()
+
+    def public_pem(self) -> str:
+        return public_key_pem(self.public_key)
+
+    def sign(self, message: bytes) -> str:
+        return self.private_key.sign(message).hex()
+
+
+_cache: dict[tuple[str, int, int], SigningKey] = {}
+_lock = threading.Lock()
+
+
+def _create(path: Path) -> None:
+    """Write a new key so that no reader ever sees a half-written file and two processes starting
+    at once end up with the same key: write a temporary file, then link it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".audit-key-")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(pem)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process won the race: its key is the key
+    finally:
+        os.unlink(tmp)
+
+
+def load_signing_key(path: Path | str | None = None) -> SigningKey:
+    """The signing key, created on first use (mode 0600)."""
+    if path is None:
+        from django.conf import settings
+
+        path = settings.AUDIT_SIGNING_KEY_FILE
+    path = Path(path)
+    with _lock:
+        if not path.exists():
+            _create(path)
+        stat = path.stat()
+        cache_key = (str(path), stat.st_mtime_ns, stat.st_ino)
+        cached = _cache.get(cache_key)
+        if cached is not None:
+            return cached
+        if stat.st_mode & 0o077:
+            raise SigningKeyError(f"{path}: the audit signing key is readable by others "
+                                  f"(mode {stat.st_mode & 0o777:o}); chmod 600 it")
+        try:
+            private_key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        except (ValueError, TypeError) as exc:
+            raise SigningKeyError(f"{path}: not an unencrypted PEM private key ({exc})") from None
+        if not isinstance(private_key, Ed25519PrivateKey):
+            raise SigningKeyError(f"{path}: not an Ed25519 private key")
+        key = SigningKey(private_key, key_id_of(private_key.public_key()), path)
+        _cache.clear()
+        _cache[cache_key] = key
+        return key

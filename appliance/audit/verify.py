@@ -1,0 +1,474 @@
+"""Verification of an exported bundle (offline: no database, no network, no Django settings) and of
+the live log.
+
+What is checked: every record's hash against its exact bytes, the chain links, sequence continuity,
+the Merkle tree (range root, the tree head at every signed checkpoint inside the range, the
+consistency proof to the checkpoint after it), the signatures of the manifest, checkpoints and
+tombstones. The first problem found is reported with its sequence number and one of the damage
+kinds below, told apart this way:
+
+- modified: a record whose bytes no longer match its hash, or a record whose hash was recomputed
+  (the next record's link breaks, or the signed tree head disagrees);
+- deleted: a gap in the sequence whose missing record appears nowhere;
+- inserted: a line that is not the record expected there while the expected one follows, a record
+  whose sequence number occurs twice, or one past the end of the range;
+- reordered: a gap whose missing record appears later;
+- truncated: fewer records than the manifest or a checkpoint says, or a last line cut short;
+- bad signature / unknown key: a signed statement that does not verify, or one signed by a key that
+  is not the one trusted.
+
+A bundle is checked on a fast path first: hashing the stored line bytes, reading the sequence and
+the link at known places, without parsing JSON. Any doubt sends it to the careful path, which
+parses every line and classifies.
+"""
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import chain, merkle, signing
+
+MODIFIED = "modified"
+DELETED = "deleted"
+INSERTED = "inserted"
+REORDERED = "reordered"
+TRUNCATED = "truncated"
+BAD_SIGNATURE = "bad signature"
+UNKNOWN_KEY = "unknown key"
+DAMAGE_KINDS = (MODIFIED, DELETED, INSERTED, REORDERED, TRUNCATED, BAD_SIGNATURE, UNKNOWN_KEY)
+
+MANIFEST_NAME = "manifest.json"
+PUBLIC_KEY_NAME = "public-key.pem"
+RECORDS_NAME = "records.jsonl"
+
+
+@dataclass
+class Finding:
+    kind: str
+    sequence: int | None
+    message: str
+    where: str = ""
+
+    def __str__(self):
+        at = f" at #{self.sequence}" if self.sequence is not None else ""
+        place = f" ({self.where})" if self.where else ""
+        return f"{self.kind}{at}: {self.message}{place}"
+
+
+@dataclass
+class VerificationResult:
+    findings: list[Finding] = field(default_factory=list)
+    records: int = 0
+    first_sequence: int | None = None
+    last_sequence: int | None = None
+    checkpoints: int = 0
+    tombstones: int = 0
+    key_id: str = ""
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def first(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def summary(self) -> str:
+        if self.ok:
+            span = f"#{self.first_sequence}..#{self.last_sequence}" if self.records else "no records"
+            return (f"intact: {self.records} records ({span}), {self.checkpoints} signed checkpoints, "
+                    f"{self.tombstones} tombstones, key {self.key_id}")
+        return f"DAMAGED: {self.first}"
+
+
+class Stop(Exception):
+    """Ends a verification at its first finding."""
+
+    def __init__(self, finding: Finding):
+        self.finding = finding
+
+
+# -- signed statements -----------------------------------------------------------------------------
+
+def check_statement(statement: dict, public_key, key_id: str, what: str, sequence: int | None) -> Finding | None:
+    if not isinstance(statement, dict) or "signature" not in statement:
+        return Finding(BAD_SIGNATURE, sequence, f"{what} carries no signature")
+    if statement.get("key_id") != key_id:
+        return Finding(UNKNOWN_KEY, sequence, f"{what} is signed by key {statement.get('key_id')!r}, "
+                                              f"the trusted key is {key_id}")
+    signature = statement["signature"]
+    try:
+        message = chain.signed_statement(chain.unsigned(statement))
+    except (TypeError, ValueError) as exc:
+        return Finding(BAD_SIGNATURE, sequence, f"{what} cannot be canonicalized ({exc})")
+    if not isinstance(signature, str) or not signing.verify_signature(public_key, message, signature):
+        return Finding(BAD_SIGNATURE, sequence, f"the signature of {what} does not verify")
+    return None
+
+
+# -- the careful path: parse every line, classify the first problem ---------------------------------
+
+@dataclass
+class _Line:
+    number: int
+    raw: bytes
+    intact: bool = False  # parsed, well-formed, canonical, and its hash matches its bytes
+    cut: bool = False  # the file's last line, unterminated, ending where the JSON needed more
+    sequence: int | None = None
+    prev_hash: str | None = None
+    hash: str | None = None
+
+
+def _examine(number: int, raw: bytes, is_last: bool) -> _Line:
+    line = _Line(number, raw)
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = raw[:-1] if raw.endswith(b"\n") else raw
+        line.cut = (is_last and not raw.endswith(b"\n") and isinstance(exc, json.JSONDecodeError)
+                    and exc.pos >= len(body.decode("utf-8", "replace").rstrip()))
+        return line
+    if not isinstance(obj, dict) or set(obj) != {"hash", "record"}:
+        return line
+    record, claimed = obj["record"], obj["hash"]
+    if not isinstance(record, dict) or set(record) != set(chain.PAYLOAD_FIELDS) or not isinstance(claimed, str):
+        return line
+    sequence, prev_hash = record.get("sequence"), record.get("prev_hash")
+    if type(sequence) is not int or not isinstance(prev_hash, str):
+        return line
+    line.sequence, line.prev_hash, line.hash = sequence, prev_hash, claimed
+    try:
+        payload_bytes = chain.canonical(record)
+    except (TypeError, ValueError):
+        return line
+    line.intact = (hashlib.sha256(payload_bytes).hexdigest() == claimed
+                   and raw == chain.export_line(payload_bytes, claimed))
+    return line
+
+
+def classify_lines(raw_lines: list[bytes], first_sequence: int, first_prev_hash: str, expected_count: int,
+                   where: str) -> tuple[Finding | None, list[_Line]]:
+    """The first problem in a records file, by kind and position (see the module's docstring)."""
+    lines = [_examine(i + 1, raw, i == len(raw_lines) - 1) for i, raw in enumerate(raw_lines)]
+    last_sequence = first_sequence + expected_count - 1
+    occurrences: dict[int, int] = {}
+    for line in lines:
+        if line.intact:
+            occurrences[line.sequence] = occurrences.get(line.sequence, 0) + 1
+    expected, prev = first_sequence, first_prev_hash
+
+    def at(line: _Line) -> str:
+        return f"{where}:{line.number}"
+
+    def is_expected(line: _Line | None) -> bool:
+        return line is not None and line.intact and line.sequence == expected and line.prev_hash == prev
+
+    for index, line in enumerate(lines):
+        following = lines[index + 1] if index + 1 < len(lines) else None
+        if line.intact and line.sequence == expected and line.prev_hash == prev and expected <= last_sequence:
+            expected, prev = expected + 1, line.hash
+            continue
+        if not line.intact:
+            if line.cut:
+                return Finding(TRUNCATED, expected, "the last line is cut short", at(line)), lines
+            if is_expected(following):
+                return Finding(INSERTED, expected, "a line that is no record of this log precedes it", at(line)), lines
+            return Finding(MODIFIED, expected, "the record's bytes do not match its hash", at(line)), lines
+        if line.sequence > last_sequence or line.sequence < first_sequence or occurrences[line.sequence] > 1:
+            if line.sequence == expected - 1:
+                return Finding(INSERTED, line.sequence, f"a second record claims #{line.sequence}", at(line)), lines
+            return Finding(INSERTED, expected, f"an extra record claiming #{line.sequence} is here", at(line)), lines
+        if line.sequence == expected:
+            if is_expected(following):
+                return Finding(INSERTED, expected, "a record that does not link here precedes it", at(line)), lines
+            if index == 0:
+                return Finding(MODIFIED, expected, "the first record does not link to the range's start",
+                               at(line)), lines
+            return Finding(MODIFIED, expected - 1, f"record #{expected - 1} was rewritten: #{expected} "
+                           "does not link to it", at(lines[index - 1])), lines
+        if line.sequence > expected:
+            later = any(other.intact and other.sequence == expected for other in lines[index + 1:])
+            if later:
+                return Finding(REORDERED, expected, f"#{line.sequence} comes where #{expected} belongs", at(line)), lines
+            return Finding(DELETED, expected, f"#{expected} is missing (the next line is #{line.sequence})",
+                           at(line)), lines
+        return Finding(REORDERED, expected, f"#{line.sequence} comes after #{expected - 1}", at(line)), lines
+    if expected <= last_sequence:
+        return Finding(TRUNCATED, expected, f"the records end at #{expected - 1}, the range at #{last_sequence}",
+                       where), lines
+    return None, lines
+
+
+# -- the fast path ----------------------------------------------------------------------------------
+
+_PREV_KEY = b'"prev_hash":"'
+_SEQUENCE_KEY = b'"sequence":'
+
+
+def _scan(handle, first_sequence: int, first_prev_hash: str):
+    """Hash and link-check every line without parsing it. Returns (digests, last hash) when every
+    line is a well-formed, self-consistent, correctly linked record, or None at the first doubt."""
+    sha256 = hashlib.sha256
+    prefix, middle = chain.LINE_PREFIX, chain.LINE_MIDDLE
+    offset = chain.PAYLOAD_OFFSET
+    prev = first_prev_hash.encode("ascii")
+    expected = first_sequence
+    digests = []
+    push = digests.append
+    for line in handle:
+        if line[:9] != prefix or line[73:offset] != middle or line[-2:] != b"}\n":
+            return None
+        claimed = line[9:73]
+        payload = line[offset:-2]
+        digest = sha256(payload).digest()
+        if digest.hex().encode() != claimed:
+            return None
+        # In canonical JSON no string holds an unescaped quote and the keys after prev_hash hold no
+        # object with free keys, so the last `"prev_hash":"` is the record's own; `"sequence":`
+        # follows it. Any other layout fails the hash check above or the careful path below.
+        at = payload.rfind(_PREV_KEY)
+        if at < 0 or payload[at + 13:at + 77] != prev:
+            return None
+        at = payload.find(_SEQUENCE_KEY, at)
+        end = payload.find(b",", at)
+        if at < 0 or payload[at + 11:end] != b"%d" % expected:
+            return None
+        prev = claimed
+        expected += 1
+        push(digest)
+    return digests, prev.decode("ascii")
+
+
+def leaves_of(digests: list[bytes]) -> list[bytes]:
+    sha256 = hashlib.sha256
+    return [sha256(b"\x00" + d).digest() for d in digests]
+
+
+def level_root(leaves: list[bytes]) -> bytes:
+    """MTH over leaf hashes, a level at a time: the same tree as RFC 6962's recursion (a left-full
+    tree), built with one list comprehension per level instead of a Python loop per leaf."""
+    if not leaves:
+        return merkle.EMPTY_ROOT
+    sha256 = hashlib.sha256
+    level = leaves
+    while len(level) > 1:
+        paired = [sha256(b"\x01" + a + b).digest() for a, b in zip(level[0::2], level[1::2], strict=False)]
+        if len(level) & 1:
+            paired.append(level[-1])
+        level = paired
+    return level[0]
+
+
+# -- bundles ----------------------------------------------------------------------------------------
+
+def _load_json(path: Path, what: str):
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise Stop(Finding(DELETED, None, f"{what} is missing", str(path))) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise Stop(Finding(MODIFIED, None, f"{what} is not valid JSON ({exc})", str(path))) from None
+
+
+def _manifest_field(manifest: dict, *keys, kind=None):
+    value = manifest
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            raise Stop(Finding(MODIFIED, None, f"manifest.json has no {'.'.join(keys)}", MANIFEST_NAME))
+        value = value[key]
+    if kind is not None and not isinstance(value, kind):
+        raise Stop(Finding(MODIFIED, None, f"manifest.json: {'.'.join(keys)} has the wrong type", MANIFEST_NAME))
+    return value
+
+
+def verify_bundle(path, public_key_file=None) -> VerificationResult:
+    """Verify an export bundle directory. Needs no database: only the files."""
+    started = time.perf_counter()
+    result = VerificationResult()
+    try:
+        _verify_bundle(Path(path), public_key_file, result)
+    except Stop as stop:
+        result.findings.insert(0, stop.finding)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _trusted_key(bundle: Path, public_key_file, result: VerificationResult):
+    if public_key_file is not None:
+        source = Path(public_key_file)
+        result.notes.append(f"signatures checked against {source}")
+    else:
+        source = bundle / PUBLIC_KEY_NAME
+        result.notes.append(f"signatures checked against the bundle's own {PUBLIC_KEY_NAME}; pass --public-key "
+                            "with a copy obtained independently to rule out a re-signed bundle")
+    try:
+        key = signing.load_public_key_pem(source.read_bytes(), str(source))
+    except FileNotFoundError:
+        raise Stop(Finding(UNKNOWN_KEY, None, "no public key to check signatures with", str(source))) from None
+    except signing.SigningKeyError as exc:
+        raise Stop(Finding(UNKNOWN_KEY, None, str(exc), str(source))) from None
+    return key, signing.key_id_of(key)
+
+
+def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) -> None:
+    if not bundle.is_dir():
+        raise Stop(Finding(DELETED, None, "no bundle directory here", str(bundle)))
+    manifest = _load_json(bundle / MANIFEST_NAME, MANIFEST_NAME)
+    if not isinstance(manifest, dict) or manifest.get("type") != chain.MANIFEST_TYPE:
+        raise Stop(Finding(MODIFIED, None, f"not an audit export manifest (type {chain.MANIFEST_TYPE})",
+                            MANIFEST_NAME))
+    public_key, key_id = _trusted_key(bundle, public_key_file, result)
+    result.key_id = key_id
+
+    problem = check_statement(manifest, public_key, key_id, "the manifest", None)
+    if problem:
+        problem.where = MANIFEST_NAME
+        raise Stop(problem)
+
+    first_sequence = _manifest_field(manifest, "range", "first_sequence", kind=int)
+    last_sequence = _manifest_field(manifest, "range", "last_sequence", kind=int)
+    count = _manifest_field(manifest, "range", "count", kind=int)
+    first_prev = _manifest_field(manifest, "range", "first_prev_hash", kind=str)
+    checkpoints = _manifest_field(manifest, "checkpoints", kind=list)
+    tombstones = _manifest_field(manifest, "tombstones", kind=list)
+    prefix = merkle.frontier_from_json(_manifest_field(manifest, "tree", "prefix_frontier", kind=list))
+    result.first_sequence, result.last_sequence = first_sequence, last_sequence
+
+    for statement in checkpoints:
+        problem = check_statement(statement, public_key, key_id, f"checkpoint #{statement.get('tree_size')}",
+                                  statement.get("tree_size"))
+        if problem:
+            problem.where = MANIFEST_NAME
+            raise Stop(problem)
+    for statement in tombstones:
+        problem = check_statement(statement, public_key, key_id,
+                                  f"tombstone #{statement.get('first_sequence')}..#{statement.get('last_sequence')}",
+                                  statement.get("first_sequence"))
+        if problem:
+            problem.where = MANIFEST_NAME
+            raise Stop(problem)
+    result.checkpoints, result.tombstones = len(checkpoints), len(tombstones)
+    _check_start(first_sequence, first_prev, prefix, tombstones)
+
+    records_path = bundle / RECORDS_NAME
+    if not records_path.exists():
+        raise Stop(Finding(DELETED, None, f"{RECORDS_NAME} is missing", str(records_path)))
+    with records_path.open("rb", buffering=1 << 20) as handle:
+        scanned = _scan(handle, first_sequence, first_prev)
+    if scanned is None:
+        raw_lines = records_path.read_bytes().splitlines(keepends=True)
+        finding, _lines = classify_lines(raw_lines, first_sequence, first_prev, count, RECORDS_NAME)
+        if finding is None:
+            finding = Finding(MODIFIED, None, "a line is not in the canonical export form", RECORDS_NAME)
+        raise Stop(finding)
+    digests, last_hash = scanned
+    result.records = len(digests)
+    if len(digests) < count:
+        raise Stop(Finding(TRUNCATED, first_sequence + len(digests),
+                            f"{len(digests)} records, the manifest says {count}", RECORDS_NAME))
+    if len(digests) > count:
+        raise Stop(Finding(INSERTED, first_sequence + count,
+                            f"{len(digests)} records, the manifest says {count}", RECORDS_NAME))
+    _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequence, last_sequence)
+    _check_display_file(bundle, manifest, digests, first_sequence)
+
+
+def _check_start(first_sequence: int, first_prev: str, prefix, tombstones: list) -> None:
+    """Where the range starts must be explained: at the genesis, after a tombstone, or after a prefix
+    the signed tree heads vouch for (checked with the Merkle tree)."""
+    if merkle.frontier_size(prefix) != first_sequence - 1:
+        raise Stop(Finding(MODIFIED, first_sequence, "the manifest's prefix frontier does not end before the range",
+                            MANIFEST_NAME))
+    if first_sequence == 1 and first_prev != chain.GENESIS_HASH:
+        raise Stop(Finding(MODIFIED, 1, "the first record of the log does not start from the genesis hash",
+                            RECORDS_NAME))
+    for tombstone in tombstones:
+        if tombstone.get("last_sequence") == first_sequence - 1:
+            if tombstone.get("last_hash") != first_prev:
+                raise Stop(Finding(MODIFIED, first_sequence, "the first record does not link to the tombstone "
+                                    "before it", RECORDS_NAME))
+            if merkle.frontier_from_json(tombstone.get("frontier")) != prefix:
+                raise Stop(Finding(MODIFIED, first_sequence, "the tombstone's frontier and the manifest's differ",
+                                    MANIFEST_NAME))
+
+
+def _rewritten(first_sequence: int, bad_size: int, checkpoints: list, why: str) -> Stop:
+    earlier = [c["tree_size"] for c in checkpoints if first_sequence <= c["tree_size"] < bad_size]
+    start = (max(earlier) + 1) if earlier else first_sequence
+    return Stop(Finding(MODIFIED, start, f"the records #{start}..#{bad_size} were rewritten: {why}", RECORDS_NAME))
+
+
+def _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequence, last_sequence) -> None:
+    leaves = leaves_of(digests)
+    range_root = level_root(leaves)
+    if range_root.hex() != manifest.get("range", {}).get("root_hash"):
+        raise _rewritten(first_sequence, last_sequence, checkpoints, "the range's Merkle root differs from the manifest")
+    if manifest["range"].get("last_hash") != last_hash:
+        raise Stop(Finding(MODIFIED, last_sequence, "the last record's hash differs from the manifest", RECORDS_NAME))
+    inside = sorted((c for c in checkpoints if first_sequence <= c["tree_size"] <= last_sequence),
+                    key=lambda c: c["tree_size"])
+    frontier = list(prefix)
+    done = first_sequence - 1
+    for statement in inside:
+        size = statement["tree_size"]
+        merkle.frontier_extend(frontier, leaves[done - first_sequence + 1:size - first_sequence + 1])
+        done = size
+        if merkle.frontier_root(frontier).hex() != statement["root_hash"] \
+                or digests[size - first_sequence].hex() != statement["last_hash"]:
+            raise _rewritten(first_sequence, size, checkpoints, f"signed checkpoint #{size} disagrees")
+    merkle.frontier_extend(frontier, leaves[done - first_sequence + 1:])
+    tree_root = merkle.frontier_root(frontier)
+    tree = manifest.get("tree", {})
+    if tree.get("size") != last_sequence or tree.get("root_hash") != tree_root.hex():
+        raise _rewritten(first_sequence, last_sequence, checkpoints, "the tree head differs from the manifest")
+    anchor_size = tree.get("checkpoint_tree_size")
+    anchor = next((c for c in checkpoints if c["tree_size"] == anchor_size), None)
+    if anchor is None or anchor_size < last_sequence:
+        raise Stop(Finding(TRUNCATED, last_sequence + 1, "no signed checkpoint covers the end of the range",
+                            MANIFEST_NAME))
+    try:
+        merkle.verify_consistency(last_sequence, anchor_size, tree_root, bytes.fromhex(anchor["root_hash"]),
+                                  [bytes.fromhex(h) for h in tree.get("consistency_proof", [])])
+    except (merkle.ProofError, ValueError) as exc:
+        raise _rewritten(first_sequence, last_sequence, checkpoints, f"not consistent with checkpoint "
+                         f"#{anchor_size}: {exc}") from None
+
+
+def _check_display_file(bundle: Path, manifest: dict, digests, first_sequence: int) -> None:
+    display = manifest.get("files", {}).get("display")
+    if not display or display.get("name") == RECORDS_NAME:
+        return
+    path = bundle / display["name"]
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise Stop(Finding(DELETED, None, f"{display['name']} is missing", str(path))) from None
+    if hashlib.sha256(data).hexdigest() == display.get("sha256"):
+        return
+    from .export.formats import FORMATS, ExportContext
+
+    formatter = FORMATS.get(manifest.get("format"))
+    if formatter is None:
+        raise Stop(Finding(MODIFIED, None, f"{display['name']} differs from the manifest's digest", str(path)))
+    # Locate the first differing record by rendering the verified records again.
+    context = ExportContext.from_manifest(manifest)
+    rendered = formatter.header(context)
+    position = len(rendered)
+    if data[:position] != rendered:
+        raise Stop(Finding(MODIFIED, None, f"the header of {display['name']} was changed", str(path)))
+    with (bundle / RECORDS_NAME).open("rb") as handle:
+        for offset, line in enumerate(handle):
+            payload = json.loads(line)["record"]
+            text = formatter.line(payload, json.loads(line)["hash"], context)
+            if data[position:position + len(text)] != text:
+                raise Stop(Finding(MODIFIED, first_sequence + offset,
+                                    f"the {manifest.get('format')} line of this record differs from the record",
+                                    str(path)))
+            position += len(text)
+    if position != len(data):
+        raise Stop(Finding(INSERTED, None, f"{display['name']} has content after the last record", str(path)))
+    raise Stop(Finding(MODIFIED, None, f"{display['name']} differs from the manifest's digest", str(path)))
