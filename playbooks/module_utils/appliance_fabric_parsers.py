@@ -258,8 +258,11 @@ def parse_dcgmi_diag(text):
         match = re.match(r"^\|\s*([^|]+?)\s*\|\s*([^|]*?)\s*\|$", line)
         if not match or section in ("", "Metadata") or match.group(1) == "Diagnostic":
             continue
-        name, result = match.group(1), match.group(2)
-        if not result and rows:
+        name, result = match.group(1).strip(), match.group(2)
+        if not name:
+            if rows and result:
+                # A continuation row: the failing GPU and why, kept with its test.
+                rows[-1] = (rows[-1][0], f"{rows[-1][1]} ({result})")
             continue
         rows.append((name, result))
     if not rows:

@@ -1,0 +1,154 @@
+"""The parsers behind the fabric, gpudirect, storage and acceptance modules, on the tools' real formats."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "playbooks" / "module_utils"))
+
+import appliance_fabric_parsers as parsers  # noqa: E402
+
+IBSTAT = """CA 'mlx5_0'
+\tCA type: MT4129
+\tNumber of ports: 1
+\tFirmware version: 28.39.1002
+\tHardware version: 0
+\tNode GUID: 0x946DAE0300D2A0D2
+\tSystem image GUID: 0x946dae0300d2a0d2
+\tPort 1:
+\t\tState: Active
+\t\tPhysical state: LinkUp
+\t\tRate: 400
+\t\tBase lid: 5
+\t\tLMC: 0
+\t\tSM lid: 1
+\t\tCapability mask: 0xa651e848
+\t\tPort GUID: 0x946dae0300d2a0d2
+\t\tLink layer: InfiniBand
+CA 'mlx5_1'
+\tCA type: MT4129
+\tNumber of ports: 1
+\tPort 1:
+\t\tState: Down
+\t\tPhysical state: Polling
+\t\tRate: 10
+\t\tLink layer: InfiniBand
+"""
+
+TOPO = """\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
+GPU0\t X \tNV18\tPIX\tSYS\t0-55,112-167\t0\t\tN/A
+GPU1\tNV18\t X \tSYS\tPIX\t56-111,168-223\t1\t\tN/A
+NIC0\tPIX\tSYS\t X \tSYS
+NIC1\tSYS\tPIX\tSYS\t X
+
+Legend:
+
+  X    = Self
+  PIX  = Connection traversing at most a single PCIe bridge
+
+NIC Legend:
+
+  NIC0: mlx5_0
+  NIC1: mlx5_1
+"""
+
+GDSCHECK_OK = """ GDS release version: 1.9.1.3
+ nvidia_fs version:  2.20 libcufile version: 2.12
+ =====================
+ DRIVER CONFIGURATION:
+ =====================
+ DDN EXAScaler      : Supported
+ NFS                : Supported
+ BeeGFS             : Unsupported
+ --Mellanox PeerDirect : Enabled
+ --rdma_device_status  : Up: 8 Down: 0
+ =========
+ GPU INFO:
+ =========
+ GPU index 0 NVIDIA H100 80GB HBM3 bar:1 bar size (MiB):131072 supports GDS, IOMMU State: Disabled
+ ==============
+ PLATFORM INFO:
+ ==============
+ IOMMU: Pass-through or disabled
+ ACS: disabled on all PCIe bridges
+ Platform verification succeeded
+"""
+
+
+def test_ibstat_ports():
+    cas = parsers.parse_ibstat(IBSTAT)
+    assert cas["mlx5_0"]["ports"][1] == {"state": "Active", "physical_state": "LinkUp", "rate_gbps": 400,
+                                         "port_guid": "0x946dae0300d2a0d2", "link_layer": "InfiniBand"}
+    assert cas["mlx5_0"]["node_guid"] == "0x946dae0300d2a0d2"
+    assert cas["mlx5_1"]["ports"][1]["state"] == "Down"
+    with pytest.raises(parsers.ParseError, match="no CA"):
+        parsers.parse_ibstat("ibwarn: no devices\n")
+
+
+def test_topology_affinity_and_contradiction():
+    matrix = parsers.parse_topo_matrix(TOPO)
+    assert matrix["gpus"][0] == {"mlx5_0": "PIX", "mlx5_1": "SYS"}
+    assert parsers.affinity(matrix, {0: "mlx5_0", 1: "mlx5_1"}) == ({0: "mlx5_0", 1: "mlx5_1"}, [])
+    found, problems = parsers.affinity(matrix, {0: "mlx5_1", 1: "mlx5_1"})
+    assert found[0] == "mlx5_0"
+    assert problems == ["GPU 0: nearest NIC is mlx5_0 (PIX), the platform expects mlx5_1 (connection SYS)"]
+    # drivers before the NIC legend name the devices in the header
+    older = TOPO.replace("NIC0", "mlx5_0").replace("NIC1", "mlx5_1").split("NIC Legend")[0]
+    assert parsers.parse_topo_matrix(older)["gpus"][1] == {"mlx5_0": "SYS", "mlx5_1": "PIX"}
+
+
+def test_gdscheck_findings():
+    report = parsers.parse_gdscheck(GDSCHECK_OK)
+    assert report["verified"] is True and report["nvidia_fs"] == "2.20"
+    assert parsers.gdscheck_problems(report, ["lustre", "nfs-rdma"]) == []
+    assert parsers.gdscheck_problems(report, ["beegfs"]) == ["BeeGFS (beegfs) is Unsupported, not Supported"]
+    broken = (GDSCHECK_OK.replace("ACS: disabled on all PCIe bridges", "ACS: enabled on 2 PCIe bridge(s): 0000:17:00.0")
+              .replace("Platform verification succeeded", "Platform verification error :\n   ACS is enabled")
+              .replace("nvidia_fs version:  2.20", "nvidia_fs version:  not loaded"))
+    problems = parsers.gdscheck_problems(parsers.parse_gdscheck(broken))
+    assert problems[0] == "platform verification did not succeed (ACS is enabled)"
+    assert any(p.startswith("PCIe ACS is enabled") for p in problems)
+    assert "nvidia_fs is not loaded (no nvidia_fs version)" in problems
+    iommu = parsers.parse_gdscheck(GDSCHECK_OK.replace("IOMMU: Pass-through or disabled", "IOMMU: enabled"))
+    assert parsers.gdscheck_problems(iommu)[0].startswith("IOMMU is enabled")
+
+
+def test_benchmark_outputs():
+    nccl = "#   8589934592 2147483648 float sum -1 36000 238.6 478.7 0\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 478.7135\n"
+    assert parsers.parse_nccl_busbw(nccl) == 478.7135
+    with pytest.raises(parsers.ParseError, match="out-of-bounds"):
+        parsers.parse_nccl_busbw(nccl.replace("values : 0", "values : 3"))
+    perftest = (" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+                " 65536      5000             392.61             392.55               0.748718\n")
+    assert parsers.parse_ib_write_bw(perftest) == 392.55
+    with pytest.raises(parsers.ParseError):
+        parsers.parse_ib_write_bw(" Unable to Connect the HCA's through the link\n")
+    dcgm = """+---------------------------+------------------------------------------------+
+| Diagnostic                | Result                                         |
++===========================+================================================+
+|-----  Metadata  ----------+------------------------------------------------|
+| DCGM Version              | 3.3.7                                          |
+|-----  Deployment  --------+------------------------------------------------|
+| Denylist                  | Pass                                           |
+| Persistence Mode          | Fail                                           |
+|                           | GPU 3: persistence mode is disabled            |
++---------------------------+------------------------------------------------+
+"""
+    assert parsers.parse_dcgmi_diag(dcgm) == [("Denylist", "Pass"),
+                                              ("Persistence Mode", "Fail (GPU 3: persistence mode is disabled)")]
+
+
+def test_mounts_fio_and_xids():
+    findmnt = json.dumps({"filesystems": [{"target": "/", "source": "/dev/sda1", "fstype": "ext4", "options": "rw",
+                                           "children": [{"target": "/mnt/scratch", "source": "10.10.1.1@o2ib:/scratch",
+                                                         "fstype": "lustre", "options": "rw,flock,noatime"}]}]})
+    mounts = parsers.parse_findmnt(findmnt)
+    assert mounts["/mnt/scratch"]["options"] == ["rw", "flock", "noatime"]
+    assert parsers.missing_options(["_netdev", "flock", "noatime"], mounts["/mnt/scratch"]["options"]) == []
+    assert parsers.missing_options(["nconnect=8"], ["rw", "proto=rdma"]) == ["nconnect=8"]
+    fio = json.dumps({"jobs": [{"jobname": "x", "error": 0, "read": {"bw_bytes": 21400000000}, "write": {"bw_bytes": 0}}]})
+    assert parsers.parse_fio("note: both iodepth >= 1\n" + fio) == {"read_mbps": 21400.0, "write_mbps": 0.0}
+    log = "[  12.3] NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n[  1.0] other\n"
+    assert parsers.parse_xids(log) == [{"pci": "0000:18:00", "xid": 79, "text": "pid=0, GPU has fallen off the bus."}]
