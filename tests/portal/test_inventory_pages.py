@@ -53,7 +53,7 @@ def test_node_detail_shows_gpus_ports_bmc_and_pool(client_for, inventory):
     assert "mlx5_7" in html and "400 Gb/s" in html and "GPU 7" in html and "Active" in html
     assert "https://127.0.0.1:8001/redfish/v1/" in html and ">root<" in html
     assert 'TLS verification</th><td><span class="state state-failed">off</span>' in html
-    assert 'data-testid="node-pool">training' in html
+    assert 'data-testid="node-pool">training <span class="muted">(training: slurm, exclusive GPUs)' in html
 
 
 @pytest.mark.parametrize("role", Role.values)
@@ -142,3 +142,9 @@ def test_upload_without_a_file_or_with_binary(importer):
     assert b"Choose a site definition file." in importer.post("/inventory/site/import/", {}).content
     response = importer.post("/inventory/site/import/", {"file": SimpleUploadedFile("x.yml", b"\xff\xfe\x00")})
     assert b"not UTF-8 text" in response.content
+
+
+def test_overview_links_node_states_to_the_filtered_list(client_for, inventory):
+    html = client_for(Role.VIEWER).get("/").content.decode()
+    assert 'href="/inventory/nodes/?state=maintenance"' in html
+    assert "demo" in html and "3 nodes" in html
