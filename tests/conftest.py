@@ -31,3 +31,23 @@ def client_for(users):
         return client
 
     return make
+
+
+@pytest.fixture(autouse=True, scope="session")
+def audit_triggers_step_aside_for_flush():
+    """pytest-django empties the database after a transactional test with a flush, which the audit
+    log's append-only triggers refuse (they reject DELETE and TRUNCATE). Around that flush only, and
+    only in the test suite, the triggers are taken away and put back, as a table owner could."""
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    from appliance.audit import triggers
+
+    original = BaseDatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):
+        with triggers.suspended(self.connection):
+            return original(self, sql_list)
+
+    BaseDatabaseOperations.execute_sql_flush = execute_sql_flush
+    yield
+    BaseDatabaseOperations.execute_sql_flush = original

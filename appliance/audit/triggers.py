@@ -73,6 +73,7 @@ def _postgres_triggers() -> list[str]:
 
 
 def install(connection) -> None:
+    uninstall(connection)  # idempotent: whatever was there is replaced by the current definitions
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             for sql in _SQLITE_TRIGGERS.values():
