@@ -1,0 +1,286 @@
+"""The simulated appliance's service functions: what the bootstrap, the management command and the
+tests call. See PROVISIONING-INTERFACES.md, sections 1 and 5, and DESIGN.md "The simulated appliance".
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from ruamel.yaml import YAML
+
+from appliance import audit
+
+from . import bmc, hardware, nvml
+from . import state as node_state
+from .tools import COMMANDS
+
+FAULT_KINDS = {
+    "gpu_missing": ("index",),
+    "port_down": ("device",),
+    "port_rate": ("device", "rate_gbps"),
+    "module_missing": ("module",),
+    "bandwidth_low": ("test", "value"),
+    "mount_fails": ("mount_point",),
+    "bmc_wrong_password": (),
+    "bmc_down": (),
+    "task_fails": ("tool",),
+}
+NUMERIC_PARAMETERS = {"index": int, "rate_gbps": int, "value": float}
+RUNNER = Path(__file__).resolve().parent / "tools" / "runner.py"
+
+# Files a factory Ubuntu image has that the stages read or extend.
+FACTORY_FILES = {
+    "etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR="Ubuntu"\n'
+                        'GRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\nGRUB_CMDLINE_LINUX=""\n',
+    "etc/os-release": 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\n'
+                      'ID_LIKE=debian\nVERSION_CODENAME=jammy\n',
+    "etc/security/limits.conf": "# /etc/security/limits.conf\n",
+    "etc/fstab": "/dev/mapper/vg0-root / ext4 errors=remount-ro 0 1\n",
+}
+FACTORY_DIRECTORIES = ("etc/default/grub.d", "etc/modprobe.d", "etc/modules-load.d", "etc/sysctl.d",
+                       "etc/systemd/system", "etc/security/limits.d", "etc/chrony", "mnt", "tmp", "var/log")
+
+
+class SimulationError(Exception):
+    pass
+
+
+def bin_dir() -> Path:
+    return Path(settings.SIMULATION_DIR) / "bin"
+
+
+def default_sysroot(node) -> Path:
+    return Path(settings.SIMULATION_DIR) / "nodes" / node.name
+
+
+def ensure_credentials() -> None:
+    """The simulation's CA (SIMULATION_DIR/ca/ca.pem) and BMC password (SIMULATION_DIR/bmc-password)."""
+    bmc.ensure_credentials()
+
+
+def _registry(spec: dict, node) -> dict:
+    registry_name = (spec.get("bios") or {}).get("registry")
+    if not registry_name:
+        return {}
+    path = Path(settings.FIRMWARE_DIR) / "registries" / registry_name
+    try:
+        # YAML 1.2 (ruamel's default): `Off` stays the string the registry means, not a boolean.
+        return YAML(typ="safe").load(path.read_text()) or {}
+    except OSError as exc:
+        raise SimulationError(f"{node.name}: platform {spec.get('id')}: BIOS registry {path}: {exc.strerror}") from None
+
+
+def factory_bios(spec: dict, node) -> dict:
+    attributes = _registry(spec, node).get("attributes") or {}
+    factory = {}
+    for name, attribute in attributes.items():
+        if "factory" in attribute:
+            value = attribute["factory"]
+            factory[name] = str(value) if not isinstance(value, bool) else ("Enabled" if value else "Disabled")
+    return factory
+
+
+def _write_wrappers() -> None:
+    """One small shell script per simulated command, exec'ing the simulation's runner with this
+    interpreter: the same directory serves every simulated node (APPLIANCE_SIM_SYSROOT picks the node)."""
+    directory = bin_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    for command in COMMANDS:
+        text = (f"#!/bin/sh\n# Simulated {command} (appliance.simulation.tools); the node is $APPLIANCE_SIM_SYSROOT.\n"
+                f"exec {shlex.quote(sys.executable)} -I {shlex.quote(str(RUNNER))} {shlex.quote(command)} \"$@\"\n")
+        target = directory / command
+        if target.exists() and target.read_text() == text:
+            continue
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{command}.")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(temporary, 0o755)
+        os.replace(temporary, target)
+
+
+def _prepare_sysroot(sysroot: Path, node) -> None:
+    for directory in FACTORY_DIRECTORIES:
+        (sysroot / directory).mkdir(parents=True, exist_ok=True)
+    for relative, text in FACTORY_FILES.items():
+        path = sysroot / relative
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    hostname = sysroot / "etc" / "hostname"
+    if not hostname.exists():
+        hostname.write_text(node.name + "\n")
+
+
+def prepare_node(node) -> bool:
+    """Sysroot and state of one node from its platform profile; returns True if the state was created.
+    An existing state is never reset."""
+    if node.platform is None:
+        raise SimulationError(f"{node.name}: no platform: a simulated node takes its hardware from its platform")
+    if not node.sysroot:
+        node.sysroot = str(default_sysroot(node))
+        node.save(update_fields=["sysroot", "updated"])
+    sysroot = Path(node.sysroot)
+    spec = node.platform.spec or {}
+    try:
+        initial = hardware.factory_state(node.name, node.role, spec, factory_bios(spec, node))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise SimulationError(f"{node.name}: platform {node.platform.slug}: {exc}") from None
+    _prepare_sysroot(sysroot, node)
+    created = node_state.create(sysroot, initial)
+    if not created:
+        node_state.refresh_derived(sysroot)
+    return created
+
+
+@transaction.atomic
+def prepare_appliance(appliance) -> dict:
+    """Sysroots, state files, simulated commands and the NVML library for every node of a simulated
+    appliance. Idempotent: a node's existing state is kept."""
+    if not appliance.simulated:
+        raise SimulationError(f"appliance {appliance.name} is not simulated: its nodes are real servers")
+    ensure_credentials()
+    _write_wrappers()
+    library = nvml.library_path()
+    created = []
+    for node in appliance.nodes.select_related("platform").order_by("name"):
+        if prepare_node(node):
+            created.append(node.name)
+    audit.record("simulation.appliance.prepare", target=appliance,
+                 details={"created": created, "nodes": appliance.nodes.count(), "library": str(library)})
+    return {"created": created, "library": library, "bin": bin_dir()}
+
+
+def node_environment(node) -> dict:
+    """Environment of any process acting on the node: {} on a real node."""
+    if not node.sysroot:
+        return {}
+    return {
+        "PATH": f"{bin_dir()}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+        "APPLIANCE_SIM_SYSROOT": str(node.sysroot),
+        "APPLIANCE_SIM_NVML": str(nvml.library_path()),
+    }
+
+
+def _bmc_nodes(appliance):
+    if not appliance.simulated:
+        raise SimulationError(f"appliance {appliance.name} is not simulated: its BMCs are real")
+    return [node for node in appliance.nodes.select_related("bmc").order_by("name") if hasattr(node, "bmc")]
+
+
+def start_bmcs(appliance) -> dict:
+    """Start every BMC emulator of the appliance that is not running (a node with the bmc_down
+    fault stays down). Returns {node: pid or None}."""
+    started = {}
+    for node in _bmc_nodes(appliance):
+        if node.sysroot and node_state.exists(node.sysroot) and \
+                node_state.has_fault(node_state.load(node.sysroot), "bmc_down"):
+            started[node.name] = None
+            continue
+        already = bmc.running_pid(node.name)
+        try:
+            pid = bmc.start(node)
+        except bmc.BMCError as exc:
+            raise SimulationError(str(exc)) from None
+        started[node.name] = pid
+        if not already:
+            audit.record("simulation.bmc.start", target=node, details={"pid": pid, "port": bmc.port_of(node)})
+    return started
+
+
+ensure_bmcs = start_bmcs
+
+
+def stop_bmcs(appliance) -> dict:
+    stopped = {}
+    for node in _bmc_nodes(appliance):
+        pid = bmc.stop(node.name)
+        stopped[node.name] = pid
+        if pid:
+            audit.record("simulation.bmc.stop", target=node, details={"pid": pid})
+    return stopped
+
+
+def bmc_status(appliance) -> dict:
+    return {node.name: bmc.status(node) for node in _bmc_nodes(appliance)}
+
+
+def _fault(kind: str, params: dict, node) -> dict:
+    if kind not in FAULT_KINDS:
+        raise SimulationError(f"{node.name}: unknown fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
+    expected = FAULT_KINDS[kind]
+    missing = [name for name in expected if name not in params]
+    unknown = [name for name in params if name not in expected]
+    if missing or unknown:
+        raise SimulationError(f"{node.name}: fault {kind} takes {', '.join(expected) or 'no parameters'}"
+                              + (f"; missing {', '.join(missing)}" if missing else "")
+                              + (f"; unknown {', '.join(unknown)}" if unknown else ""))
+    fault = {"kind": kind}
+    for name, value in params.items():
+        converter = NUMERIC_PARAMETERS.get(name, str)
+        try:
+            fault[name] = converter(value)
+        except (TypeError, ValueError):
+            raise SimulationError(f"{node.name}: fault {kind}: {name} must be a number, not {value!r}") from None
+    if kind == "mount_fails" and not str(fault["mount_point"]).startswith("/"):
+        raise SimulationError(f"{node.name}: fault mount_fails: mount_point must be absolute")
+    return fault
+
+
+def _require_state(node) -> Path:
+    if not node.sysroot or not node_state.exists(node.sysroot):
+        raise SimulationError(f"{node.name}: not a prepared simulated node (run `manage.py simulation prepare`)")
+    return Path(node.sysroot)
+
+
+def inject_fault(node, kind: str, **params) -> dict:
+    sysroot = _require_state(node)
+    fault = _fault(kind, params, node)
+    if kind == "task_fails" and fault["tool"] not in COMMANDS:
+        raise SimulationError(f"{node.name}: fault task_fails: {fault['tool']!r} is not a simulated command "
+                              f"({', '.join(sorted(COMMANDS))})")
+    with transaction.atomic():
+        with node_state.update(sysroot) as current:
+            if kind == "gpu_missing" and not any(gpu["index"] == fault["index"] for gpu in current["gpus"]):
+                raise SimulationError(f"{node.name}: fault gpu_missing: no GPU {fault['index']}")
+            if kind in ("port_down", "port_rate") and not any(hca["device"] == fault["device"] for hca in current["hcas"]):
+                raise SimulationError(f"{node.name}: fault {kind}: no HCA {fault['device']}")
+            if fault not in current["faults"]:
+                current["faults"].append(fault)
+        audit.record("simulation.fault.inject", target=node, details=fault)
+    if kind == "bmc_wrong_password":
+        bmc.write_htpasswd(node.name, wrong_password=True)
+    elif kind == "bmc_down":
+        bmc.stop(node.name)
+    return fault
+
+
+def clear_faults(node, kind: str | None = None) -> list[dict]:
+    sysroot = _require_state(node)
+    if kind is not None and kind not in FAULT_KINDS:
+        raise SimulationError(f"{node.name}: unknown fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
+    with transaction.atomic():
+        with node_state.update(sysroot) as current:
+            removed = [fault for fault in current["faults"] if kind is None or fault["kind"] == kind]
+            current["faults"] = [fault for fault in current["faults"] if fault not in removed]
+        if removed:
+            audit.record("simulation.fault.clear", target=node, details={"cleared": removed})
+    kinds = {fault["kind"] for fault in removed}
+    if "bmc_wrong_password" in kinds and (bmc.bmc_dir() / f"{node.name}.htpasswd").exists():
+        bmc.write_htpasswd(node.name)
+    if "bmc_down" in kinds and hasattr(node, "bmc") and node.appliance.simulated:
+        try:
+            bmc.start(node)
+        except bmc.BMCError as exc:
+            raise SimulationError(str(exc)) from None
+        audit.record("simulation.bmc.start", target=node, details={"port": bmc.port_of(node)})
+    return removed
+
+
+def node_state_of(node) -> dict:
+    return node_state.load(_require_state(node))

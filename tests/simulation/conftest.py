@@ -1,0 +1,68 @@
+import os
+import socket
+import subprocess
+
+import pytest
+
+from appliance.inventory.models import BMC, Appliance, Node, Platform
+from appliance.inventory.platforms import load_platform
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def sim_settings(settings, tmp_path):
+    """A private state directory: nothing a test does lands in another test's (or the host's) files."""
+    settings.STATE_DIR = tmp_path / "state"
+    settings.SIMULATION_DIR = settings.STATE_DIR / "simulation"
+    settings.STATE_DIR.mkdir()
+    return settings
+
+
+@pytest.fixture
+def make_appliance(db, sim_settings):
+    def make(nodes=(("gpu01", "hgx-h100-8gpu"),), name="sim"):
+        appliance = Appliance.objects.create(name=name, simulated=True)
+        created = []
+        for position, (node_name, slug) in enumerate(nodes):
+            spec = load_platform(slug)
+            platform, _ = Platform.objects.get_or_create(slug=slug, defaults=spec.row_values())
+            node = Node.objects.create(
+                appliance=appliance, name=node_name, role=spec.spec.get("role", "gpu"), platform=platform,
+                management_address=f"10.99.0.{position + 10}",
+                sysroot=str(sim_settings.SIMULATION_DIR / "nodes" / node_name))
+            BMC.objects.create(node=node, url=f"https://127.0.0.1:{free_port()}", username="admin",
+                               password_ref=f"file:{sim_settings.SIMULATION_DIR / 'bmc-password'}",
+                               ca_file=str(sim_settings.SIMULATION_DIR / "ca" / "ca.pem"))
+            created.append(node)
+        return appliance, created
+
+    return make
+
+
+@pytest.fixture
+def prepared(make_appliance):
+    from appliance.simulation import services
+
+    appliance, nodes = make_appliance()
+    services.prepare_appliance(appliance)
+    return nodes[0]
+
+
+@pytest.fixture
+def run_tool(prepared):
+    """Run a simulated command on the prepared node exactly as a playbook would: through PATH."""
+    from appliance.simulation import services
+
+    def run(*argv, node=None, check=True):
+        environment = {**os.environ, **services.node_environment(node or prepared)}
+        result = subprocess.run(list(argv), capture_output=True, text=True, env=environment, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{argv} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    return run
