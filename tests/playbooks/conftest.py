@@ -1,0 +1,189 @@
+"""A one-node simulated appliance and a runner of `ansible-playbook` for the stage tests.
+
+The appliance is created directly in the database (Platform, Appliance, Node, BMC rows) inside a
+transaction rolled back at the end of the module, prepared by the simulation (sysroot, state file,
+simulated tools and NVML, a real Redfish emulator as BMC), and driven by the real playbooks through
+`ansible-playbook` with the Mitogen strategy, exactly as the provisioning engine runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import transaction
+from django.test.utils import override_settings
+from ruamel.yaml import YAML
+
+NODE = "pbt-gpu01"
+PLATFORM = "hgx-h100-8gpu"
+RECAP = re.compile(r"^(?P<host>\S+)\s+: ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+                   r"\s+failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)\s+rescued=(?P<rescued>\d+)"
+                   r"\s+ignored=(?P<ignored>\d+)", re.MULTILINE)
+
+
+def load_yaml(path: Path):
+    return YAML(typ="safe").load(path.read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def mitogen_strategy_path() -> str:
+    import ansible_mitogen
+
+    return str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
+
+
+@dataclass
+class PlaybookRun:
+    returncode: int
+    output: str
+    recap: dict[str, dict[str, int]]
+    facts: dict[str, dict]
+
+    def changed(self, host: str = NODE) -> int:
+        return self.recap[host]["changed"]
+
+    def failed(self, host: str = NODE) -> int:
+        return self.recap[host]["failed"]
+
+
+@dataclass
+class SimulatedAppliance:
+    node: object
+    sysroot: Path
+    workdir: Path
+    bmc_url: str
+    bmc_password: str
+    platform: dict
+    registry: dict
+    host_vars: dict = field(default_factory=dict)
+    runs: int = 0
+
+    def state(self) -> dict:
+        return json.loads((self.sysroot / "var/lib/appliance-sim/state.json").read_text())
+
+    def redfish_bios(self) -> dict:
+        """The BIOS attributes the BMC reports now, read over HTTPS as the playbooks read them."""
+        sys.path.insert(0, str(Path(settings.PLAYBOOKS_DIR) / "module_utils"))
+        try:
+            from appliance_bios import read_bios
+            from appliance_redfish import RedfishClient
+        finally:
+            sys.path.pop(0)
+        bmc = self.host_vars["bmc"]
+        with RedfishClient(bmc["url"], bmc["username"], self.bmc_password, NODE, verify_tls=True,
+                           ca_file=bmc["ca_file"]) as client:
+            return read_bios(client)[2]
+
+    def run(self, playbook: str, *arguments: str, host_vars: dict | None = None,
+            password: str | None = None, extra_vars: dict | None = None) -> PlaybookRun:
+        """Run playbooks/<playbook> on the node; `host_vars` override the inventory's for this run."""
+        self.runs += 1
+        run_dir = self.workdir / f"run{self.runs}"
+        run_dir.mkdir()
+        variables = {**self.host_vars, **(host_vars or {})}
+        inventory = {"all": {"hosts": {NODE: variables}}}
+        (run_dir / "inventory.json").write_text(json.dumps(inventory))
+        secrets = run_dir / "secrets.json"
+        secrets.touch(mode=0o600)
+        secrets.write_text(json.dumps({"bmc_password": self.bmc_password if password is None else password}))
+        extra = {"appliance": {"name": "pbtest", "settings": {}}, "networks": [], "filesystems": [], "pools": [],
+                 **(extra_vars or {})}
+        (run_dir / "extra.json").write_text(json.dumps(extra))
+        fact_cache = run_dir / "facts"
+        venv_bin = Path(sys.executable).parent
+        environment = {
+            "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(run_dir),
+            "LANG": "C.UTF-8",
+            "ANSIBLE_CONFIG": str(Path(settings.PLAYBOOKS_DIR) / "ansible.cfg"),
+            "ANSIBLE_STRATEGY_PLUGINS": mitogen_strategy_path(),
+            "ANSIBLE_STRATEGY": "mitogen_linear",
+            "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
+            "ANSIBLE_HOME": str(run_dir / "ansible-home"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            # Module results land in a JSON fact cache, read back to check the facts the engine receives.
+            "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+            "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(fact_cache),
+        }
+        command = [str(venv_bin / "ansible-playbook"), "-i", str(run_dir / "inventory.json"),
+                   "-e", f"@{run_dir / 'extra.json'}", "-e", f"@{secrets}",
+                   str(Path(settings.PLAYBOOKS_DIR) / playbook), *arguments]
+        completed = subprocess.run(command, cwd=settings.PLAYBOOKS_DIR, env=environment, capture_output=True,
+                                   text=True, timeout=300)
+        secrets.unlink()
+        output = completed.stdout + completed.stderr
+        (run_dir / "output.txt").write_text(output)
+        recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+                 for m in RECAP.finditer(output)}
+        facts = {}
+        if fact_cache.is_dir():
+            for path in fact_cache.iterdir():
+                facts[path.name] = json.loads(path.read_text())
+        return PlaybookRun(completed.returncode, output, recap, facts)
+
+
+@pytest.fixture(scope="module")
+def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
+    from appliance.inventory.models import BMC, Appliance, Node, Platform
+    from appliance.inventory.platforms import load_platform
+    from appliance.simulation import services
+
+    workdir = tmp_path_factory.mktemp("playbooks")
+    simulation_dir = workdir / "simulation"
+    with django_db_blocker.unblock(), override_settings(SIMULATION_DIR=simulation_dir):
+        atomic = transaction.atomic()
+        atomic.__enter__()
+        try:
+            spec = load_platform(PLATFORM)
+            platform_row = Platform.objects.create(slug=spec.slug, **spec.row_values())
+            services.ensure_credentials()
+            appliance = Appliance.objects.create(name="pbtest", simulated=True)
+            sysroot = simulation_dir / "nodes" / NODE
+            node = Node.objects.create(appliance=appliance, name=NODE, role="gpu", platform=platform_row,
+                                       management_address="192.168.250.11", sysroot=str(sysroot))
+            password = (simulation_dir / "bmc-password").read_text().strip()
+            bmc_url = f"https://127.0.0.1:{free_port()}"
+            ca_file = str(simulation_dir / "ca" / "ca.pem")
+            BMC.objects.create(node=node, url=bmc_url, username="admin", password=password, verify_tls=True,
+                               ca_file=ca_file)
+            services.prepare_appliance(appliance)
+            services.start_bmcs(appliance)
+            try:
+                platform = spec.spec
+                registry = load_yaml(Path(settings.FIRMWARE_DIR) / "registries" / platform["bios"]["registry"])
+                simulated = SimulatedAppliance(node=node, sysroot=sysroot, workdir=workdir, bmc_url=bmc_url,
+                                               bmc_password=password, platform=platform, registry=registry)
+                simulated.host_vars = {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": sys.executable,
+                    "sysroot": str(sysroot),
+                    "node_role": "gpu",
+                    "simulated": True,
+                    "node_environment": services.node_environment(node),
+                    "management_address": node.management_address,
+                    "ipoib_addresses": {},
+                    "platform": platform,
+                    "bios_registry": registry,
+                    "bmc": {"url": bmc_url, "username": "admin", "verify_tls": True, "ca_file": ca_file},
+                }
+                yield simulated
+            finally:
+                services.stop_bmcs(appliance)
+        finally:
+            transaction.set_rollback(True)
+            atomic.__exit__(None, None, None)
