@@ -242,6 +242,9 @@ SPECTACULAR_SETTINGS = {
         "PoolKindEnum": "appliance.inventory.models.Pool.Kind",
         "NodeRoleEnum": "appliance.inventory.models.Node.Role",
         "UserRoleEnum": "appliance.core.roles.Role",
+        "RunStateEnum": "appliance.provisioning.states.RunState",
+        "StageStateEnum": "appliance.provisioning.states.StageState",
+        "RunKindEnum": "appliance.provisioning.models.Run.Kind",
     },
 }
 

@@ -35,38 +35,6 @@ def browser():
         browser.close()
 
 
-# The live server needs committed data, which pytest-django empties after each test with a flush;
-# the audit log's append-only triggers refuse that DELETE. So the triggers are taken away after the
-# test (before the flush) and put back once everything of the test is torn down. They are on while
-# the test runs.
-@pytest.fixture(autouse=True)
-def audit_triggers_off_for_the_flush(django_db_blocker):
-    yield
-    from django.db import connection
-
-    from appliance.audit import triggers
-
-    with django_db_blocker.unblock():
-        triggers.uninstall(connection)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    try:
-        return (yield)
-    finally:
-        from django.db import connection
-        from pytest_django.plugin import blocking_manager_key
-
-        from appliance.audit import triggers
-
-        # After the session's last test the test database may be gone already (not with --reuse-db).
-        if connection.settings_dict["NAME"] == connection.creation._get_test_db_name():
-            with item.config.stash[blocking_manager_key].unblock():
-                triggers.uninstall(connection)
-                triggers.install(connection)
-
-
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
