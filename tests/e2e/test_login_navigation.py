@@ -84,3 +84,24 @@ def test_node_list_with_data_filters_live_and_opens_a_node(page, log_in, transac
     page.click("button[data-transition=maintenance]")
     page.wait_for_url(re.compile(r"/inventory/nodes/gpu-01/$"))
     assert page.get_by_test_id("node-state").inner_text() == "Maintenance"
+
+
+def test_site_import_preview_then_confirm(page, log_in, tmp_path, monkeypatch):
+    from tests.api.sites import PASSWORD_VARIABLE, SITE_BMC_PASSWORD, VALID_SITE
+
+    monkeypatch.setenv(PASSWORD_VARIABLE, SITE_BMC_PASSWORD)  # the live server runs in this process
+    site = tmp_path / "site-a.yml"
+    site.write_text(VALID_SITE)
+    log_in(Role.OPERATOR)
+    page.wait_for_url(re.compile(r"/$"))
+    page.get_by_role("link", name="Site import").click()
+    page.set_input_files("#id_file", str(site))
+    page.get_by_role("button", name="Check and preview").click()
+    report = page.get_by_test_id("site-report")
+    assert "what an import would change in upload-demo" in report.inner_text()
+    assert page.locator("[data-change=create]").count() > 0
+    page.get_by_role("button", name="Import these changes").click()
+    assert "imported into upload-demo" in page.get_by_test_id("site-report").inner_text()
+    page.goto("/inventory/nodes/?pool=training")
+    assert page.locator("#node-table tbody tr").get_attribute("data-node") == "up-gpu01"
+    assert SITE_BMC_PASSWORD not in page.content()

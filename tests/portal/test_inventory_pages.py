@@ -148,3 +148,9 @@ def test_overview_links_node_states_to_the_filtered_list(client_for, inventory):
     html = client_for(Role.VIEWER).get("/").content.decode()
     assert 'href="/inventory/nodes/?state=maintenance"' in html
     assert "demo" in html and "3 nodes" in html
+
+
+def test_node_list_names_an_invalid_filter(client_for, inventory):
+    response = client_for(Role.VIEWER).get("/inventory/nodes/?state=asleep")
+    assert response.status_code == 200
+    assert b"state: Select a valid choice. asleep is not one of the available choices." in response.content
