@@ -54,12 +54,13 @@ def prepared(make_appliance):
 
 
 @pytest.fixture
-def run_tool(prepared):
-    """Run a simulated command on the prepared node exactly as a playbook would: through PATH."""
+def run_tool(request):
+    """Run a simulated command on a node (the `prepared` one by default) as a playbook would: through PATH."""
     from appliance.simulation import services
 
     def run(*argv, node=None, check=True):
-        environment = {**os.environ, **services.node_environment(node or prepared)}
+        node = node or request.getfixturevalue("prepared")
+        environment = {**os.environ, **services.node_environment(node)}
         result = subprocess.run(list(argv), capture_output=True, text=True, env=environment, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"{argv} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
