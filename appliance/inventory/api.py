@@ -15,7 +15,20 @@ from rest_framework.views import APIView
 from appliance.core.api import error_response
 
 from . import filtersets
-from .models import BMC, GPU, HCA, Appliance, Filesystem, HCAPort, Network, Node, Platform, Pool, Switch
+from .models import (
+    BMC,
+    GPU,
+    HCA,
+    Appliance,
+    Filesystem,
+    HCAPort,
+    Network,
+    Node,
+    Platform,
+    Pool,
+    PoolMembership,
+    Switch,
+)
 from .states import TRANSITIONS, InvalidTransition, NodeState
 
 # --- brief serializers: what a reference to an object looks like -------------------------------
@@ -127,10 +140,8 @@ class NodeSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(BriefPoolSerializer(allow_null=True))
     def get_pool(self, node):
-        membership = getattr(node, "pool_membership", None) if _has_membership(node) else None
-        if membership is None:
-            return None
-        return BriefPoolSerializer(membership.pool, context=self.context).data
+        pool = pool_of(node)
+        return BriefPoolSerializer(pool, context=self.context).data if pool is not None else None
 
     @extend_schema_field(serializers.ListField(child=serializers.ChoiceField(choices=NodeState.choices)))
     def get_allowed_transitions(self, node) -> list[str]:
@@ -142,12 +153,11 @@ class NodeSerializer(serializers.ModelSerializer):
         return BriefHCAPortSerializer(ports, many=True, context=self.context).data
 
 
-def _has_membership(node) -> bool:
+def pool_of(node) -> Pool | None:
     try:
-        node.pool_membership  # noqa: B018 -- a reverse one-to-one raises when absent
-    except Node.pool_membership.RelatedObjectDoesNotExist:
-        return False
-    return True
+        return node.pool_membership.pool
+    except PoolMembership.DoesNotExist:
+        return None
 
 
 def allowed_transitions(node) -> list[str]:
@@ -410,13 +420,13 @@ class SiteDefinitionView(APIView):
 
     def read_site(self, request) -> tuple[str, str]:
         """The uploaded text and the name to report errors against."""
-        upload = request.data.get("file") if hasattr(request.data, "get") else None
+        upload = request.data.get("file")
         if upload is not None and hasattr(upload, "read"):
             if upload.size > self.max_bytes:
                 raise serializers.ValidationError({"file": [f"larger than {self.max_bytes} bytes"]})
             raw, filename = upload.read(), upload.name
         else:
-            raw = request.data.get("text", b"") if hasattr(request.data, "get") else b""
+            raw = request.data.get("text", b"")
             filename = request.query_params.get("filename", "") or "site.yml"
             if not raw:
                 raise serializers.ValidationError(
@@ -429,7 +439,7 @@ class SiteDefinitionView(APIView):
 
     def dry_run_requested(self, request) -> bool:
         value = request.query_params.get("dry_run")
-        if value is None and hasattr(request.data, "get"):
+        if value is None:
             value = request.data.get("dry_run")
         return serializers.BooleanField().to_internal_value(value) if value not in (None, "") else False
 

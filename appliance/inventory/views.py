@@ -12,7 +12,7 @@ from appliance.core.permissions import CapabilityMixin
 from appliance.core.roles import can
 
 from .filtersets import NodeFilterSet
-from .models import Node, Pool
+from .models import BMC, Node, Pool, PoolMembership
 from .states import TRANSITIONS, InvalidTransition, NodeState
 
 
@@ -56,14 +56,13 @@ class NodeDetailView(CapabilityMixin, DetailView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         node = self.object
-        membership = Node.pool_membership.RelatedObjectDoesNotExist
         try:
             pool = node.pool_membership.pool
-        except membership:
+        except PoolMembership.DoesNotExist:
             pool = None
         try:
             bmc = node.bmc
-        except Node.bmc.RelatedObjectDoesNotExist:
+        except BMC.DoesNotExist:
             bmc = None
         ports = [port for hca in node.hcas.prefetch_related("ports__closest_gpu") for port in hca.ports.all()]
         context.update(
