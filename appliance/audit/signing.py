@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -40,7 +40,7 @@ def load_public_key_pem(data: bytes | str, where: str = "public key") -> Ed25519
         data = data.encode("ascii", "replace")
     try:
         key = serialization.load_pem_public_key(data)
-    except ValueError as exc:
+    except (ValueError, UnsupportedAlgorithm) as exc:
         raise SigningKeyError(f"{where}: not a PEM public key ({exc})") from None
     if not isinstance(key, Ed25519PublicKey):
         raise SigningKeyError(f"{where}: not an Ed25519 public key")

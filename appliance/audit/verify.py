@@ -124,13 +124,21 @@ class _Line:
 
 
 def _examine(number: int, raw: bytes, is_last: bool) -> _Line:
+    if is_last and not raw.endswith(b"\n"):
+        # Every line is written newline-terminated: an unterminated last line was cut. Cut right
+        # after its closing brace it is a whole record that lost its newline; cut anywhere else the
+        # JSON needs more input (not "extra data", which is a changed byte, not a cut).
+        whole = _examine(number, raw + b"\n", False)
+        if whole.intact:
+            whole.raw, whole.intact, whole.cut = raw, False, True
+            return whole
     line = _Line(number, raw)
     try:
         obj = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        body = raw[:-1] if raw.endswith(b"\n") else raw
-        line.cut = (is_last and not raw.endswith(b"\n") and isinstance(exc, json.JSONDecodeError)
-                    and exc.pos >= len(body.decode("utf-8", "replace").rstrip()))
+        ran_out = (exc.msg != "Extra data" if isinstance(exc, json.JSONDecodeError)
+                   else exc.reason == "unexpected end of data")
+        line.cut = is_last and not raw.endswith(b"\n") and ran_out
         return line
     if not isinstance(obj, dict) or set(obj) != {"hash", "record"}:
         return line
@@ -404,11 +412,7 @@ def _rewritten(first_sequence: int, bad_size: int, checkpoints: list, why: str) 
 
 def _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequence, last_sequence) -> None:
     leaves = leaves_of(digests)
-    range_root = level_root(leaves)
-    if range_root.hex() != manifest.get("range", {}).get("root_hash"):
-        raise _rewritten(first_sequence, last_sequence, checkpoints, "the range's Merkle root differs from the manifest")
-    if manifest["range"].get("last_hash") != last_hash:
-        raise Stop(Finding(MODIFIED, last_sequence, "the last record's hash differs from the manifest", RECORDS_NAME))
+    # The signed checkpoints inside the range come first: they bound where a rewrite starts.
     inside = sorted((c for c in checkpoints if first_sequence <= c["tree_size"] <= last_sequence),
                     key=lambda c: c["tree_size"])
     frontier = list(prefix)
@@ -422,6 +426,10 @@ def _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequenc
             raise _rewritten(first_sequence, size, checkpoints, f"signed checkpoint #{size} disagrees")
     merkle.frontier_extend(frontier, leaves[done - first_sequence + 1:])
     tree_root = merkle.frontier_root(frontier)
+    if level_root(leaves).hex() != manifest["range"].get("root_hash"):
+        raise _rewritten(first_sequence, last_sequence, checkpoints, "the range's Merkle root differs from the manifest")
+    if manifest["range"].get("last_hash") != last_hash:
+        raise Stop(Finding(MODIFIED, last_sequence, "the last record's hash differs from the manifest", RECORDS_NAME))
     tree = manifest.get("tree", {})
     if tree.get("size") != last_sequence or tree.get("root_hash") != tree_root.hex():
         raise _rewritten(first_sequence, last_sequence, checkpoints, "the tree head differs from the manifest")
@@ -429,7 +437,7 @@ def _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequenc
     anchor = next((c for c in checkpoints if c["tree_size"] == anchor_size), None)
     if anchor is None or anchor_size < last_sequence:
         raise Stop(Finding(TRUNCATED, last_sequence + 1, "no signed checkpoint covers the end of the range",
-                            MANIFEST_NAME))
+                           MANIFEST_NAME))
     try:
         merkle.verify_consistency(last_sequence, anchor_size, tree_root, bytes.fromhex(anchor["root_hash"]),
                                   [bytes.fromhex(h) for h in tree.get("consistency_proof", [])])

@@ -95,6 +95,7 @@ def _verify(result: VerificationResult) -> None:
     # there) and again after them (no committed record may lie past it: head and record move together).
     head = ChainHead.objects.filter(pk=1).first()
     at_head = None
+    head_seen = head.sequence if head is not None else 0
     first = expected
     last_good_checkpoint = first - 1
     sha256 = hashlib.sha256
@@ -104,6 +105,14 @@ def _verify(result: VerificationResult) -> None:
     for row in rows:
         payload = payload_from_values(row[:-1])
         sequence, stored_hash = payload["sequence"], row[-1]
+        if sequence > head_seen:
+            # Past the head read at the start: fine if a writer appended it since, and then the head
+            # has moved with it (they commit together); otherwise it went around record().
+            head_now = ChainHead.objects.filter(pk=1).first()
+            head_seen = head_now.sequence if head_now is not None else 0
+            if sequence > head_seen:
+                raise Stop(Finding(INSERTED, sequence, "a record past the chain head was written around the "
+                                   "log's one entry point", WHERE))
         if sequence != expected:
             raise Stop(Finding(DELETED, expected, f"#{expected} is missing (the next record is #{sequence})", WHERE))
         digest = sha256(chain.canonical(payload)).digest()
