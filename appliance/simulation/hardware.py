@@ -33,6 +33,7 @@ NOMINAL_BENCHMARKS = {
     "ib_write_bw": 392.6,                                      # Gb/s per NDR port with GPUDirect
     "storage_read": 21.4,                                      # GB/s per node
 }
+FACTORY_ACS_CTRL = "001d"  # SrcValid ReqRedir CmpltRedir UpstreamFwd: the kernel's default on PCIe switch ports
 FACTORY_CMDLINE = f"BOOT_IMAGE=/boot/vmlinuz-{packages.KERNEL_RELEASE} root=/dev/mapper/vg0-root ro quiet splash"
 
 
@@ -154,7 +155,7 @@ def _pcie_bridges(gpu_count: int, hca_count: int) -> list[dict]:
     for slot in range(max(gpu_count, hca_count, 1) if (gpu_count or hca_count) else 0):
         bus = GPU_BUSES[slot % len(GPU_BUSES)] - 1
         for device in (0, 1, 2):
-            bridges.append({"bdf": f"0000:{bus:02x}:{device:02x}.0", "class": "0604", "acs_ctrl": "001d"})
+            bridges.append({"bdf": f"0000:{bus:02x}:{device:02x}.0", "class": "0604", "acs_ctrl": FACTORY_ACS_CTRL})
     return bridges
 
 

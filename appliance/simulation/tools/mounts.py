@@ -6,6 +6,7 @@ import json
 
 from .. import packages
 from ..state import has_fault
+from . import kmod
 
 # filesystem type -> (package that ships the mount helper, kernel modules it needs)
 FILESYSTEMS = {
@@ -36,9 +37,14 @@ def mount(state: dict, sysroot, source: str, target: str, fstype: str, options: 
     if package and not _installed(state, package):
         raise MountError(f"wrong fs type, bad option, bad superblock on {source}, missing codepage or helper "
                          f"program, or other error (mount.{fstype} is missing: install {package})")
-    needed = list(modules)
-    if fstype.startswith("nfs") and "proto=rdma" in options:
-        needed.append("rpcrdma")
+    # The kernel loads a filesystem's module on first mount (the fs-<type> alias); the RDMA
+    # transport of NFS it does not: rpcrdma must be loaded beforehand.
+    for module in modules:
+        try:
+            kmod.load(state, module)
+        except kmod.ModuleError as exc:
+            raise MountError(f"mounting {source} on {target} failed: unknown filesystem type '{fstype}' ({exc})") from None
+    needed = ["rpcrdma"] if fstype.startswith("nfs") and "proto=rdma" in options else []
     missing = [module for module in needed if module not in state["modules"]]
     if missing:
         raise MountError(f"mounting {source} on {target} failed: No such device (kernel module {', '.join(missing)} "

@@ -3,7 +3,7 @@
 Modules: the hardware's in-box drivers (nouveau unless blacklisted in /etc/modprobe.d or on the
 kernel command line; the NVIDIA driver once installed and nouveau is out of the way) plus
 /etc/modules-load.d. Services: the enabled ones start. Mounts: the root and enabled .mount units.
-Sysctls: /etc/sysctl.d. MIG mode survives, MIG instances and persistence mode do not.
+Sysctls: /etc/sysctl.d. PCIe bridges: ACS back on (the kernel default). MIG mode survives, MIG instances and persistence mode do not.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from .. import packages
+from ..hardware import FACTORY_ACS_CTRL
 from . import kmod, mounts, systemctl
 from .sysctl import read_file, system_files
 
@@ -59,6 +60,8 @@ def main(tool, argv: list[str]) -> int:
                 kmod.load(state, module)
             except kmod.ModuleError as exc:
                 messages.append(f"systemd-modules-load: {exc}")
+        for bridge in state.get("pcie_bridges", []):
+            bridge["acs_ctrl"] = FACTORY_ACS_CTRL
         for gpu in state["gpus"]:
             gpu["persistence_mode"] = False
             gpu["mig"]["gpu_instances"] = []

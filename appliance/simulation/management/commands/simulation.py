@@ -1,0 +1,125 @@
+"""`manage.py simulation {prepare,start,stop,status,fault}`: the simulated appliance from the shell."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from appliance.core import context
+from appliance.inventory.models import Appliance, Node
+from appliance.simulation import services
+from appliance.simulation import state as node_state
+
+
+class Command(BaseCommand):
+    help = ("Manage the simulated appliance: prepare its nodes (sysroots, state, simulated commands, NVML library), "
+            "start/stop/show its BMC emulators, inject and clear faults.")
+
+    def add_arguments(self, parser):
+        commands = parser.add_subparsers(dest="action", required=True)
+        for name, text in (("prepare", "create sysroots and state files (never resets an existing node)"),
+                           ("start", "start the BMC emulators that are not running"),
+                           ("stop", "stop the BMC emulators"),
+                           ("status", "show each node's BMC emulator and faults")):
+            sub = commands.add_parser(name, help=text)
+            sub.add_argument("--appliance", help="appliance name (default: every simulated appliance)")
+        fault = commands.add_parser("fault", help="inject, clear or list faults of a simulated node")
+        fault_actions = fault.add_subparsers(dest="fault_action", required=True)
+        inject = fault_actions.add_parser("inject", help="inject a fault: NODE KIND [name=value ...]")
+        inject.add_argument("node")
+        inject.add_argument("kind", choices=sorted(services.FAULT_KINDS))
+        inject.add_argument("params", nargs="*", metavar="name=value")
+        clear = fault_actions.add_parser("clear", help="clear a node's faults (all, or of one kind)")
+        clear.add_argument("node")
+        clear.add_argument("kind", nargs="?", choices=sorted(services.FAULT_KINDS))
+        listing = fault_actions.add_parser("list", help="list injected faults")
+        listing.add_argument("node", nargs="?")
+
+    def handle(self, *args, action, **options):
+        with context.acting_as(channel="cli"):
+            try:
+                if action == "fault":
+                    return self._fault(options)
+                appliances = self._appliances(options.get("appliance"))
+                for appliance in appliances:
+                    getattr(self, f"_{action}")(appliance)
+            except services.SimulationError as exc:
+                raise CommandError(str(exc)) from None
+
+    def _appliances(self, name):
+        queryset = Appliance.objects.filter(simulated=True)
+        if name:
+            queryset = queryset.filter(name=name)
+            if not queryset.exists():
+                raise CommandError(f"no simulated appliance named {name!r}")
+        appliances = list(queryset)
+        if not appliances:
+            raise CommandError("no simulated appliance in the inventory: import a site first (manage.py site import)")
+        return appliances
+
+    def _prepare(self, appliance):
+        result = services.prepare_appliance(appliance)
+        nodes = appliance.nodes.count()
+        self.stdout.write(f"{appliance.name}: {nodes} node(s) ready, {len(result['created'])} created "
+                          f"({', '.join(result['created']) or 'none new'}); existing state kept")
+        self.stdout.write(f"  simulated commands: {result['bin']}")
+        self.stdout.write(f"  NVML library:       {result['library']}")
+
+    def _start(self, appliance):
+        for node, pid in services.start_bmcs(appliance).items():
+            self.stdout.write(f"{node}: BMC {'running, pid ' + str(pid) if pid else 'down (injected fault bmc_down)'}")
+
+    def _stop(self, appliance):
+        for node, pid in services.stop_bmcs(appliance).items():
+            self.stdout.write(f"{node}: BMC {'stopped (pid ' + str(pid) + ')' if pid else 'was not running'}")
+
+    def _status(self, appliance):
+        statuses = services.bmc_status(appliance)
+        self.stdout.write(f"{appliance.name}:")
+        for node in appliance.nodes.order_by("name"):
+            status = statuses.get(node.name)
+            if status is None:
+                bmc_text = "no BMC"
+            elif status["running"]:
+                bmc_text = f"{status['url']} pid {status['pid']} {'answering' if status['answering'] else 'NOT answering'}"
+            else:
+                bmc_text = f"{status['url']} stopped"
+            faults = []
+            if node.sysroot and node_state.exists(node.sysroot):
+                faults = [self._describe(fault) for fault in node_state.load(node.sysroot)["faults"]]
+                prepared = "prepared"
+            else:
+                prepared = "NOT prepared"
+            self.stdout.write(f"  {node.name:<16} {prepared:<13} BMC {bmc_text}"
+                              + (f"  faults: {'; '.join(faults)}" if faults else ""))
+
+    @staticmethod
+    def _describe(fault: dict) -> str:
+        params = " ".join(f"{key}={value}" for key, value in fault.items() if key != "kind")
+        return f"{fault['kind']} {params}".strip()
+
+    def _node(self, name):
+        try:
+            return Node.objects.select_related("appliance").get(name=name)
+        except Node.DoesNotExist:
+            raise CommandError(f"no node named {name!r}") from None
+
+    def _fault(self, options):
+        action = options["fault_action"]
+        if action == "inject":
+            params = {}
+            for item in options["params"]:
+                key, sep, value = item.partition("=")
+                if not sep or not key:
+                    raise CommandError(f"fault parameter {item!r}: write name=value")
+                params[key] = value
+            fault = services.inject_fault(self._node(options["node"]), options["kind"], **params)
+            self.stdout.write(f"{options['node']}: injected {self._describe(fault)}")
+        elif action == "clear":
+            removed = services.clear_faults(self._node(options["node"]), options.get("kind"))
+            self.stdout.write(f"{options['node']}: cleared {len(removed)} fault(s)"
+                              + (f": {'; '.join(self._describe(fault) for fault in removed)}" if removed else ""))
+        else:
+            nodes = [self._node(options["node"])] if options.get("node") else \
+                Node.objects.filter(appliance__simulated=True).order_by("name")
+            for node in nodes:
+                if node.sysroot and node_state.exists(node.sysroot):
+                    faults = node_state.load(node.sysroot)["faults"]
+                    self.stdout.write(f"{node.name}: " + ("; ".join(self._describe(f) for f in faults) or "no faults"))
