@@ -51,3 +51,9 @@ def audit_triggers_step_aside_for_flush():
     BaseDatabaseOperations.execute_sql_flush = execute_sql_flush
     yield
     BaseDatabaseOperations.execute_sql_flush = original
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """PBKDF2 at production strength makes the role x endpoint matrix minutes long; tests need no strength."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -3,6 +3,7 @@ import time
 import uuid
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth import logout
 
 from . import context
@@ -52,6 +53,8 @@ class SessionIdleTimeoutMiddleware:
             if last is not None and now - last > settings.SESSION_IDLE_TIMEOUT:
                 request.session_expired = True
                 logout(request)
+                minutes = max(1, settings.SESSION_IDLE_TIMEOUT // 60)
+                messages.info(request, f"Your session ended after {minutes} minutes without activity; log in again.")
             else:
                 request.session[self.KEY] = now
         return self.get_response(request)
