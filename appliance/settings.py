@@ -230,6 +230,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Inventory, provisioning, partitioning, telemetry, model lifecycle and audit of the AI appliance.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema maps every endpoint of the appliance: only signed-in users may read it.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

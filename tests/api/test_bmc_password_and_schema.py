@@ -95,3 +95,11 @@ def test_schema_generation_has_no_warnings(tmp_path):
 def test_interactive_docs_page(client_for):
     response = client_for(Role.VIEWER).get("/api/schema/docs/")
     assert response.status_code == 200 and b"swagger-ui" in response.content
+
+
+def test_schema_and_docs_need_a_signed_in_user(db):
+    from django.test import Client
+
+    anonymous = Client()
+    assert anonymous.get("/api/schema/").status_code in (401, 403)
+    assert anonymous.get("/api/schema/docs/").status_code in (401, 403)
