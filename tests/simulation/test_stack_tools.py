@@ -1,0 +1,93 @@
+"""The commands the fabric, GPUDirect, storage and acceptance stages use, and the faults they must catch."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from appliance.simulation import services
+
+
+@pytest.fixture
+def gpu_stack(prepared, run_tool):
+    run_tool("apt-get", "install", "-y", "nvidia-driver-550-server", "nvidia-fabricmanager-550",
+             "datacenter-gpu-manager", "nccl-tests", "nvidia-gds-12-4", "infiniband-diags", "perftest")
+    run_tool("modprobe", "-r", "nouveau")
+    for module in ("nvidia", "nvidia-peermem", "nvidia-fs"):
+        run_tool("modprobe", module)
+    return prepared
+
+
+def test_topology_names_each_gpus_rail(gpu_stack, run_tool):
+    lines = run_tool("nvidia-smi", "topo", "-m").stdout.splitlines()
+    header = lines[0].split("\t")
+    gpu3 = next(line for line in lines if line.startswith("GPU3\t")).split("\t")
+    assert gpu3[header.index("GPU0")] == "NV18"
+    assert gpu3[header.index("NIC3")] == "PIX"
+    assert gpu3[header.index("NIC5")] == "SYS"
+    assert "  NIC3: mlx5_3" in lines
+
+
+def test_all_reduce_needs_fabric_manager_and_reports_bandwidth(gpu_stack, run_tool):
+    without = run_tool("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8", check=False)
+    assert without.returncode == 1 and "fabricmanager" in without.stderr
+    run_tool("systemctl", "enable", "--now", "nvidia-fabricmanager")
+    out = run_tool("all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "8").stdout
+    last = [line for line in out.splitlines() if line.strip() and not line.startswith("#")][-1].split()
+    assert last[0] == str(8 * 2**30) and float(last[7]) > 460
+    services.inject_fault(gpu_stack, "bandwidth_low", test="all_reduce_perf", value=310)
+    out = run_tool("all_reduce_perf", "-b", "8G", "-e", "8G", "-g", "8").stdout
+    assert "# Peak bus bandwidth   : 310.00" in out
+
+
+def test_dcgm_diag_reports_persistence_and_missing_gpu(gpu_stack, run_tool):
+    assert run_tool("dcgmi", "diag", "-r", "1", check=False).returncode == 255  # no host engine yet
+    run_tool("systemctl", "enable", "--now", "nvidia-dcgm")
+    failing = run_tool("dcgmi", "diag", "-r", "1", "-j", check=False)
+    assert failing.returncode == 1
+    assert json.loads(failing.stdout)["runs"]["result"] == "Fail"
+    run_tool("nvidia-smi", "-pm", "1")
+    assert run_tool("dcgmi", "diag", "-r", "1").returncode == 0
+    assert run_tool("dcgmi", "discovery", "-l").stdout.startswith("8 GPUs found.")
+    services.inject_fault(gpu_stack, "gpu_missing", index=2)
+    assert run_tool("dcgmi", "discovery", "-l").stdout.startswith("7 GPUs found.")
+    assert "7 GPUs found, 8 expected" in run_tool("dcgmi", "diag", "-r", "1", check=False).stdout
+
+
+def test_gdscheck_enforces_acs_iommu_and_cufile(gpu_stack, run_tool):
+    root = Path(gpu_stack.sysroot)
+    out = run_tool("gdscheck", "-p", check=False)
+    assert out.returncode == 1 and "/etc/cufile.json not found" in out.stdout and "ACS is enabled" in out.stdout
+    (root / "etc/cufile.json").write_text('// NVIDIA cuFile\n{"properties": {"rdma_dev_addr_list": ["10.1.0.11"]}}\n')
+    run_tool("setpci", "-d", "*:*:0604", "ECAP_ACS+0x6.w=0000")
+    (root / "etc/default/grub.d/iommu.cfg").write_text('GRUB_CMDLINE_LINUX="intel_iommu=on"\n')
+    run_tool("update-grub")
+    out = run_tool("gdscheck", "-p", check=False)
+    assert out.returncode == 1 and " IOMMU: enabled" in out.stdout
+    (root / "etc/default/grub.d/iommu.cfg").write_text('GRUB_CMDLINE_LINUX="intel_iommu=on iommu=pt"\n')
+    run_tool("update-grub")
+    out = run_tool("gdscheck", "-p")
+    assert "Platform verification succeeded" in out.stdout and " --Mellanox PeerDirect : Enabled" in out.stdout
+
+
+def test_mount_unit_and_mount_fault(prepared, run_tool):
+    root = Path(prepared.sysroot)
+    run_tool("apt-get", "install", "-y", "lustre-client-utils", "lustre-client-modules-5.15.0-113-generic")
+    (root / "mnt/lustre").mkdir()
+    (root / "etc/systemd/system/mnt-lustre.mount").write_text(
+        "[Mount]\nWhat=10.1.0.2@o2ib:/scratch\nWhere=/mnt/lustre\nType=lustre\nOptions=flock,noatime\n")
+    services.inject_fault(prepared, "mount_fails", mount_point="/mnt/lustre")
+    failed = run_tool("systemctl", "start", "mnt-lustre.mount", check=False)
+    assert failed.returncode == 1 and "Connection timed out" in failed.stderr
+    services.clear_faults(prepared, "mount_fails")
+    run_tool("systemctl", "start", "mnt-lustre.mount")
+    found = json.loads(run_tool("findmnt", "-J", "/mnt/lustre").stdout)["filesystems"][0]
+    assert (found["source"], found["fstype"], found["options"]) == ("10.1.0.2@o2ib:/scratch", "lustre", "flock,noatime")
+    assert "lustre" in (root / "proc/mounts").read_text()
+
+
+def test_unsupported_requests_fail_clearly(prepared, run_tool):
+    result = run_tool("systemctl", "list-timers", check=False)
+    assert result.returncode == 2 and "does not implement: list-timers" in result.stderr
+    result = run_tool("setpci", "-s", "17:00.0", "COMMAND=0x02", check=False)
+    assert result.returncode == 2 and "only the ACS control register" in result.stderr
