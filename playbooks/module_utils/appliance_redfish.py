@@ -61,12 +61,9 @@ class RedfishClient:
         self.session = requests.Session()
         self.session.auth = (username, password)
         self.session.headers.update({"Accept": "application/json", "OData-Version": "4.0"})
-        if not verify_tls:
-            self.session.verify = False
-        elif ca_file:
-            self.session.verify = ca_file
-        else:
-            self.session.verify = True
+        # Given with every request: requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment
+        # override a Session's own `verify`, which would check the BMC against the wrong CA.
+        self.verify = False if not verify_tls else (ca_file or True)
 
     def close(self):
         self.session.close()
@@ -86,7 +83,7 @@ class RedfishClient:
             with warnings.catch_warnings():
                 # verify_tls: false is an explicit operator choice; the warning would repeat on every call.
                 warnings.simplefilter("ignore")
-                response = self.session.request(method, url, json=body, timeout=self.timeout)
+                response = self.session.request(method, url, json=body, timeout=self.timeout, verify=self.verify)
         except SSLError as exc:
             self._fail(f"TLS verification failed ({_reason(exc)}); check bmc.ca_file or bmc.verify_tls")
         except Timeout:

@@ -12,11 +12,11 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ansible_runner
 import pytest
 from django.conf import settings
 from django.db import transaction
@@ -103,7 +103,6 @@ class SimulatedAppliance:
         extra = {"appliance": {"name": "pbtest", "settings": {}}, "networks": [], "filesystems": [], "pools": [],
                  **(extra_vars or {})}
         (run_dir / "extra.json").write_text(json.dumps(extra))
-        fact_cache = run_dir / "facts"
         venv_bin = Path(sys.executable).parent
         environment = {
             "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -115,26 +114,25 @@ class SimulatedAppliance:
             "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
             "ANSIBLE_HOME": str(run_dir / "ansible-home"),
             "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_FORCE_COLOR": "0",
-            # Module results land in a JSON fact cache, read back to check the facts the engine receives.
-            "ANSIBLE_CACHE_PLUGIN": "jsonfile",
-            "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(fact_cache),
         }
-        command = [str(venv_bin / "ansible-playbook"), "-i", str(run_dir / "inventory.json"),
-                   "-e", f"@{run_dir / 'extra.json'}", "-e", f"@{secrets}",
-                   str(Path(settings.PLAYBOOKS_DIR) / playbook), *arguments]
-        completed = subprocess.run(command, cwd=settings.PLAYBOOKS_DIR, env=environment, capture_output=True,
-                                   text=True, timeout=300)
+        # ansible-runner, as the engine uses it: the facts are read from the runner_on_ok events.
+        (run_dir / "runner").mkdir()
+        runner = ansible_runner.run(
+            private_data_dir=str(run_dir / "runner"), project_dir=str(settings.PLAYBOOKS_DIR),
+            playbook=str(Path(settings.PLAYBOOKS_DIR) / playbook), inventory=str(run_dir / "inventory.json"),
+            cmdline=" ".join(["-e", f"@{run_dir / 'extra.json'}", "-e", f"@{secrets}", *arguments]),
+            envvars=environment, quiet=True, timeout=300)
         secrets.unlink()
-        output = completed.stdout + completed.stderr
+        output = runner.stdout.read()
         (run_dir / "output.txt").write_text(output)
         recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
                  for m in RECAP.finditer(output)}
-        facts = {}
-        if fact_cache.is_dir():
-            for path in fact_cache.iterdir():
-                facts[path.name] = json.loads(path.read_text())
-        return PlaybookRun(completed.returncode, output, recap, facts)
+        facts: dict[str, dict] = {}
+        for event in runner.events:
+            data = event.get("event_data", {})
+            if event.get("event") == "runner_on_ok" and isinstance(data.get("res"), dict):
+                facts.setdefault(data.get("host"), {}).update(data["res"].get("ansible_facts") or {})
+        return PlaybookRun(runner.rc, output, recap, facts)
 
 
 @pytest.fixture(scope="module")
