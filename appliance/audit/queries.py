@@ -22,9 +22,9 @@ PAGE_SIZE = 50
 class AuditRecordFilter(django_filters.FilterSet):
     actor = django_filters.CharFilter(field_name="actor_username", label="Actor (username)")
     actor_id = django_filters.NumberFilter(field_name="actor_id", label="Actor id")
-    event = django_filters.CharFilter(method="filter_event", label="Event",
-                                      help_text="an event name, or a prefix ending in '.' or '*' (auth.*)",
-                                      widget=forms.TextInput(attrs={"list": "audit-event-names"}))
+    # An event name, or a prefix ending in "." or "*" (auth.*): the event index serves both.
+    event = django_filters.CharFilter(method="filter_event", label="Event", widget=forms.TextInput(
+        attrs={"list": "audit-event-names", "placeholder": "auth.login.failure or auth.*"}))
     action = django_filters.CharFilter(field_name="action", label="Action")
     category = django_filters.ChoiceFilter(field_name="category", label="Category", choices=())
     target_type = django_filters.CharFilter(field_name="target_type", label="Target type")
