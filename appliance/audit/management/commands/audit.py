@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from django.contrib.auth import authenticate
 from django.core.management.base import BaseCommand, CommandError
+from django.http import HttpRequest
 
 
 def parse_moment(text: str) -> datetime:
@@ -140,7 +141,11 @@ class Command(BaseCommand):
                 raise CommandError(f"{password_file}: {exc.strerror}") from exc
         else:
             password = getpass.getpass(f"password of {username}: ")
-        user = authenticate(username=username, password=password)
+        # Through the same authentication as the portal, lockout policy included; the request stands
+        # for the terminal.
+        request = HttpRequest()
+        request.META.update(REMOTE_ADDR="127.0.0.1", HTTP_USER_AGENT="manage.py audit retention")
+        user = authenticate(request, username=username, password=password)
         if user is None:
             raise CommandError(f"user: {username!r}: wrong username or password")
         return user
