@@ -188,20 +188,15 @@ def _log_tail(node_name: str, lines: int = 15) -> str:
         return ""
 
 
-def start(node) -> int:
-    """Start the node's emulator unless it runs; wait until it answers. Returns its pid."""
-    ensure_credentials()
-    existing = running_pid(node.name)
-    if existing:
-        return existing
+def _spawn(node) -> tuple[subprocess.Popen, int]:
     if not node.sysroot or not node_state.exists(node.sysroot):
         raise BMCError(f"{node.name}: no simulated node state (run `manage.py simulation prepare` first)")
-    if node_state.has_fault(node_state.load(node.sysroot), "bmc_down"):
+    current = node_state.load(node.sysroot)
+    if node_state.has_fault(current, "bmc_down"):
         raise BMCError(f"{node.name}: the BMC is down (injected fault bmc_down)")
     port = port_of(node)
     cert, key = _server_certificate(node.name)
-    wrong = node_state.has_fault(node_state.load(node.sysroot), "bmc_wrong_password")
-    auth_file = write_htpasswd(node.name, wrong_password=wrong)
+    auth_file = write_htpasswd(node.name, wrong_password=node_state.has_fault(current, "bmc_wrong_password"))
     executable = Path(sys.executable).with_name("sushy-emulator")
     command = ([str(executable)] if executable.exists() else [sys.executable, "-m", "sushy_tools.emulator.main"])
     command += ["--config", str(CONFIG)]
@@ -213,19 +208,48 @@ def start(node) -> int:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    env=environment, cwd=bmc_dir(), start_new_session=True)
     _pid_path(node.name).write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            _pid_path(node.name).unlink(missing_ok=True)
-            raise BMCError(f"{node.name}: the BMC emulator exited with status {process.returncode} on port {port}:\n"
-                           f"{_log_tail(node.name)}")
-        if _answers(port):
-            return process.pid
-        time.sleep(0.05)
-    _terminate(process.pid)
-    _pid_path(node.name).unlink(missing_ok=True)
-    raise BMCError(f"{node.name}: the BMC emulator did not answer on port {port} within {START_TIMEOUT:.0f} s:\n"
-                   f"{_log_tail(node.name)}")
+    return process, port
+
+
+def start_many(nodes) -> dict[str, int]:
+    """Start the emulators of `nodes` that are not running, all at once, and wait until each answers.
+    Returns {node name: pid}. If one fails, the ones started here are stopped again."""
+    ensure_credentials()
+    pids, spawned = {}, {}
+    try:
+        for node in nodes:
+            existing = running_pid(node.name)
+            if existing:
+                pids[node.name] = existing
+            else:
+                spawned[node.name] = _spawn(node)
+        deadline = time.monotonic() + START_TIMEOUT
+        waiting = dict(spawned)
+        while waiting:
+            for name, (process, port) in list(waiting.items()):
+                if process.poll() is not None:
+                    raise BMCError(f"{name}: the BMC emulator exited with status {process.returncode} on port {port}:\n"
+                                   f"{_log_tail(name)}")
+                if _answers(port):
+                    pids[name] = process.pid
+                    del waiting[name]
+            if waiting and time.monotonic() > deadline:
+                name, (_, port) = next(iter(waiting.items()))
+                raise BMCError(f"{name}: the BMC emulator did not answer on port {port} within {START_TIMEOUT:.0f} s:\n"
+                               f"{_log_tail(name)}")
+            if waiting:
+                time.sleep(0.05)
+    except BaseException:
+        for name, (process, _) in spawned.items():
+            _terminate(process.pid)
+            _pid_path(name).unlink(missing_ok=True)
+        raise
+    return pids
+
+
+def start(node) -> int:
+    """Start the node's emulator unless it runs; wait until it answers. Returns its pid."""
+    return start_many([node])[node.name]
 
 
 def _terminate(pid: int) -> None:

@@ -174,23 +174,20 @@ def _bmc_nodes(appliance):
 
 
 def start_bmcs(appliance) -> dict:
-    """Start every BMC emulator of the appliance that is not running (a node with the bmc_down
-    fault stays down). Returns {node: pid or None}."""
-    started = {}
-    for node in _bmc_nodes(appliance):
-        if node.sysroot and node_state.exists(node.sysroot) and \
-                node_state.has_fault(node_state.load(node.sysroot), "bmc_down"):
-            started[node.name] = None
-            continue
-        already = bmc.running_pid(node.name)
-        try:
-            pid = bmc.start(node)
-        except bmc.BMCError as exc:
-            raise SimulationError(str(exc)) from None
-        started[node.name] = pid
-        if not already:
-            audit.record("simulation.bmc.start", target=node, details={"pid": pid, "port": bmc.port_of(node)})
-    return started
+    """Start every BMC emulator of the appliance that is not running, in parallel (a node with the
+    bmc_down fault stays down). Returns {node: pid, or None for a node that is down}."""
+    nodes = _bmc_nodes(appliance)
+    down = {node.name for node in nodes if node.sysroot and node_state.exists(node.sysroot)
+            and node_state.has_fault(node_state.load(node.sysroot), "bmc_down")}
+    already = {node.name: bmc.running_pid(node.name) for node in nodes}
+    try:
+        pids = bmc.start_many([node for node in nodes if node.name not in down])
+    except bmc.BMCError as exc:
+        raise SimulationError(str(exc)) from None
+    for node in nodes:
+        if node.name in pids and not already[node.name]:
+            audit.record("simulation.bmc.start", target=node, details={"pid": pids[node.name], "port": bmc.port_of(node)})
+    return {node.name: pids.get(node.name) for node in nodes}
 
 
 ensure_bmcs = start_bmcs

@@ -1,6 +1,7 @@
 """Each simulated BMC is a real Redfish server (sushy-emulator) over TLS with basic auth."""
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,16 @@ def session() -> requests.Session:
     http.auth = ("admin", bmc.password())
     http.verify = str(bmc.ca_path())
     return http
+
+
+def eventually(check, seconds: float = 3.0) -> bool:
+    """The emulator writes BIOS and power changes to the state from libvirt's event thread."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def system_url(node, http) -> str:
@@ -61,11 +72,27 @@ def test_bios_over_redfish_follows_links_and_persists(running):
     after = http.get(bios_url, timeout=10).json()["Attributes"]
     assert (after["SysProfile"], after["ProcCStates"]) == ("PerfOptimized", "Disabled")
     # The BMC's memory is the node's state: a restarted emulator still has the values.
-    assert node_state.load(running.sysroot)["bmc"]["bios"]["SysProfile"] == "PerfOptimized"
+    assert eventually(lambda: node_state.load(running.sysroot)["bmc"]["bios"]["SysProfile"] == "PerfOptimized")
     services.stop_bmcs(running.appliance)
     services.start_bmcs(running.appliance)
     again = http.get(bios_url, timeout=10).json()["Attributes"]
     assert again["SysProfile"] == "PerfOptimized"
+
+
+def test_power_and_boot_override(running):
+    http = session()
+    url = system_url(running, http)
+    system = http.get(url, timeout=10).json()
+    reset = running.bmc.url + system["Actions"]["#ComputerSystem.Reset"]["target"]
+    assert http.post(reset, json={"ResetType": "ForceOff"}, timeout=10).status_code in (200, 204)
+    assert http.get(url, timeout=10).json()["PowerState"] == "Off"
+    assert eventually(lambda: node_state.load(running.sysroot)["bmc"]["power"] == "Off")
+    boot = {"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}}
+    assert http.patch(url, json=boot, timeout=10).status_code in (200, 204)
+    assert http.get(url, timeout=10).json()["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+    assert http.post(reset, json={"ResetType": "On"}, timeout=10).status_code in (200, 204)
+    assert http.get(url, timeout=10).json()["PowerState"] == "On"
+    assert eventually(lambda: node_state.load(running.sysroot)["bmc"]["power"] == "On")
 
 
 def test_wrong_password_and_tls(running):
