@@ -1,0 +1,58 @@
+"""An Auditor reads and exports the audit log and changes nothing: every state-changing route of
+the whole URL configuration (portal and API) refuses them, and no change record names them."""
+
+import re
+
+import pytest
+from django.contrib.admindocs.views import extract_views_from_urlpatterns, simplify_regex
+from django.urls import get_resolver
+
+from appliance.audit.models import AuditRecord
+from appliance.core.roles import Role
+from tests.sample_inventory import build_sample_inventory
+
+pytestmark = pytest.mark.django_db
+
+# Routes an Auditor may POST to, each for a reason that changes no data of the appliance.
+ALLOWED_FOR_EVERYONE = {
+    "/accounts/login/": "starts the caller's own session",
+    "/accounts/logout/": "ends the caller's own session",
+    "/api/accounts/token/": "issues the caller's own API token",
+    "/health/": "liveness probe, writes nothing",
+}
+AUDITOR_EXPORTS = {"/audit/export/", "/api/audit/exports/"}
+
+
+def every_route() -> list[str]:
+    routes = set()
+    for _view, regex, _namespace, _name in extract_views_from_urlpatterns(get_resolver().url_patterns):
+        path = simplify_regex(regex)
+        if path.startswith("/django-admin/") or "<format>" in path or "drf_format_suffix" in path:
+            continue
+        routes.add(re.sub(r"<[^>]+>", "1", path))
+    return sorted(routes)
+
+
+def test_every_write_route_refuses_an_auditor(client_for):
+    build_sample_inventory()
+    client = client_for(Role.AUDITOR)
+    routes = every_route()
+    assert "/api/audit/records/1/" in routes and "/api/inventory/nodes/1/transition/" in routes
+    first_record = AuditRecord.objects.order_by("sequence").values_list("sequence", flat=True).first()
+    let_through = []
+    for path in routes:
+        if path in ALLOWED_FOR_EVERYONE or path in AUDITOR_EXPORTS:
+            continue
+        for method in ("post", "put", "patch", "delete"):
+            response = getattr(client, method)(path, {}, content_type="application/json")
+            if response.status_code not in (403, 405):
+                let_through.append((method.upper(), path, response.status_code))
+    assert let_through == []
+    changes = AuditRecord.objects.filter(actor_username="auditor-user", event__regex=r"\.(create|update|delete)$")
+    assert list(changes.values_list("event", flat=True)) == []
+    assert AuditRecord.objects.filter(sequence__gte=first_record).exists()
+
+
+def test_auditor_has_no_django_admin(client_for):
+    response = client_for(Role.AUDITOR).get("/django-admin/audit/auditrecord/")
+    assert response.status_code == 302 and "/django-admin/login/" in response["Location"]
