@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from .models import AuditRecord
+from .queries import record_read
 
 
 @admin.register(AuditRecord)
@@ -19,3 +20,15 @@ class AuditRecordAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    # Reading the log here is as much evidence as reading it in the portal or the API.
+    def changelist_view(self, request, extra_context=None):
+        filters = {k: v for k, v in request.GET.items() if v and k not in ("p", "o")}
+        record_read("admin.changelist", filters)
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        record = AuditRecord.objects.filter(pk=object_id).first() if str(object_id).isdigit() else None
+        if record is not None and request.method in ("GET", "HEAD"):
+            record_read("admin.record", target=record)
+        return super().change_view(request, object_id, form_url, extra_context)

@@ -197,7 +197,12 @@ def test_django_admin_offers_no_way_to_change_or_delete(client_for):
     client = client_for(Role.ADMINISTRATOR)
     record = AuditRecord.objects.order_by("sequence").first()
     base = "/django-admin/audit/auditrecord/"
-    assert client.get(base).status_code == 200  # readable
+    assert client.get(base, {"outcome__exact": "success"}).status_code == 200  # readable, and the read recorded
+    search = AuditRecord.objects.filter(event="audit.search").latest("sequence")
+    assert search.details == {"view": "admin.changelist", "filters": {"outcome__exact": "success"}}
+    assert client.get(f"{base}{record.sequence}/change/").status_code == 200
+    viewed = AuditRecord.objects.filter(event="audit.view").latest("sequence")
+    assert viewed.details == {"view": "admin.record"} and viewed.target_id == str(record.sequence)
     assert client.get(f"{base}add/").status_code == 403
     assert client.post(f"{base}add/", {"event": "auth.login.success"}).status_code == 403
     assert client.post(f"{base}{record.sequence}/change/", {"reason": "edited"}).status_code == 403
