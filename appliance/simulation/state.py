@@ -237,22 +237,33 @@ def _nvml_sidecar(state: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_if_changed(path: Path, text: str) -> None:
+    # Most changes touch one part of the state: leaving the other views alone keeps a state write
+    # cheap and lets the NVML library keep its parsed copy while nvml.state is unchanged.
+    try:
+        if path.read_text() == text:
+            return
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    _atomic_write(path, text)
+
+
 def _write_derived(sysroot: Path, state: dict) -> None:
-    _atomic_write(state_path(sysroot).with_name("nvml.state"), _nvml_sidecar(state))
+    _write_if_changed(state_path(sysroot).with_name("nvml.state"), _nvml_sidecar(state))
     kernel = state.get("kernel", {})
-    _atomic_write(sysroot / "proc" / "cmdline", kernel.get("cmdline", "") + "\n")
-    _atomic_write(sysroot / "proc" / "modules",
+    _write_if_changed(sysroot / "proc" / "cmdline", kernel.get("cmdline", "") + "\n")
+    _write_if_changed(sysroot / "proc" / "modules",
                   "".join(f"{module} 16384 0 - Live 0x0000000000000000\n" for module in state.get("modules", [])))
-    _atomic_write(sysroot / "proc" / "mounts",
+    _write_if_changed(sysroot / "proc" / "mounts",
                   "".join(f"{mount['source']} {mount['target']} {mount['fstype']} {','.join(mount['options'])} 0 0\n"
                           for mount in state.get("mounts", [])))
     # The same directory layout as sysfs, for the port counters and state the fabric checks read.
     for hca in effective_hcas(state):
         for port in hca["ports"]:
             base = sysroot / "sys" / "class" / "infiniband" / hca["device"] / "ports" / str(port["port"])
-            _atomic_write(base / "state", f"{port['state_code']}: {port['state'].upper()}\n")
-            _atomic_write(base / "phys_state", f"{port['physical_state_code']}: {port['physical_state']}\n")
-            _atomic_write(base / "rate", f"{port['rate_gbps']} Gb/sec ({port['width']} {port['speed']})\n")
-            _atomic_write(base / "link_layer", f"{port['link_layer']}\n")
+            _write_if_changed(base / "state", f"{port['state_code']}: {port['state'].upper()}\n")
+            _write_if_changed(base / "phys_state", f"{port['physical_state_code']}: {port['physical_state']}\n")
+            _write_if_changed(base / "rate", f"{port['rate_gbps']} Gb/sec ({port['width']} {port['speed']})\n")
+            _write_if_changed(base / "link_layer", f"{port['link_layer']}\n")
             for counter, value in port["counters"].items():
-                _atomic_write(base / "counters" / counter, f"{value}\n")
+                _write_if_changed(base / "counters" / counter, f"{value}\n")
