@@ -20,6 +20,8 @@ def _message(detail) -> str:
     if isinstance(detail, list):
         return "; ".join(_message(d) for d in detail)
     if isinstance(detail, dict):
+        if set(detail) == {"detail"}:
+            return _message(detail["detail"])
         return "; ".join(f"{k}: {_message(v)}" for k, v in detail.items())
     return str(detail)
 

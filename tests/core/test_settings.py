@@ -1,4 +1,5 @@
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ def manage(*args, env_extra: dict, tmp_path) -> subprocess.CompletedProcess:
 def test_deploy_check_passes_with_production_settings(tmp_path):
     result = manage("check", "--deploy", "--fail-level", "WARNING", tmp_path=tmp_path, env_extra={
         "APPLIANCE_ENV": "production",
-        "DJANGO_SECRET_KEY": "x9" * 40,
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(60),
         "DJANGO_ALLOWED_HOSTS": "appliance.example",
     })
     assert result.returncode == 0, result.stdout + result.stderr

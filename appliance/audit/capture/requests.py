@@ -26,9 +26,7 @@ def _api_error_message(response) -> str:
         return ""
     error = data.get("error")
     if isinstance(error, dict):
-        message = str(error.get("message", ""))
-        # A plain DRF refusal ({"detail": ...}) comes out of the error body as "detail: ...".
-        return message.removeprefix("detail: ") if "fields" not in error else message
+        return str(error.get("message", ""))
     return str(data.get("detail", ""))
 
 
