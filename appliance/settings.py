@@ -199,6 +199,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS: list = []
 STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", STATE_DIR / "static"))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # collectstatic fills it; whitenoise expects it to exist
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
