@@ -67,6 +67,8 @@ CATALOGUE: tuple[Package, ...] = (
     Package(r"beegfs-client(-dkms)?", "7.4.4", modules=("beegfs",), units=("beegfs-client.service",)),
     Package(r"beegfs-helperd|beegfs-utils|libbeegfs-ib", "7.4.4", units=("beegfs-helperd.service",)),
     Package(r"nfs-common", "1:2.6.1-1ubuntu1.2", units=("nfs-client.target",)),
+    Package(r"fio", "3.28-1", commands=("fio",)),
+    Package(r"lbnl-nhc", "1.4.3-1"),
     Package(r"munge", "0.5.14-6", units=("munge.service",), enabled_units=("munge.service",)),
     Package(r"slurmd|slurm-client|slurm-wlm-basic-plugins|slurm-wlm", "21.08.5-2ubuntu1", units=("slurmd.service",)),
     Package(r"slurmctld", "21.08.5-2ubuntu1", units=("slurmctld.service",)),

@@ -141,6 +141,20 @@ def has_fault(state: dict, kind: str, **match) -> bool:
                for fault in faults(state, kind))
 
 
+def xid_events(state: dict) -> list[tuple[str, int, str]]:
+    """(PCI bus id, Xid, text) the driver logged since boot: recorded ones, plus Xid 79 for a GPU a
+    `gpu_missing` fault took off the bus."""
+    events = []
+    missing = {int(fault["index"]) for fault in faults(state, "gpu_missing")}
+    for gpu in state.get("gpus", []):
+        bus = gpu["pci_bus_id"][4:]
+        for xid in gpu.get("xid_errors", []):
+            events.append((bus, int(xid["xid"]), xid.get("text", "")))
+        if gpu["index"] in missing and "nvidia" in state.get("modules", []):
+            events.append((bus, 79, "pid=0, name=nvidia, GPU has fallen off the bus."))
+    return events
+
+
 def visible_gpus(state: dict) -> list[dict]:
     """GPUs the driver sees: a `gpu_missing` fault hides one (fallen off the bus)."""
     missing = {int(fault["index"]) for fault in faults(state, "gpu_missing")}
@@ -251,6 +265,10 @@ def _write_if_changed(path: Path, text: str) -> None:
 def _write_derived(sysroot: Path, state: dict) -> None:
     _write_if_changed(state_path(sysroot).with_name("nvml.state"), _nvml_sidecar(state))
     kernel = state.get("kernel", {})
+    # The kernel log as /dev/kmsg hands it out (priority,sequence,microseconds,-;message).
+    _write_if_changed(sysroot / "dev" / "kmsg", "".join(
+        f"3,{number},{1000000 + number},-;NVRM: Xid (PCI:{bus}): {xid}, {text}\n"
+        for number, (bus, xid, text) in enumerate(xid_events(state), 1)))
     _write_if_changed(sysroot / "proc" / "cmdline", kernel.get("cmdline", "") + "\n")
     _write_if_changed(sysroot / "proc" / "modules",
                   "".join(f"{module} 16384 0 - Live 0x0000000000000000\n" for module in state.get("modules", [])))

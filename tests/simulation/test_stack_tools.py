@@ -36,8 +36,8 @@ def test_all_reduce_needs_fabric_manager_and_reports_bandwidth(gpu_stack, run_to
     last = [line for line in out.splitlines() if line.strip() and not line.startswith("#")][-1].split()
     assert last[0] == str(8 * 2**30) and float(last[7]) > 460
     services.inject_fault(gpu_stack, "bandwidth_low", test="all_reduce_perf", value=310)
-    out = run_tool("all_reduce_perf", "-b", "8G", "-e", "8G", "-g", "8").stdout
-    assert "# Peak bus bandwidth   : 310.00" in out
+    out = run_tool("all_reduce_perf", "-b", "8G", "-e", "8G", "-f", "2", "-g", "8").stdout
+    assert "# Avg bus bandwidth    : 310.0000" in out
 
 
 def test_dcgm_diag_reports_persistence_and_missing_gpu(gpu_stack, run_tool):
@@ -91,3 +91,20 @@ def test_unsupported_requests_fail_clearly(prepared, run_tool):
     assert result.returncode == 2 and "does not implement: list-timers" in result.stderr
     result = run_tool("setpci", "-s", "17:00.0", "COMMAND=0x02", check=False)
     assert result.returncode == 2 and "only the ACS control register" in result.stderr
+
+
+def test_fio_and_xid_log(gpu_stack, run_tool):
+    root = Path(gpu_stack.sysroot)
+    run_tool("apt-get", "install", "-y", "fio", "nfs-common")
+    run_tool("modprobe", "rpcrdma")
+    (root / "mnt/data").mkdir()
+    run_tool("mount", "-t", "nfs", "-o", "proto=rdma,port=20049,nconnect=8", "10.1.0.5:/export", "/mnt/data")
+    argv = ["fio", "--name=smoke", "--directory=/mnt/data", "--rw=read", "--bs=1M", "--size=64M", "--direct=1",
+            "--ioengine=libaio", "--iodepth=16", "--numjobs=1", "--group_reporting", "--output-format=json"]
+    job = json.loads(run_tool(*argv).stdout)["jobs"][0]
+    assert job["read"]["bw_bytes"] == 11_800_000_000 and not any(root.joinpath("mnt/data").iterdir())
+    services.inject_fault(gpu_stack, "bandwidth_low", test="fio", value=900)
+    assert json.loads(run_tool(*argv).stdout)["jobs"][0]["read"]["bw_bytes"] == 900_000_000
+    assert (root / "dev/kmsg").read_text() == ""
+    services.inject_fault(gpu_stack, "gpu_missing", index=1)
+    assert "NVRM: Xid (PCI:0000:2A:00.0): 79, " in (root / "dev/kmsg").read_text()

@@ -43,6 +43,7 @@ COMMANDS = {
     "all_gather_perf": "benchmarks",
     "ib_write_bw": "benchmarks",
     "ib_read_bw": "benchmarks",
+    "fio": "benchmarks",
     "mount": "mounts",
     "umount": "mounts",
     "findmnt": "mounts",

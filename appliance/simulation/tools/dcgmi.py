@@ -45,6 +45,41 @@ def _checks(state: dict, level: int) -> list[tuple[str, str, list[tuple[int, boo
     return results
 
 
+_WIDTH_NAME, _WIDTH_RESULT = 27, 48
+
+
+def _row(name: str, result: str) -> str:
+    return f"| {name:<{_WIDTH_NAME - 2}} | {result:<{_WIDTH_RESULT - 2}} |"
+
+
+def _section(title: str) -> str:
+    left = f"|-----  {title}  "
+    return left + "-" * (_WIDTH_NAME + 1 - len(left)) + "+" + "-" * _WIDTH_RESULT + "|"
+
+
+def _table(tool, checks, state: dict) -> None:
+    """The table `dcgmi diag` prints: sections, one row per test, a continuation row per failing GPU."""
+    border = "+" + "-" * _WIDTH_NAME + "+" + "-" * _WIDTH_RESULT + "+"
+    tool.print("Successfully ran diagnostic for group.")
+    tool.print(border)
+    tool.print(_row("Diagnostic", "Result"))
+    tool.print("+" + "=" * _WIDTH_NAME + "+" + "=" * _WIDTH_RESULT + "+")
+    tool.print(_section("Metadata"))
+    tool.print(_row("DCGM Version", state.get("software", {}).get("dcgm_version", "")))
+    tool.print(_row("Driver Version Detected", state["driver"].get("version", "")))
+    tool.print(_row("GPU Device IDs Detected", ",".join("2330" for _ in visible_gpus(state))))
+    section = None
+    for category, test, results in checks:
+        if category != section:
+            section = category
+            tool.print(_section(category))
+        bad = [(index, detail) for index, passed, detail in results if not passed]
+        tool.print(_row(test, "Fail" if bad else "Pass"))
+        for index, detail in bad:
+            tool.print(_row("", (f"GPU {index}: " if index >= 0 else "") + detail)[: _WIDTH_NAME + _WIDTH_RESULT + 3])
+    tool.print(border)
+
+
 def main(tool, argv: list[str]) -> int:
     state = tool.state()
     if not state["services"].get("nvidia-dcgm.service", {}).get("active"):
@@ -82,13 +117,6 @@ def main(tool, argv: list[str]) -> int:
                 {"category": name, "tests": tests} for name, tests in categories.items()]},
                 "version": "3.3.7", "runs": {"level": number, "result": "Fail" if failed else "Pass"}}, indent=2))
         else:
-            tool.print("Successfully ran diagnostic for group.")
-            tool.print("+---------------------------+------------------------------------------------+")
-            tool.print("| Diagnostic                | Result                                         |")
-            tool.print("+===========================+================================================+")
-            for _category, test, results in checks:
-                bad = [f"GPU {index}: {detail}" for index, passed, detail in results if not passed]
-                tool.print(f"| {test:<25} | {'Fail - ' + '; '.join(bad) if bad else 'Pass':<46} |")
-            tool.print("+---------------------------+------------------------------------------------+")
+            _table(tool, checks, state)
         return 1 if failed else 0
     raise tool.unsupported(argv)

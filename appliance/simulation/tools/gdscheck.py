@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+from .. import packages
 from ..state import effective_hcas, visible_gpus
 
 CUFILE = "/etc/cufile.json"
@@ -52,10 +53,12 @@ def main(tool, argv: list[str]) -> int:
     tool.print(f" nvidia_fs version:  {'2.20' if 'nvidia_fs' in state['modules'] else 'not loaded'} libcufile version: 2.12")
     tool.print(" Platform: x86_64")
     tool.print(" =====================\n DRIVER CONFIGURATION:\n =====================")
-    filesystems = {"lustre": "DDN EXAScaler", "nfs": "NFS", "beegfs": "BeeGFS"}
-    for key, label in filesystems.items():
-        supported = any(mount["fstype"].startswith(key) for mount in state["mounts"]) or key == "nfs"
-        tool.print(f" {label:<19}: {'Supported' if supported else 'Unsupported'}")
+    # A parallel filesystem is supported once its GDS-enabled client modules are installed; NFS over
+    # RDMA needs only the in-box kernel.
+    loadable = packages.loadable_modules(state)
+    for label, module in (("NVMe", None), ("NVMeOF", None), ("SCSI", None), ("DDN EXAScaler", "lustre"),
+                          ("IBM Spectrum Scale", None), ("NFS", "rpcrdma"), ("BeeGFS", "beegfs"), ("WekaFS", None)):
+        tool.print(f" {label:<19}: {'Supported' if module and module in loadable else 'Unsupported'}")
     tool.print(f" Userspace RDMA     : {'Supported' if peerdirect and addresses else 'Unsupported'}")
     tool.print(f" --Mellanox PeerDirect : {'Enabled' if peerdirect else 'Disabled'}")
     tool.print(f" --rdma library        : {'Loaded (libcufile_rdma.so)' if addresses else 'Not Loaded'}")
