@@ -96,6 +96,8 @@ FACTORY_UNITS = {
     "ssh.service": {"enabled": True, "active": True},
     "systemd-timesyncd.service": {"enabled": True, "active": True},
 }
+# The package each factory unit comes with: removing the package removes the unit.
+FACTORY_UNIT_PACKAGES = {"ssh.service": "openssh-server", "systemd-timesyncd.service": "systemd-timesyncd"}
 FACTORY_COMMANDS = ("modprobe", "lsmod", "rmmod", "systemctl", "apt-get", "dpkg-query", "update-grub",
                     "grub-mkconfig", "sysctl", "setpci", "lspci", "mount", "umount", "findmnt", "reboot")
 
@@ -164,7 +166,7 @@ def loadable_modules(state: dict) -> set[str]:
 
 
 def known_units(state: dict) -> set[str]:
-    units = set(FACTORY_UNITS)
+    units = {unit for unit, package in FACTORY_UNIT_PACKAGES.items() if package in state.get("packages", {})}
     for name in state.get("packages", {}):
         package = find(name)
         if package:

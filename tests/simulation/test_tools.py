@@ -1,6 +1,7 @@
 """The simulated commands change a simulated node's state as the real ones change a server."""
 
 import json
+from pathlib import Path
 
 from appliance.simulation import services
 from appliance.simulation import state as node_state
@@ -92,3 +93,16 @@ def test_fabric_tools_and_faults(prepared, run_tool):
     missing = run_tool("modprobe", "nvidia-peermem", check=False)
     assert missing.returncode == 1 and "not found" in missing.stderr
     assert json.loads(json.dumps(services.clear_faults(prepared, "task_fails")))[0]["tool"] == "ibstat"
+
+
+def test_chrony_replaces_timesyncd(prepared, run_tool):
+    assert run_tool("chronyc", "tracking", check=False).returncode == 127
+    run_tool("apt-get", "install", "-y", "chrony")
+    assert run_tool("systemctl", "is-active", "chrony").stdout.strip() == "active"
+    gone = run_tool("systemctl", "is-enabled", "systemd-timesyncd", check=False)
+    assert (gone.returncode, gone.stdout.strip()) == (1, "not-found")
+    Path(prepared.sysroot, "etc/chrony/chrony.conf").write_text("server 10.0.0.1 iburst\n")
+    assert "Leap status     : Normal" in run_tool("chronyc", "tracking").stdout
+    run_tool("systemctl", "stop", "chrony")
+    stopped = run_tool("chronyc", "tracking", check=False)
+    assert stopped.returncode == 1 and "506 Cannot talk to daemon" in stopped.stderr

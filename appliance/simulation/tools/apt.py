@@ -62,11 +62,10 @@ def remove(state: dict, names: list[str]) -> list[str]:
         package = packages.find(name)
         del state["packages"][name]
         still_provided = packages.known_units(state)
-        for unit in (package.units if package else ()):
-            if unit not in still_provided:
-                state["services"].pop(unit, None)
-        if name == "systemd-timesyncd":
-            state["services"].pop("systemd-timesyncd.service", None)
+        shipped = set(package.units if package else ()) | {
+            unit for unit, owner in packages.FACTORY_UNIT_PACKAGES.items() if owner == name}
+        for unit in shipped - still_provided:
+            state["services"].pop(unit, None)
         lines.append(f"Removing {name} ({package.version if package else ''}) ...")
     return lines
 
