@@ -121,6 +121,10 @@ class _Statements:
                             f"last_checkpoint_sequence = %s, last_checkpoint_at = %s WHERE id = 1")
         self.insert_head = (f"INSERT INTO {head_table} (id, sequence, hash, merkle_frontier, last_checkpoint_sequence, "
                             f"last_checkpoint_at) VALUES (1, 0, %s, %s, 0, NULL)")
+        # On PostgreSQL the record and the head move in one statement: one round trip less per record.
+        self.combined = connection.vendor == "postgresql"
+        if self.combined:
+            self.insert_and_move_head = (f"WITH inserted AS ({self.insert} RETURNING 1) {self.update_head}")
         self.frontier_field = head_model._meta.get_field("merkle_frontier")
         self.datetime_field = head_model._meta.get_field("last_checkpoint_at")
 
@@ -146,7 +150,8 @@ def append(entry) -> None:
     using = router.db_for_write(audit_models.AuditRecord)
     connection = connections[using]
     sql = _statements_for(connection)
-    with transaction.atomic(using=using), connection.cursor() as cursor:
+    # Inside the caller's transaction no savepoint is needed: a failed append fails that transaction.
+    with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
         # The head row is the chain's one lock: writers queue here, so sequence numbers stay
         # gapless and every record links to the one written just before it.
         cursor.execute(sql.select_head)
@@ -162,8 +167,7 @@ def append(entry) -> None:
         payload_bytes = chain.canonical(entry.payload())
         digest = hashlib.sha256(payload_bytes).digest()
         entry.hash = digest.hex()
-        cursor.execute(sql.insert, [f.get_db_prep_save(getattr(entry, f.attname), connection)
-                                    for f in sql.record_fields])
+        record_values = [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in sql.record_fields]
         frontier = merkle.frontier_from_json(_as_json(frontier_json))
         merkle.frontier_extend(frontier, (merkle.leaf_hash(digest),))
         checkpoint_at = _as_datetime(checkpoint_at)
@@ -172,10 +176,14 @@ def append(entry) -> None:
 
             sign_checkpoint(entry.sequence, frontier, entry.hash, entry.timestamp, using=using)
             checkpoint_sequence, checkpoint_at = entry.sequence, entry.timestamp
-        cursor.execute(sql.update_head, [
-            entry.sequence, entry.hash,
-            sql.frontier_field.get_db_prep_save(merkle.frontier_to_json(frontier), connection),
-            checkpoint_sequence, sql.datetime_field.get_db_prep_save(checkpoint_at, connection)])
+        head_values = [entry.sequence, entry.hash,
+                       sql.frontier_field.get_db_prep_save(merkle.frontier_to_json(frontier), connection),
+                       checkpoint_sequence, sql.datetime_field.get_db_prep_save(checkpoint_at, connection)]
+        if sql.combined:
+            cursor.execute(sql.insert_and_move_head, record_values + head_values)
+        else:
+            cursor.execute(sql.insert, record_values)
+            cursor.execute(sql.update_head, head_values)
     entry._state.adding = False
     entry._state.db = using
 

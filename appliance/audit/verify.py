@@ -22,6 +22,7 @@ the link at known places, without parsing JSON. Any doubt sends it to the carefu
 parses every line and classifies.
 """
 
+import binascii
 import hashlib
 import json
 import time
@@ -214,12 +215,13 @@ def classify_lines(raw_lines: list[bytes], first_sequence: int, first_prev_hash:
 # -- the fast path ----------------------------------------------------------------------------------
 
 _PREV_KEY = b'"prev_hash":"'
-_SEQUENCE_KEY = b'"sequence":'
 
 
 def _scan(handle, first_sequence: int, first_prev_hash: str):
     """Hash and link-check every line without parsing it. Returns (digests, last hash) when every
-    line is a well-formed, self-consistent, correctly linked record, or None at the first doubt."""
+    line is a well-formed, self-consistent, correctly linked record, or None at the first doubt.
+
+    This loop is the verifier's speed: no JSON, C-level searches and comparisons only."""
     sha256 = hashlib.sha256
     prefix, middle = chain.LINE_PREFIX, chain.LINE_MIDDLE
     offset = chain.PAYLOAD_OFFSET
@@ -227,23 +229,20 @@ def _scan(handle, first_sequence: int, first_prev_hash: str):
     expected = first_sequence
     digests = []
     push = digests.append
+    hexlify = binascii.hexlify
     for line in handle:
         if line[:9] != prefix or line[73:offset] != middle or line[-2:] != b"}\n":
             return None
         claimed = line[9:73]
-        payload = line[offset:-2]
-        digest = sha256(payload).digest()
-        if digest.hex().encode() != claimed:
+        digest = sha256(line[offset:-2]).digest()
+        if hexlify(digest) != claimed:  # lower-case hex, exactly as written
             return None
         # In canonical JSON no string holds an unescaped quote and the keys after prev_hash hold no
-        # object with free keys, so the last `"prev_hash":"` is the record's own; `"sequence":`
-        # follows it. Any other layout fails the hash check above or the careful path below.
-        at = payload.rfind(_PREV_KEY)
-        if at < 0 or payload[at + 13:at + 77] != prev:
-            return None
-        at = payload.find(_SEQUENCE_KEY, at)
-        end = payload.find(b",", at)
-        if at < 0 or payload[at + 11:end] != b"%d" % expected:
+        # object with free keys, so the last `"prev_hash":"` is the record's own and the only
+        # `"sequence":` after it is the record's too. Any other layout fails the hash check above
+        # or, on the careful path, the canonical form.
+        at = line.rfind(_PREV_KEY, offset)
+        if at < 0 or line[at + 13:at + 77] != prev or line.find(b'"sequence":%d,' % expected, at) < 0:
             return None
         prev = claimed
         expected += 1
