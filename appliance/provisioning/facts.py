@@ -47,7 +47,9 @@ def apply_gpus(node: Node, gpus: list) -> None:
             memory_mib=int(item.get("memory_mib") or gpu.memory_mib or 0),
             pci_bus_id=str(item.get("pci_bus_id") or gpu.pci_bus_id or ""),
             mig_mode=_mig_mode(item.get("mig_mode", gpu.mig_mode)),
-            nvlink_peers=list(item.get("nvlink_peers", gpu.nvlink_peers) or []),
+            # Behind NVSwitch, NVML names the switch, not the GPU, as a link's remote end, so a module may
+            # report no GPU peers; the platform's topology (set at import) is kept rather than erased.
+            nvlink_peers=list(item.get("nvlink_peers") or gpu.nvlink_peers or []),
         )
 
 

@@ -1,0 +1,140 @@
+"""The README's main command on the demo site, as an operator runs it, in a fresh state directory:
+
+- it exits 0, the acceptance passes and the BIOS values the emulated BMCs serve equal the baseline;
+- nothing outside the state directory changed on this machine;
+- a second run changes nothing;
+- kill -9 during a stage, then rerun: it resumes, finishes, the inventory is right and the audit
+  log verifies.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+from django.conf import settings
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(settings.BASE_DIR)
+# Places a package install, a kernel module, a service, a sysctl or a boot setting would touch on the host.
+WATCHED = ["/etc", "/usr/lib/modules-load.d", "/usr/lib/systemd/system", "/lib/modprobe.d", "/boot",
+           "/var/lib/dpkg/status", "/usr/local/bin", os.path.expanduser("~/.ansible")]
+
+
+def snapshot() -> dict:
+    listing = {}
+    for top in WATCHED:
+        top_path = Path(top)
+        paths = [top_path] if top_path.is_file() else (sorted(top_path.rglob("*")) if top_path.exists() else [])
+        for path in paths:
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            listing[str(path)] = (info.st_mtime_ns, info.st_size, info.st_mode)
+    # Loaded modules, mounts and sysctls in effect (a container may not show all of them).
+    for name in ("/proc/modules", "/proc/mounts", "/proc/cmdline", "/proc/sys/vm/swappiness",
+                 "/proc/sys/kernel/numa_balancing"):
+        if Path(name).exists():
+            text = Path(name).read_text()
+            listing[name] = sorted(line.split()[0] for line in text.splitlines()) if name == "/proc/modules" else text
+    return listing
+
+
+def manage(state_dir: Path, *args, timeout=300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "APPLIANCE_STATE_DIR": str(state_dir)}
+    env.pop("DATABASE_URL", None)
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def inventory(state_dir: Path) -> dict:
+    script = ("import json; from appliance.inventory.models import Node; "
+              "print(json.dumps({n.name: [n.state, n.state_reason, n.role] for n in Node.objects.all()}))")
+    result = manage(state_dir, "shell", "-c", script)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def bmc_bios(state_dir: Path, url: str) -> dict:
+    auth = ("admin", (state_dir / "simulation" / "bmc-password").read_text().strip())
+    # verify per request: a session-level CA loses to REQUESTS_CA_BUNDLE from the environment.
+    ca = str(state_dir / "simulation" / "ca" / "ca.pem")
+
+    def get(path):
+        response = requests.get(url + path, auth=auth, verify=ca, timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    systems = get("/redfish/v1/Systems")
+    system = get(systems["Members"][0]["@odata.id"])
+    return get(system["Bios"]["@odata.id"])["Attributes"]
+
+
+@pytest.fixture
+def fresh_state(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    yield state
+    manage(state, "simulation", "stop", timeout=60)
+
+
+def test_bootstrap_the_demo_appliance(fresh_state):
+    before = snapshot()
+    first = manage(fresh_state, "bootstrap", "--no-input", timeout=240)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert snapshot() == before, "the simulated bootstrap changed something outside its state directory"
+    assert "Acceptance: PASSED" in first.stdout
+    assert "Administrator 'admin' created. Password: " in first.stdout
+    assert str(fresh_state / "keys" / "admin-password") in first.stdout
+    assert "http://127.0.0.1:8000/provisioning/" in first.stdout
+
+    site = yaml.safe_load((ROOT / "appliance/inventory/sites/demo.yml").read_text())
+    for node in site["nodes"]:
+        platform = yaml.safe_load((ROOT / "firmware/platforms" / f"{node['platform']}.yaml").read_text())
+        attributes = bmc_bios(fresh_state, node["bmc"]["url"])
+        baseline = platform["bios"]["baseline"]
+        assert {k: attributes.get(k) for k in baseline} == baseline, node["name"]
+    assert set(state for state, _, _ in inventory(fresh_state).values()) == {"ready"}
+
+    second = manage(fresh_state, "bootstrap", "--no-input", timeout=240)
+    assert second.returncode == 0, second.stdout[-3000:]
+    summary = [line for line in second.stdout.splitlines() if ": succeeded · " in line]
+    assert summary and " 0 changed, 0 failed" in summary[-1], second.stdout[-2000:]
+
+
+def test_kill_9_during_a_stage_then_rerun_finishes(fresh_state):
+    first = manage(fresh_state, "bootstrap", "--no-input", timeout=240)
+    assert first.returncode == 0, first.stdout[-3000:]
+
+    env = {**os.environ, "APPLIANCE_STATE_DIR": str(fresh_state)}
+    env.pop("DATABASE_URL", None)
+    process = subprocess.Popen([sys.executable, "manage.py", "bootstrap", "--no-input", "--force"], cwd=ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    deadline = time.monotonic() + 180
+    for line in process.stdout:
+        seen.append(line)
+        if line.strip().startswith("firmware") and " ok " in line:
+            break  # the os stage is now running
+        assert time.monotonic() < deadline, "".join(seen)
+    time.sleep(1.5)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+
+    rerun = manage(fresh_state, "bootstrap", "--no-input", timeout=240)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    assert "left running by a worker that died; marked failed" in rerun.stdout
+    assert "already completed: firmware" in rerun.stdout
+    nodes = inventory(fresh_state)
+    assert {state for state, _, _ in nodes.values()} == {"ready"}, nodes
+    verify = manage(fresh_state, "audit", "verify", "--database")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "intact" in verify.stdout
