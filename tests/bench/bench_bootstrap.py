@@ -143,7 +143,13 @@ def main():
         setup_django(Path(state))
         bench_ingestion(options.events)
         if not options.skip_bootstrap:
-            bench_bootstrap(Path(state))
+            try:
+                bench_bootstrap(Path(state))
+            finally:
+                # The emulated BMCs outlive the command that started them; stop them before the state goes.
+                env = {**os.environ, "APPLIANCE_STATE_DIR": state}
+                subprocess.run([sys.executable, str(ROOT / "manage.py"), "simulation", "stop"], cwd=ROOT, env=env,
+                               capture_output=True)
 
 
 if __name__ == "__main__":
