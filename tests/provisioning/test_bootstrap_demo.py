@@ -138,3 +138,28 @@ def test_kill_9_during_a_stage_then_rerun_finishes(fresh_state):
     verify = manage(fresh_state, "audit", "verify", "--database")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "intact" in verify.stdout
+
+
+def test_bmc_faults_end_with_one_clear_message_and_a_resumable_run(fresh_state):
+    ready = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", timeout=240)
+    assert ready.returncode == 0, ready.stdout[-3000:] + ready.stderr[-2000:]
+    assert manage(fresh_state, "simulation", "fault", "inject", "gpu02", "bmc_wrong_password").returncode == 0
+    assert manage(fresh_state, "simulation", "fault", "inject", "stor01", "bmc_down").returncode == 0
+
+    faulty = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", "--force", timeout=240)
+    assert faulty.returncode == 1
+    error = faulty.stderr.strip().splitlines()
+    assert "failed: stage firmware, host " in error[0], faulty.stderr
+    assert "(and 1 more host failed)" in error[0]
+    output = faulty.stdout
+    assert "Failed: stage firmware, host " in output
+    nodes = inventory(fresh_state)
+    assert nodes["gpu02"][0] == "failed" and nodes["stor01"][0] == "failed"
+    assert {nodes[n][0] for n in ("gpu01", "gpu03", "gpu04", "stor02", "mgmt01")} == {"ready"}
+    assert "401" in nodes["gpu02"][1] or "auth" in nodes["gpu02"][1].lower(), nodes["gpu02"][1]
+
+    assert manage(fresh_state, "simulation", "fault", "clear", "gpu02").returncode == 0
+    assert manage(fresh_state, "simulation", "fault", "clear", "stor01").returncode == 0
+    fixed = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", timeout=240)
+    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-2000:]
+    assert {state for state, _, _ in inventory(fresh_state).values()} == {"ready"}
