@@ -8,7 +8,7 @@ import contextvars
 import getpass
 import os
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,14 @@ class ActionContext:
         return self
 
     def snapshot(self) -> dict:
-        data = asdict(self.resolved())
-        data.pop("request", None)
+        """What travels with background work: plain values only (never the request object)."""
+        resolved = self.resolved()
+        data = {name: getattr(resolved, name) for name in SNAPSHOT_FIELDS}
         data["actor_roles"] = list(data["actor_roles"])
         return data
 
+
+SNAPSHOT_FIELDS = tuple(f.name for f in fields(ActionContext) if f.name != "request")
 
 _current: contextvars.ContextVar[ActionContext] = contextvars.ContextVar("appliance_action_context")
 
@@ -71,8 +74,7 @@ def from_snapshot(data: dict, channel: str = "task") -> ActionContext:
     data = dict(data or {})
     data["actor_roles"] = tuple(data.get("actor_roles") or ())
     data["channel"] = channel
-    allowed = {f for f in ActionContext.__dataclass_fields__ if f != "request"}
-    return ActionContext(**{k: v for k, v in data.items() if k in allowed})
+    return ActionContext(**{k: v for k, v in data.items() if k in SNAPSHOT_FIELDS})
 
 
 def os_user() -> str:

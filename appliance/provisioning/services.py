@@ -16,7 +16,6 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -24,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from appliance import audit
-from appliance.core import context, dispatch
+from appliance.core import dispatch
 from appliance.inventory.models import Appliance, Node
 from appliance.inventory.states import NodeState
 
@@ -153,10 +152,7 @@ def start_run(appliance: Appliance, **options) -> Run:
     from .tasks import execute_run_task
 
     run = create_run(appliance, **options)
-    # The worker gets who asked (already resolved from the request), not the request object itself,
-    # which cannot be copied into a task's arguments.
-    with context.use(replace(context.current(), request=None)):
-        dispatch.enqueue(execute_run_task, run.pk)
+    dispatch.enqueue(execute_run_task, run.pk)
     return run
 
 

@@ -41,3 +41,17 @@ def test_rolled_back_transaction_sends_nothing(settings):
         dispatch.enqueue(remember_context, 1)
         raise RuntimeError
     assert not done.wait(0.5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_work_enqueued_from_a_web_request_carries_the_user_not_the_request(make_user, settings, rf):
+    settings.CELERY_BROKER_URL = ""
+    user = make_user("operator", "bob")
+    request = rf.post("/provisioning/")
+    request.user = user
+    seen.clear()
+    done.clear()
+    with context.use(context.ActionContext(channel="web", request_id="req-12345678", request=request)):
+        dispatch.enqueue(remember_context, 7)
+    assert done.wait(10)
+    assert seen["actor"] == "bob" and seen["channel"] == "task"
