@@ -59,7 +59,8 @@ def test_making_a_checkpoint_costs_the_same_on_a_long_log(audit_settings):
     append(40)
     long = checkpointing_append()
     assert len(short) == len(long)
-    reads_of_records = [sql for sql in long if "audit_auditrecord" in sql and not sql.startswith("INSERT")]
+    writes = ("INSERT INTO", "WITH inserted AS (INSERT INTO")
+    reads_of_records = [sql for sql in long if "audit_auditrecord" in sql and not sql.startswith(writes)]
     assert reads_of_records == []
 
 
