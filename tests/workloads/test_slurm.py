@@ -26,7 +26,8 @@ def test_slurm_conf_declares_the_training_nodes_with_their_gpus():
     for key in ("GresTypes=gpu", "SelectType=select/cons_tres", "ProctrackType=proctrack/cgroup",
                 "TaskPlugin=task/cgroup,task/affinity", "AuthType=auth/munge"):
         assert key in lines
-    assert "NodeName=gpu01 NodeAddr=10.0.0.11 Gres=gpu:h100:8 State=UNKNOWN" in lines
+    assert ("NodeName=gpu01 NodeAddr=10.0.0.11 CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 "
+            "RealMemory=1992294 Gres=gpu:h100:8 State=UNKNOWN") in lines
     assert not any(line.startswith("NodeName=gpu03") for line in lines)  # inference nodes are Kubernetes'
     assert ("PartitionName=training Nodes=gpu01,gpu02 OverSubscribe=EXCLUSIVE Default=YES MaxTime=INFINITE State=UP"
             in lines)
