@@ -197,6 +197,9 @@ def should_record(command: BaseCommand) -> bool:
     name = command_name(command)
     if name in NOT_RECORDED:
         return False
+    # A command may opt out for one invocation: offline verification must not need a database.
+    if not getattr(command, "audit_record_invocation", True):
+        return False
     if name in SCHEMA_LIFECYCLE and not hasattr(command, "_audit_argv"):
         return False
     # runserver's autoreloader starts the same command again in a child process.
