@@ -18,6 +18,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from appliance.partitioning.renderers import stage_vars
+
 from . import baseline
 
 ALL_ROLES = frozenset({"gpu", "storage", "management", "login"})
@@ -107,9 +109,27 @@ DEFAULT = Catalogue([
     Stage("gpu", "stages/gpu.yml",
           "NVIDIA driver, persistence daemon, fabric manager (NVSwitch), DCGM; verified through NVML.",
           roles=frozenset({"gpu"})),
+    Stage("fabric", "stages/fabric.yml",
+          "RDMA stack and InfiniBand tools, the subnet manager (opensm with priority, or the site's "
+          "external one), IPoIB interfaces with partition keys; every port verified Active, LinkUp, at "
+          "the platform's rate, error counters below thresholds.",
+          vars_provider=stage_vars.fabric_stage_vars),
+    Stage("gpudirect", "stages/gpudirect.yml",
+          "GPUDirect RDMA (nvidia-peermem) and Storage (nvidia-fs, cufile.json, gdscheck -p enforced); "
+          "each GPU's nearest HCA from the topology recorded and checked against the platform.",
+          roles=frozenset({"gpu"}), vars_provider=stage_vars.gpudirect_stage_vars),
+    Stage("storage", "stages/storage.yml",
+          "Parallel filesystem clients (Lustre over o2ib, BeeGFS with RDMA, NFS over RDMA) as systemd "
+          "mount units, each verified with its declared options, and a throughput smoke test.",
+          vars_provider=stage_vars.storage_stage_vars),
+    Stage("workloads", "stages/workloads.yml",
+          "Slurm for the training pool (slurm.conf, gres.conf, cgroup.conf, munge key, node health "
+          "check) and the Kubernetes inference pool (GPU operator values, time-slicing, labels, taints).",
+          vars_provider=stage_vars.workloads_stage_vars),
     Stage("acceptance", "stages/acceptance.yml",
           "The result checked against the platform's expectations: GPUs, driver, persistence, NVLink, "
-          "BIOS values and the settings of the other stages."),
+          "BIOS values, the settings of the other stages, the fabric, GPUDirect, NCCL and InfiniBand "
+          "bandwidth, DCGM diagnostics and XID errors."),
 ])
 
 

@@ -182,7 +182,9 @@ class EventIngestor:
             self._tally(kind, host, task, result, failed, changed)
         if kind == "playbook_on_stats":
             self._stats(data)
-        if kind == "runner_on_ok" and host and self.facts_sink is not None:
+        # A check that failed still returns what it measured (a port Down, a mount missing): the
+        # inventory shows the machine as found, not as it was before.
+        if kind in ("runner_on_ok", "runner_on_failed") and host and self.facts_sink is not None:
             facts = {k: v for k, v in (result.get("ansible_facts") or {}).items() if k.startswith("appliance_")}
             if facts:
                 self.facts_sink(host, facts)

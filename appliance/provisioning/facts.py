@@ -12,7 +12,8 @@ from appliance.inventory.models import BMC, GPU, HCA, HCAPort, Node
 
 from .models import AcceptanceCheck, AcceptanceReport, StageRun
 
-# Facts that describe a node and are kept whole in Node.facts (under the name without the prefix).
+# Facts that describe a node are kept whole in Node.facts under the name without the prefix (the
+# portal's storage page reads "mounts", "storage" and "gds"; the workloads stage "mig_instances").
 _NODE_FACTS_SKIP = {"appliance_bios_changes", "appliance_acceptance"}
 _MIG_MODES = {"enabled": GPU.MigMode.ENABLED, "disabled": GPU.MigMode.DISABLED, "pending": GPU.MigMode.PENDING,
               "1": GPU.MigMode.ENABLED, "0": GPU.MigMode.DISABLED, "true": GPU.MigMode.ENABLED,
@@ -70,7 +71,41 @@ def apply_hcas(node: Node, ports: list) -> None:
             physical_state=str(item.get("physical_state") or ""),
             rate_gbps=int(float(item.get("rate_gbps") or 0)),
             link_layer=link_layer if link_layer in HCAPort.LinkLayer.values else port.link_layer,
+            counters=_counters(item.get("counters"), port.counters),
         )
+
+
+def _counters(found, kept) -> dict:
+    if not isinstance(found, dict):
+        return dict(kept or {})
+    counters = {}
+    for name, value in found.items():
+        try:
+            counters[str(name)] = int(value)
+        except (TypeError, ValueError):
+            continue
+    return counters
+
+
+def apply_gpu_hca_affinity(node: Node, affinity: dict) -> None:
+    """{GPU index: HCA device} measured from the topology: each port of a listed device gets that GPU as
+    its closest; a port of a device no GPU sits next to gets none."""
+    if not isinstance(affinity, dict):
+        return
+    gpus = {gpu.index: gpu for gpu in GPU.objects.filter(node=node)}
+    closest = {}
+    for index, device in affinity.items():
+        try:
+            gpu = gpus.get(int(index))
+        except (TypeError, ValueError):
+            continue
+        if gpu is not None and device:
+            closest[str(device)] = gpu
+    for port in HCAPort.objects.filter(hca__node=node).select_related("hca"):
+        gpu = closest.get(port.hca.device)
+        if port.closest_gpu_id != (gpu.pk if gpu else None):
+            port.closest_gpu = gpu
+            port.save(update_fields=["closest_gpu", "updated"])
 
 
 def apply_bmc(node: Node, facts: dict) -> None:
@@ -128,6 +163,8 @@ class FactsSink:
                 apply_gpus(node, facts["appliance_gpus"])
             if "appliance_hcas" in facts:
                 apply_hcas(node, facts["appliance_hcas"])
+            if "appliance_gpu_hca_affinity" in facts:
+                apply_gpu_hca_affinity(node, facts["appliance_gpu_hca_affinity"])
             if "appliance_bmc" in facts:
                 apply_bmc(node, facts["appliance_bmc"])
             kept = {k[len("appliance_"):]: v for k, v in facts.items() if k not in _NODE_FACTS_SKIP}

@@ -97,7 +97,10 @@ FACTORY_UNITS = {
     "systemd-timesyncd.service": {"enabled": True, "active": True},
 }
 # The package each factory unit comes with: removing the package removes the unit.
-FACTORY_UNIT_PACKAGES = {"ssh.service": "openssh-server", "systemd-timesyncd.service": "systemd-timesyncd"}
+# systemd-networkd ships with systemd itself; the image configures its network elsewhere (netplan), so
+# the unit is present but not enabled until a stage writes .network files for it.
+FACTORY_UNIT_PACKAGES = {"ssh.service": "openssh-server", "systemd-timesyncd.service": "systemd-timesyncd",
+                         "systemd-networkd.service": "systemd"}
 FACTORY_COMMANDS = ("modprobe", "lsmod", "rmmod", "systemctl", "apt-get", "dpkg-query", "update-grub",
                     "grub-mkconfig", "sysctl", "setpci", "lspci", "mount", "umount", "findmnt", "reboot")
 

@@ -86,6 +86,30 @@ def test_mount_unit_and_mount_fault(prepared, run_tool):
     assert "lustre" in (root / "proc/mounts").read_text()
 
 
+def test_lustre_tunables_unit_applies_lctl_parameters_after_the_mount(prepared, run_tool):
+    root = Path(prepared.sysroot)
+    run_tool("apt-get", "install", "-y", "lustre-client-utils", "lustre-client-modules-5.15.0-113-generic")
+    (root / "mnt/lustre").mkdir()
+    (root / "etc/systemd/system/mnt-lustre.mount").write_text(
+        "[Mount]\nWhat=10.1.0.2@o2ib:/scratch\nWhere=/mnt/lustre\nType=lustre\nOptions=flock\n")
+    (root / "etc/systemd/system/lustre-tunables-scratch.service").write_text(
+        "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+        "ExecStart=/usr/sbin/lctl set_param osc.*.max_rpcs_in_flight=64 llite.*.max_read_ahead_mb=1024\n")
+    early = run_tool("systemctl", "start", "lustre-tunables-scratch.service", check=False)
+    assert early.returncode == 1 and "ExecStart" in early.stderr  # no Lustre mounted: no client parameters
+    run_tool("systemctl", "start", "mnt-lustre.mount")
+    run_tool("systemctl", "start", "lustre-tunables-scratch.service")
+    assert run_tool("systemctl", "is-active", "lustre-tunables-scratch.service").stdout.strip() == "active"
+    assert run_tool("lctl", "get_param", "osc.*.max_rpcs_in_flight").stdout.strip() == "osc.*.max_rpcs_in_flight=64"
+    assert run_tool("lctl", "list_nids", check=False).returncode == 2
+
+
+def test_systemd_networkd_ships_with_systemd(prepared, run_tool):
+    assert run_tool("systemctl", "is-enabled", "systemd-networkd", check=False).stdout.strip() == "disabled"
+    run_tool("systemctl", "enable", "--now", "systemd-networkd")
+    assert run_tool("systemctl", "is-active", "systemd-networkd").stdout.strip() == "active"
+
+
 def test_unsupported_requests_fail_clearly(prepared, run_tool):
     result = run_tool("systemctl", "list-timers", check=False)
     assert result.returncode == 2 and "does not implement: list-timers" in result.stderr

@@ -63,7 +63,10 @@ def sm_port_guid(node: NodeView) -> str:
     return ""
 
 
-def render_opensm_conf(site: SiteView) -> str:
+def render_opensm_conf(site: SiteView, pin_guid: bool = True) -> str:
+    """opensm.conf of the site's subnet manager. With pin_guid, the SM port's GUID from the inventory is
+    named (once discovered); the fabric stage renders without it and appends the GUID it reads from the
+    node itself, so that the file is right on the first run and unchanged on the next."""
     sm = subnet_manager(site)
     if sm["kind"] != "opensm":
         raise RenderError("the site's subnet manager is external: no opensm.conf to render")
@@ -72,7 +75,7 @@ def render_opensm_conf(site: SiteView) -> str:
     if not 0 <= priority <= 15:
         raise RenderError(f"fabric.subnet_manager.priority {priority}: opensm priorities are 0-15")
     lines = [HEADER.rstrip("\n")]
-    guid = sm_port_guid(node)
+    guid = sm_port_guid(node) if pin_guid else ""
     if guid:
         lines.append(f"guid {guid}")
     lines += [

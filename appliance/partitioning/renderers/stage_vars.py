@@ -21,7 +21,8 @@ from .slurm import MigInstance
 MUNGE_KEY_BYTES = 1024
 DEFAULT_COUNTER_THRESHOLDS = {"SymbolErrorCounter": 10, "LinkDownedCounter": 1, "LinkErrorRecoveryCounter": 1}
 FABRIC_PACKAGES = ["rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"]
-GPUDIRECT_PACKAGES = ["nvidia-gds", "nvidia-fs-dkms"]
+# NCCL and its tests ride on GPUDirect RDMA; the acceptance stage measures with all_reduce_perf.
+GPUDIRECT_PACKAGES = ["nvidia-gds", "nvidia-fs-dkms", "libnccl2", "nccl-tests"]
 SLURM_NODE_PACKAGES = ["munge", "slurmd", "slurm-client", "lbnl-nhc"]
 SLURM_CONTROLLER_PACKAGES = ["munge", "slurmctld", "slurm-client"]
 
@@ -37,7 +38,7 @@ def fabric_vars(appliance) -> dict:
         "packages": FABRIC_PACKAGES,
         "subnet_manager": {
             "kind": sm["kind"], "node": sm.get("node", ""), "priority": sm.get("priority"),
-            "opensm_conf": fabric.render_opensm_conf(site) if sm["kind"] == "opensm" else "",
+            "opensm_conf": fabric.render_opensm_conf(site, pin_guid=False) if sm["kind"] == "opensm" else "",
             "partitions_conf": fabric.render_partitions_conf(site),
         },
         "ipoib_files": {node.name: fabric.ipoib_files(site, node) for node in site.nodes},
@@ -56,11 +57,17 @@ def gpudirect_vars(appliance) -> dict:
     return {"appliance_gpudirect": {
         "packages": GPUDIRECT_PACKAGES,
         "cufile_json": {node.name: gpudirect.render_cufile_json(site, node) for node in gpu_nodes},
-        "expected_affinity": {
-            node.name: {str(p.closest_gpu): p.device for p in node.hca_ports if p.closest_gpu is not None}
-            for node in gpu_nodes
-        },
+        # From the platform, not from the inventory: the stage writes the measured affinity back into
+        # the inventory, and an expectation read from there would agree with any topology it met.
+        "expected_affinity": {node.name: expected_affinity(node) for node in gpu_nodes},
     }}
+
+
+def expected_affinity(node) -> dict[str, str]:
+    """{GPU index: rail HCA device} the node's platform declares (hcas.ports[].closest_gpu)."""
+    ports = (node.platform.get("hcas") or {}).get("ports") or []
+    return {str(port["closest_gpu"]): str(port["device"]) for port in ports
+            if isinstance(port, dict) and port.get("closest_gpu") is not None and port.get("device")}
 
 
 def storage_client_roles(site: SiteView) -> list[str]:
@@ -92,16 +99,17 @@ def storage_vars(appliance) -> dict:
 
 
 def mig_instances(site: SiteView) -> dict[str, list[MigInstance]]:
-    """MIG instances the partitioning stage found on each node (facts `appliance_mig_instances`)."""
+    """MIG instances the partitioning stage found on each node (its fact `appliance_mig_instances`, kept in
+    Node.facts as `mig_instances`)."""
     result = {}
     for node in site.nodes:
-        found = node.facts.get("appliance_mig_instances") or []
+        found = node.facts.get("mig_instances") or []
         try:
             result[node.name] = [MigInstance(gpu=int(i["gpu"]), profile=str(i["profile"]),
                                              gpu_instance=int(i["gpu_instance"]),
                                              compute_instance=int(i.get("compute_instance", 0))) for i in found]
         except (KeyError, TypeError, ValueError) as exc:
-            raise RenderError(f"node {node.name}: facts.appliance_mig_instances is malformed ({exc})") from None
+            raise RenderError(f"node {node.name}: facts.mig_instances is malformed ({exc})") from None
     return {name: found for name, found in result.items() if found}
 
 

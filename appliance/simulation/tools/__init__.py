@@ -47,6 +47,7 @@ COMMANDS = {
     "mount": "mounts",
     "umount": "mounts",
     "findmnt": "mounts",
+    "lctl": "lctl",
     "reboot": "reboot",
 }
 # Internal entry point of the simulated NVML library for the calls that change state.
