@@ -23,6 +23,7 @@ NAVIGATION: list[NavEntry] = [
     NavEntry("Pools", "inventory:pools", "inventory.view", "inventory"),
     NavEntry("Site import", "inventory:site-import", "inventory.change", "inventory"),
     NavEntry("Provisioning", "provisioning:index", "provisioning.view", "provisioning"),
+    NavEntry("Acceptance", "provisioning:acceptance", "provisioning.view", "provisioning"),
     NavEntry("Users", "accounts:user-list", "accounts.view", "accounts"),
     NavEntry("Audit log", "audit:log", "audit.view", "audit"),
     NavEntry("Event catalogue", "audit:catalogue", "audit.view", "audit"),

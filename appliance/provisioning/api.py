@@ -1,17 +1,21 @@
 """REST API of provisioning: runs (list, detail, start, cancel), stage runs, task events (paged) and
 the acceptance report. Starting a run returns at once (202): the run executes in a worker."""
 
+import json
+
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from appliance import audit
 from appliance.core.api import error_response
 from appliance.inventory.models import Appliance
 
-from . import services
+from . import acceptance, services
 from .models import AcceptanceCheck, AcceptanceReport, HostResult, Run, StageRun, TaskEvent
 
 
@@ -168,3 +172,34 @@ class TaskEventViewSet(viewsets.ReadOnlyModelViewSet):
         if after and after.isdigit():
             events = events.filter(counter__gt=int(after))
         return events
+
+
+REPORT_FILTERS = [
+    OpenApiParameter("appliance", str, description="appliance name (default: the first)"),
+    OpenApiParameter("node", str, description="only this node's checks"),
+    OpenApiParameter("result", str, enum=list(acceptance.RESULTS), description="only passed or only failed checks"),
+]
+
+
+class AcceptanceReportAPIView(APIView):
+    """The latest acceptance report per node: every check with expected, measured, result and source.
+    `.../acceptance/` answers JSON; `.../acceptance/html/` the standalone printable page. Each is an
+    audited export."""
+
+    capability = "provisioning.view"
+    form = "json"
+
+    @extend_schema(parameters=REPORT_FILTERS, responses={200: dict})
+    def get(self, request):
+        try:
+            report = acceptance.latest_report(request.query_params.get("appliance") or None,
+                                              request.query_params.get("node", ""),
+                                              request.query_params.get("result", ""))
+            content, content_type, name = acceptance.export(report, self.form)
+        except acceptance.ReportRefused as exc:
+            return error_response(400, "invalid", str(exc), request)
+        if self.form == "json":
+            return Response(json.loads(content))
+        response = HttpResponse(content, content_type=content_type)
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response

@@ -1,3 +1,4 @@
+from django.urls import path
 from rest_framework.routers import APIRootView, DefaultRouter
 
 from . import api
@@ -14,4 +15,8 @@ router.APIRootView = ProvisioningRootView
 router.register("runs", api.RunViewSet, basename="provisioning-run")
 router.register("stage-runs", api.StageRunViewSet, basename="provisioning-stagerun")
 router.register("events", api.TaskEventViewSet, basename="provisioning-taskevent")
-urlpatterns = router.urls
+urlpatterns = [
+    path("acceptance/", api.AcceptanceReportAPIView.as_view(), name="provisioning-acceptance"),
+    path("acceptance/html/", api.AcceptanceReportAPIView.as_view(form="html"), name="provisioning-acceptance-html"),
+    *router.urls,
+]

@@ -13,8 +13,8 @@ from django.views.generic import TemplateView
 from appliance.core.permissions import CapabilityMixin
 from appliance.inventory.models import Appliance
 
+from . import acceptance, services
 from . import catalogue as stage_catalogue
-from . import services
 from .models import AcceptanceReport, Run, StageRun, TaskEvent
 from .states import StageState
 
@@ -150,3 +150,45 @@ class StageOutputView(CapabilityMixin, TemplateView):
                                         failed_only=request.GET.get("failed") == "1",
                                         download=reverse("provisioning:stage-output", args=[stage_run.pk]) + "?format=text")
         return self.render_to_response(context)
+
+
+class AcceptanceReportView(CapabilityMixin, TemplateView):
+    """Every check of the latest acceptance report per node, filterable by node and result."""
+
+    capability = "provisioning.view"
+    template_name = "provisioning/acceptance.html"
+
+    def get(self, request, *args, **kwargs):
+        filters = _report_filters(request)
+        try:
+            report = acceptance.latest_report(**filters)
+        except acceptance.ReportRefused as exc:
+            messages.error(request, str(exc))
+            report = acceptance.latest_report(filters["appliance_name"])
+        query = "&".join(f"{k}={v}" for k, v in (("node", report.node_filter), ("result", report.result_filter)) if v)
+        return self.render_to_response(self.get_context_data(
+            report=report, appliances=Appliance.objects.order_by("name"), results=acceptance.RESULTS,
+            export_query=query))
+
+
+class AcceptanceExportView(CapabilityMixin, View):
+    """The report as a standalone printable HTML page or as JSON, as a download; each export is audited."""
+
+    capability = "provisioning.view"
+
+    def get(self, request, form):
+        try:
+            report = acceptance.latest_report(**_report_filters(request))
+            content, content_type, name = acceptance.export(report, form)
+        except acceptance.ReportRefused as exc:
+            messages.error(request, str(exc))
+            return redirect("provisioning:acceptance")
+        response = HttpResponse(content, content_type=content_type)
+        disposition = "inline" if form == "html" and request.GET.get("download") != "1" else "attachment"
+        response["Content-Disposition"] = f'{disposition}; filename="{name}"'
+        return response
+
+
+def _report_filters(request) -> dict:
+    return {"appliance_name": request.GET.get("appliance") or None, "node": request.GET.get("node", ""),
+            "result": request.GET.get("result", "")}
