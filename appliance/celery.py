@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
@@ -12,3 +13,12 @@ if not app.conf.broker_url:
     # Embedded mode: nothing is ever sent to a broker (appliance.core.dispatch runs tasks in-process).
     app.conf.broker_url = "memory://"
 app.autodiscover_tasks()
+
+# `celery -A appliance beat` runs the provisioning watchdog: checking at half the heartbeat timeout
+# bounds how long a run whose worker died can still show as running.
+app.conf.beat_schedule = {
+    "provisioning-watchdog": {
+        "task": "provisioning.watchdog",
+        "schedule": max(5, settings.PROVISIONING_HEARTBEAT_TIMEOUT // 2),
+    },
+}

@@ -263,6 +263,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TRACK_STARTED = True
 EMBEDDED_WORKERS = env_int("APPLIANCE_EMBEDDED_WORKERS", 2)
 
+# Provisioning watchdog: a running run whose heartbeat is older than this is failed (its worker died);
+# a run no worker picked up within the pending timeout is failed too.
+PROVISIONING_HEARTBEAT_TIMEOUT = env_int("PROVISIONING_HEARTBEAT_TIMEOUT", 60)
+PROVISIONING_PENDING_TIMEOUT = env_int("PROVISIONING_PENDING_TIMEOUT", 6 * 3600)
+
 INFLUXDB = {
     "url": os.environ.get("INFLUXDB_URL", ""),
     "token": os.environ.get("INFLUXDB_TOKEN", ""),

@@ -40,12 +40,12 @@ ProgressCallback = Callable[..., None]
 
 
 def heartbeat_timeout() -> timedelta:
-    return timedelta(seconds=getattr(settings, "PROVISIONING_HEARTBEAT_TIMEOUT", 60))
+    return timedelta(seconds=settings.PROVISIONING_HEARTBEAT_TIMEOUT)
 
 
 def pending_timeout() -> timedelta:
     # A run nobody picked up (no worker running) is failed instead of waiting forever.
-    return timedelta(seconds=getattr(settings, "PROVISIONING_PENDING_TIMEOUT", 6 * 3600))
+    return timedelta(seconds=settings.PROVISIONING_PENDING_TIMEOUT)
 
 
 class RunRefused(ValueError):

@@ -120,3 +120,12 @@ def test_cancelling_a_pending_run_ends_it_at_once(state_dir, appliance, catalogu
     run.refresh_from_db()
     assert run.state == RunState.CANCELLED
     assert set(run.stage_runs.values_list("state", flat=True)) == {StageState.CANCELLED}
+
+
+def test_celery_beat_runs_the_watchdog_within_the_heartbeat_timeout(settings):
+    from appliance.celery import app
+
+    app.loader.import_default_modules()
+    entry = app.conf.beat_schedule["provisioning-watchdog"]
+    assert entry["task"] in app.tasks and app.tasks[entry["task"]].name == "provisioning.watchdog"
+    assert 0 < entry["schedule"] < settings.PROVISIONING_HEARTBEAT_TIMEOUT
