@@ -57,3 +57,16 @@ def audit_triggers_step_aside_for_flush():
 def fast_password_hashing(settings):
     """PBKDF2 at production strength makes the role x endpoint matrix minutes long; tests need no strength."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked sqlite_only proves nothing more on PostgreSQL (it runs its own processes on the
+    embedded database): the PostgreSQL pass skips it instead of repeating minutes of work."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    skip = pytest.mark.skip(reason="sqlite_only: independent of DATABASE_URL, run in the SQLite pass")
+    for item in items:
+        if item.get_closest_marker("sqlite_only"):
+            item.add_marker(skip)

@@ -63,6 +63,10 @@ def failure_message(result: dict) -> str:
     """The line an operator needs from a failed module result."""
     if not isinstance(result, dict):
         return str(result)
+    # A loop's summary ("One or more items failed") names nothing: the failed items' own messages do.
+    items = [item for item in result.get("results") or [] if isinstance(item, dict) and item.get("failed")]
+    if items:
+        return "; ".join(failure_message({k: v for k, v in item.items() if k != "results"}) for item in items)
     parts = []
     for key in ("msg", "reason", "stderr", "module_stderr", "stdout", "module_stdout", "exception"):
         value = result.get(key)

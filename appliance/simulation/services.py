@@ -16,9 +16,9 @@ from ruamel.yaml import YAML
 
 from appliance import audit
 
-from . import bmc, hardware, nvml
+from . import bmc, hardware, nvml, packages
 from . import state as node_state
-from .tools import COMMANDS
+from .tools import COMMANDS, kmod
 
 FAULT_KINDS = {
     "gpu_missing": ("index",),
@@ -224,6 +224,8 @@ def _fault(kind: str, params: dict, node) -> dict:
             fault[name] = converter(value)
         except (TypeError, ValueError):
             raise SimulationError(f"{node.name}: fault {kind}: {name} must be a number, not {value!r}") from None
+    if kind == "module_missing":
+        fault["module"] = kmod.normalise(fault["module"])  # modprobe names nvidia-fs and nvidia_fs alike
     if kind == "mount_fails" and not str(fault["mount_point"]).startswith("/"):
         raise SimulationError(f"{node.name}: fault mount_fails: mount_point must be absolute")
     return fault
@@ -233,6 +235,20 @@ def _require_state(node) -> Path:
     if not node.sysroot or not node_state.exists(node.sysroot):
         raise SimulationError(f"{node.name}: not a prepared simulated node (run `manage.py simulation prepare`)")
     return Path(node.sysroot)
+
+
+def _needs_module(module: str, missing: str) -> bool:
+    if module == missing:
+        return True
+    return any(_needs_module(dependency, missing) for dependency in packages.MODULE_DEPENDENCIES.get(module, ()))
+
+
+def _drop_mount(current: dict, mount_point: str) -> None:
+    target = "/" + mount_point.strip("/")
+    current["mounts"] = [mount for mount in current["mounts"] if mount["target"] != target]
+    unit = target.strip("/").replace("-", "\\x2d").replace("/", "-") + ".mount"
+    if unit in current["services"]:
+        current["services"][unit]["active"] = False
 
 
 def inject_fault(node, kind: str, **params) -> dict:
@@ -249,6 +265,14 @@ def inject_fault(node, kind: str, **params) -> dict:
                 raise SimulationError(f"{node.name}: fault {kind}: no HCA {fault['device']}")
             if fault not in current["faults"]:
                 current["faults"].append(fault)
+            if kind == "mount_fails":
+                # The filesystem drops (its server went away) and every mount attempt from now on fails.
+                _drop_mount(current, fault["mount_point"])
+            if kind == "module_missing":
+                # As after a reboot into a kernel the module was not built for: it is gone, and so is
+                # every module that needs it.
+                current["modules"] = [m for m in current["modules"]
+                                      if not _needs_module(m, fault["module"])]
         audit.record("simulation.fault.inject", target=node, details=fault)
     if kind == "bmc_wrong_password":
         bmc.write_htpasswd(node.name, wrong_password=True)

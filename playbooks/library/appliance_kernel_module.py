@@ -11,6 +11,7 @@ options:
   name: {description: module names, in load order, type: list, elements: str, required: true}
   state: {description: wanted state, type: str, choices: [present, absent], default: present}
   sysroot: {description: root of the node's file tree (empty on a real node), type: str, default: ""}
+  node: {description: the node's name, for messages, type: str, default: ""}
 """
 
 RETURN = r"""
@@ -37,6 +38,7 @@ def main():
             "name": {"type": "list", "elements": "str", "required": True},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "sysroot": {"type": "str", "default": ""},
+            "node": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -54,19 +56,23 @@ def main():
         todo = [n for n in reversed(names) if canonical[n] in before]
     diff = {"before": "".join(f"{n}: {'loaded' if canonical[n] in before else 'not loaded'}\n" for n in names),
             "after": "".join(f"{n}: {'loaded' if state == 'present' else 'not loaded'}\n" for n in names)}
+    where = f"{module.params['node']}: " if module.params["node"] else ""
+    wanted = "loaded" if state == "present" else "not loaded"
     if todo and not module.check_mode:
         modprobe = module.get_bin_path("modprobe", required=True)
         for name in todo:
             command = [modprobe, name] if state == "present" else [modprobe, "-r", name]
             rc, out, err = module.run_command(command)
             if rc != 0:
-                module.fail_json(msg=f"{' '.join(['modprobe'] + command[1:])} failed (rc {rc}): "
-                                     f"{err.strip() or out.strip()}")
+                module.fail_json(msg=f"{where}kernel module {canonical[name]}: expected {wanted}, measured "
+                                     f"{'loaded' if state == 'absent' else 'not loaded'} "
+                                     f"({' '.join(['modprobe'] + command[1:])} failed, rc {rc}: "
+                                     f"{err.strip() or out.strip()})")
         after = loaded_modules(sysroot)
         wrong = [n for n in names if (canonical[n] in after) != (state == "present")]
         if wrong:
-            module.fail_json(msg=f"after modprobe, still {'not ' if state == 'present' else ''}loaded: "
-                                 f"{', '.join(wrong)}")
+            module.fail_json(msg=f"{where}kernel module(s) {', '.join(wrong)}: expected {wanted}, measured "
+                                 f"{'not loaded' if state == 'present' else 'loaded'} after modprobe")
     else:
         after = before
     module.exit_json(changed=bool(todo), loaded=sorted(canonical[n] for n in names if canonical[n] in after),

@@ -14,6 +14,7 @@ options:
   enabled: {description: whether the unit starts at boot, type: bool}
   state: {description: wanted run state, type: str, choices: [started, stopped, restarted]}
   daemon_reload: {description: run systemctl daemon-reload first (after a unit file changed), type: bool, default: false}
+  node: {description: the node's name, for messages, type: str, default: ""}
 """
 
 RETURN = r"""
@@ -59,6 +60,7 @@ def main():
             "enabled": {"type": "bool"},
             "state": {"type": "str", "choices": ["started", "stopped", "restarted"]},
             "daemon_reload": {"type": "bool", "default": False},
+            "node": {"type": "str", "default": ""},
         },
         required_one_of=[["enabled", "state", "daemon_reload"]],
         supports_check_mode=True,
@@ -83,9 +85,16 @@ def main():
     elif p["state"] == "restarted":
         actions.append("restart")
 
+    where = f"{p['node']}: " if p["node"] else ""
     if not module.check_mode:
         for action in actions:
-            systemctl.run(action, unit)
+            rc, out, err = module.run_command([systemctl.binary, action, unit], environ_update={"LC_ALL": "C"})
+            if rc != 0:
+                wanted, measured = {"start": ("active", "failed"), "restart": ("active", "failed"),
+                                    "stop": ("inactive", "active"), "enable": ("enabled", "disabled"),
+                                    "disable": ("disabled", "enabled")}[action]
+                module.fail_json(msg=f"{where}unit {unit}: expected {wanted}, measured {measured} "
+                                     f"(systemctl {action} {unit}, rc {rc}: {err.strip() or out.strip() or 'no message'})")
     status = {}
     if not module.check_mode:
         if p["enabled"] is not None:
@@ -93,7 +102,8 @@ def main():
         if p["state"]:
             status["active"] = systemctl.is_active(unit)
         if p["state"] in ("started", "restarted") and not status["active"]:
-            module.fail_json(msg=f"{unit} is not active after systemctl {actions[-1] if actions else 'start'}",
+            module.fail_json(msg=f"{where}unit {unit}: expected active, measured inactive after systemctl "
+                                 f"{actions[-1] if actions else 'start'}",
                              status=status)
     diff = {"before": f"{unit}: enabled={enabled} active={active}\n",
             "after": f"{unit}: " + (", ".join(actions) or "unchanged") + "\n"}

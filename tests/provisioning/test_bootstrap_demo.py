@@ -3,8 +3,16 @@
 - it exits 0, the acceptance passes and the BIOS values the emulated BMCs serve equal the baseline;
 - nothing outside the state directory changed on this machine;
 - a second run changes nothing;
+- each fault injected into the simulation (a port down or at the wrong rate, a missing module, a
+  bandwidth below its gate, a mount that fails, a BMC certificate from another CA, a wrong BMC
+  password, a BMC down) fails its stage or check with a message naming node, check, expected and
+  measured, and a rerun after clearing it completes;
 - kill -9 during a stage, then rerun: it resumes, finishes, the inventory is right and the audit
   log verifies.
+
+The tests of this module share one bootstrapped appliance (a full bootstrap is the costly part) and
+run in file order; each leaves it converged. They drive `manage.py` in its own process on the
+embedded SQLite database whatever DATABASE_URL says, so they run once, in the SQLite pass.
 """
 
 import json
@@ -20,7 +28,7 @@ import requests
 import yaml
 from django.conf import settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sqlite_only]
 
 ROOT = Path(settings.BASE_DIR)
 # Places a package install, a kernel module, a service, a sysctl or a boot setting would touch on the host.
@@ -78,23 +86,52 @@ def bmc_bios(state_dir: Path, url: str) -> dict:
     return get(system["Bios"]["@odata.id"])["Attributes"]
 
 
-@pytest.fixture
-def fresh_state(tmp_path):
-    state = tmp_path / "state"
+def simulation(state_dir: Path, *args) -> None:
+    """`manage.py simulation ...`: the CLI over appliance.simulation.services (inject_fault, clear_faults)."""
+    result = manage(state_dir, "simulation", *args, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def failures(state_dir: Path) -> dict:
+    """{host: (stage, failed task, message)} of the last run's failed hosts."""
+    script = ("import json; from appliance.provisioning.models import HostResult, Run; "
+              "run = Run.objects.latest('id'); "
+              "print(json.dumps({h.host: [h.stage_run.stage, h.failed_task, h.message] for h in "
+              "HostResult.objects.filter(stage_run__run=run).exclude(failed=0, unreachable=0)}))")
+    result = manage(state_dir, "shell", "-c", script)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo appliance bootstrapped once, in a fresh state directory, with what the host looked like
+    before and after."""
+    state = tmp_path_factory.mktemp("demo") / "state"
     state.mkdir()
-    yield state
+    before = snapshot()
+    first = manage(state, "bootstrap", "--no-input", timeout=300)
+    after = snapshot()
+    yield {"state": state, "first": first, "before": before, "after": after}
     manage(state, "simulation", "stop", timeout=60)
 
 
-def test_bootstrap_the_demo_appliance(fresh_state):
-    before = snapshot()
-    first = manage(fresh_state, "bootstrap", "--no-input", timeout=240)
+@pytest.fixture
+def converged(demo):
+    assert demo["first"].returncode == 0, demo["first"].stdout[-3000:] + demo["first"].stderr[-3000:]
+    return demo["state"]
+
+
+def test_bootstrap_the_demo_appliance(demo):
+    fresh_state, first = demo["state"], demo["first"]
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert snapshot() == before, "the simulated bootstrap changed something outside its state directory"
+    assert demo["after"] == demo["before"], "the simulated bootstrap changed something outside its state directory"
     assert "Acceptance: PASSED" in first.stdout
     assert "Administrator 'admin' created. Password: " in first.stdout
     assert str(fresh_state / "keys" / "admin-password") in first.stdout
     assert "http://127.0.0.1:8000/provisioning/" in first.stdout
+    for stage in ("firmware", "os", "gpu", "fabric", "gpudirect", "storage", "workloads", "acceptance"):
+        assert any(line.strip().startswith(f"{stage} ") and " ok · " in line for line in first.stdout.splitlines()), stage
 
     site = yaml.safe_load((ROOT / "appliance/inventory/sites/demo.yml").read_text())
     for node in site["nodes"]:
@@ -110,10 +147,102 @@ def test_bootstrap_the_demo_appliance(fresh_state):
     assert summary and " 0 changed, 0 failed" in summary[-1], second.stdout[-2000:]
 
 
-def test_kill_9_during_a_stage_then_rerun_finishes(fresh_state):
-    first = manage(fresh_state, "bootstrap", "--no-input", timeout=240)
-    assert first.returncode == 0, first.stdout[-3000:]
+# stage -> faults injected together (node, kind, params) -> what each failed host's message must hold
+FAULT_ROUNDS = [
+    ("fabric", [
+        ("gpu02", "port_down", ["device=mlx5_1"], ["gpu02", "mlx5_1/1", "state expected Active, measured Down"]),
+        ("gpu03", "port_rate", ["device=mlx5_2", "rate_gbps=200"],
+         ["gpu03", "mlx5_2/1", "rate expected 400 Gb/s, measured 200 Gb/s"]),
+    ]),
+    ("gpudirect", [
+        ("gpu01", "module_missing", ["module=nvidia_peermem"],
+         ["gpu01", "kernel module nvidia_peermem", "expected loaded, measured not loaded"]),
+        ("gpu02", "module_missing", ["module=nvidia_fs"],
+         ["gpu02", "kernel module nvidia_fs", "expected loaded, measured not loaded"]),
+    ]),
+    ("storage", [
+        ("gpu01", "mount_fails", ["mount_point=/mnt/scratch"],
+         ["gpu01", "unit mnt-scratch.mount", "expected active, measured failed", "Connection timed out"]),
+        ("gpu02", "bandwidth_low", ["test=fio", "value=450"],
+         ["gpu02", "/mnt/scratch", "read expected >= 2000 MB/s, measured 450.0 MB/s"]),
+    ]),
+    ("acceptance", [
+        ("gpu03", "bandwidth_low", ["test=all_reduce_perf", "value=300"],
+         ["gpu03", "nccl.all_reduce_busbw", "expected >= 460 GB/s", "measured 300.0"]),
+        ("gpu04", "bandwidth_low", ["test=ib_write_bw", "value=200"],
+         ["gpu04", "ib_write_bw.mlx5_0", "expected >= 380 Gb/s", "measured 200.0"]),
+    ]),
+]
 
+
+@pytest.mark.parametrize("stage,faults", FAULT_ROUNDS, ids=[stage for stage, _ in FAULT_ROUNDS])
+def test_an_injected_fault_fails_its_stage_naming_node_check_expected_measured(converged, stage, faults):
+    for node, kind, params, _ in faults:
+        simulation(converged, "fault", "inject", node, kind, *params)
+    faulty = manage(converged, "bootstrap", "--no-input", "--only", stage, "--force")
+    assert faulty.returncode == 1, faulty.stdout[-3000:]
+    assert f"failed: stage {stage}, host " in faulty.stderr
+    found = failures(converged)
+    assert set(found) == {node for node, *_ in faults}, found
+    for node, kind, _, expected in faults:
+        failed_stage, _, message = found[node]
+        assert failed_stage == stage
+        for part in expected:
+            assert part in message, f"{kind} on {node}: {part!r} not in {message!r}"
+    assert inventory(converged)[faults[0][0]][0] == "failed"
+
+    for node, *_ in faults:
+        simulation(converged, "fault", "clear", node)
+    # Without --force: the rerun continues the unfinished bootstrap from its failed stage.
+    fixed = manage(converged, "bootstrap", "--no-input", "--only", stage)
+    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-2000:]
+    assert {state for state, _, _ in inventory(converged).values()} == {"ready"}
+
+
+def test_a_bmc_certificate_from_another_ca_fails_the_firmware_stage(converged):
+    import certifi
+
+    ca = converged / "simulation" / "ca" / "ca.pem"
+    ours = ca.read_bytes()
+    ca.write_bytes(Path(certifi.where()).read_bytes())  # trusted: the public CAs, not the BMCs' own
+    try:
+        faulty = manage(converged, "bootstrap", "--no-input", "--only", "firmware", "--force")
+    finally:
+        ca.write_bytes(ours)
+    assert faulty.returncode == 1
+    found = failures(converged)
+    assert set(found) == {"gpu01", "gpu02", "gpu03", "gpu04", "stor01", "stor02", "mgmt01"}
+    assert "certificate verify failed" in found["gpu01"][2].lower(), found["gpu01"]
+    fixed = manage(converged, "bootstrap", "--no-input", "--only", "firmware")
+    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-2000:]
+
+
+def test_bmc_faults_end_with_one_clear_message_and_a_resumable_run(converged):
+    fresh_state = converged
+    assert manage(fresh_state, "simulation", "fault", "inject", "gpu02", "bmc_wrong_password").returncode == 0
+    assert manage(fresh_state, "simulation", "fault", "inject", "stor01", "bmc_down").returncode == 0
+
+    faulty = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", "--force", timeout=240)
+    assert faulty.returncode == 1
+    error = faulty.stderr.strip().splitlines()
+    assert "failed: stage firmware, host " in error[0], faulty.stderr
+    assert "(and 1 more host failed)" in error[0]
+    output = faulty.stdout
+    assert "Failed: stage firmware, host " in output
+    nodes = inventory(fresh_state)
+    assert nodes["gpu02"][0] == "failed" and nodes["stor01"][0] == "failed"
+    assert {nodes[n][0] for n in ("gpu01", "gpu03", "gpu04", "stor02", "mgmt01")} == {"ready"}
+    assert "401" in nodes["gpu02"][1] or "auth" in nodes["gpu02"][1].lower(), nodes["gpu02"][1]
+
+    assert manage(fresh_state, "simulation", "fault", "clear", "gpu02").returncode == 0
+    assert manage(fresh_state, "simulation", "fault", "clear", "stor01").returncode == 0
+    fixed = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", timeout=240)
+    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-2000:]
+    assert {state for state, _, _ in inventory(fresh_state).values()} == {"ready"}
+
+
+def test_kill_9_during_a_stage_then_rerun_finishes(converged):
+    fresh_state = converged
     env = {**os.environ, "APPLIANCE_STATE_DIR": str(fresh_state)}
     env.pop("DATABASE_URL", None)
     process = subprocess.Popen([sys.executable, "manage.py", "bootstrap", "--no-input", "--force"], cwd=ROOT,
@@ -138,28 +267,3 @@ def test_kill_9_during_a_stage_then_rerun_finishes(fresh_state):
     verify = manage(fresh_state, "audit", "verify", "--database")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "intact" in verify.stdout
-
-
-def test_bmc_faults_end_with_one_clear_message_and_a_resumable_run(fresh_state):
-    ready = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", timeout=240)
-    assert ready.returncode == 0, ready.stdout[-3000:] + ready.stderr[-2000:]
-    assert manage(fresh_state, "simulation", "fault", "inject", "gpu02", "bmc_wrong_password").returncode == 0
-    assert manage(fresh_state, "simulation", "fault", "inject", "stor01", "bmc_down").returncode == 0
-
-    faulty = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", "--force", timeout=240)
-    assert faulty.returncode == 1
-    error = faulty.stderr.strip().splitlines()
-    assert "failed: stage firmware, host " in error[0], faulty.stderr
-    assert "(and 1 more host failed)" in error[0]
-    output = faulty.stdout
-    assert "Failed: stage firmware, host " in output
-    nodes = inventory(fresh_state)
-    assert nodes["gpu02"][0] == "failed" and nodes["stor01"][0] == "failed"
-    assert {nodes[n][0] for n in ("gpu01", "gpu03", "gpu04", "stor02", "mgmt01")} == {"ready"}
-    assert "401" in nodes["gpu02"][1] or "auth" in nodes["gpu02"][1].lower(), nodes["gpu02"][1]
-
-    assert manage(fresh_state, "simulation", "fault", "clear", "gpu02").returncode == 0
-    assert manage(fresh_state, "simulation", "fault", "clear", "stor01").returncode == 0
-    fixed = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", timeout=240)
-    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-2000:]
-    assert {state for state, _, _ in inventory(fresh_state).values()} == {"ready"}

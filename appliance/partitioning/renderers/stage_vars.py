@@ -20,6 +20,9 @@ from .slurm import MigInstance
 
 MUNGE_KEY_BYTES = 1024
 DEFAULT_COUNTER_THRESHOLDS = {"SymbolErrorCounter": 10, "LinkDownedCounter": 1, "LinkErrorRecoveryCounter": 1}
+# One client streaming 1 GiB from an RDMA filesystem over NDR: below these floors the mount runs over a
+# fallback (TCP over IPoIB, a single stripe) or a sick link, whatever its nominal speed.
+DEFAULT_SMOKE_TEST = {"size_mib": 1024, "min_read_mbps": 2000, "min_write_mbps": 1000}
 FABRIC_PACKAGES = ["rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"]
 # NCCL and its tests ride on GPUDirect RDMA; the acceptance stage measures with all_reduce_perf.
 GPUDIRECT_PACKAGES = ["nvidia-gds", "nvidia-fs-dkms", "libnccl2", "nccl-tests"]
@@ -74,6 +77,14 @@ def storage_client_roles(site: SiteView) -> list[str]:
     return list((site.settings.get("storage") or {}).get("client_roles") or ["gpu", "login"])
 
 
+def smoke_test_gates(appliance_settings: dict) -> dict:
+    """The storage smoke test's size and throughput floors: the site's storage.smoke_test over defaults."""
+    declared = dict(((appliance_settings or {}).get("storage") or {}).get("smoke_test") or {})
+    return {"size_mib": int(declared.get("size_mib", DEFAULT_SMOKE_TEST["size_mib"])),
+            "min_read_mbps": int(declared.get("min_read_mbps", DEFAULT_SMOKE_TEST["min_read_mbps"])),
+            "min_write_mbps": int(declared.get("min_write_mbps", DEFAULT_SMOKE_TEST["min_write_mbps"]))}
+
+
 def storage_vars(appliance) -> dict:
     site = _view(appliance)
     mounts = []
@@ -87,14 +98,13 @@ def storage_vars(appliance) -> dict:
             "beegfs_conf_path": storage.beegfs_client_conf_path(fs) if fs.type == "beegfs" else "",
             "beegfs_conf": storage.render_beegfs_client_conf(fs) if fs.type == "beegfs" else "",
         })
-    bench = dict((site.settings.get("storage") or {}).get("smoke_test") or {})
+    bench = smoke_test_gates(site.settings)
     return {"appliance_storage_config": {
         "client_roles": storage_client_roles(site),
         "packages": storage.client_packages(site),
         "lnet_conf": storage.render_lnet_conf(site) if any(fs.type == "lustre" for fs in site.filesystems) else "",
         "mounts": mounts,
-        "smoke_test": {"size_mib": int(bench.get("size_mib", 1024)), "min_read_mbps": int(bench.get("min_read_mbps", 0)),
-                       "min_write_mbps": int(bench.get("min_write_mbps", 0))},
+        "smoke_test": bench,
     }}
 
 
