@@ -70,6 +70,7 @@ class SimulatedAppliance:
     platform: dict
     registry: dict
     host_vars: dict = field(default_factory=dict)
+    stage_vars: dict = field(default_factory=dict)  # what the fabric, gpudirect, storage vars providers render
     runs: int = 0
 
     def state(self) -> dict:
@@ -179,6 +180,13 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
                     "bios_registry": registry,
                     "bmc": {"url": bmc_url, "username": "admin", "verify_tls": True, "ca_file": ca_file},
                 }
+                from appliance.partitioning.renderers import stage_vars
+
+                # One GPU node and no management node: the subnet manager is the site's external one.
+                appliance.settings = {"fabric": {"subnet_manager": {"kind": "external"}}}
+                appliance.save()
+                simulated.stage_vars = {**stage_vars.fabric_vars(appliance), **stage_vars.gpudirect_vars(appliance),
+                                        **stage_vars.storage_vars(appliance)}
                 yield simulated
             finally:
                 services.stop_bmcs(appliance)

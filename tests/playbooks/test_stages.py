@@ -26,7 +26,7 @@ def test_a_dry_run_reports_changes_and_changes_nothing(simulated_appliance):
     sim = simulated_appliance
     files_before, bios_before = tree_digest(sim.sysroot), sim.redfish_bios()
 
-    run = sim.run("site.yml", "--check", "--diff")
+    run = sim.run("site.yml", "--check", "--diff", extra_vars=sim.stage_vars)
 
     assert run.returncode == 0, run.output
     assert run.changed() > 10
@@ -95,6 +95,15 @@ def test_gpu_stage_installs_the_driver_stack_verified_through_nvml(simulated_app
     assert all(g["persistence_mode"] for g in gpus)
 
 
+def test_fabric_and_gpudirect_stages_verify_ports_modules_and_affinity(simulated_appliance):
+    sim = simulated_appliance
+    for playbook in ("stages/fabric.yml", "stages/gpudirect.yml", "stages/storage.yml"):
+        run = sim.run(playbook, extra_vars=sim.stage_vars)
+        assert run.returncode == 0, run.output
+    state = sim.state()
+    assert {"nvidia_peermem", "nvidia_fs"} <= set(state["modules"])
+
+
 def test_acceptance_passes_and_reports_every_check(simulated_appliance):
     sim = simulated_appliance
 
@@ -112,7 +121,7 @@ def test_acceptance_passes_and_reports_every_check(simulated_appliance):
 
 
 def test_a_second_run_changes_nothing(simulated_appliance):
-    run = simulated_appliance.run("site.yml")
+    run = simulated_appliance.run("site.yml", extra_vars=simulated_appliance.stage_vars)
 
     assert run.returncode == 0, run.output
     assert run.changed() == 0, run.output
