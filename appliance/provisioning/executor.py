@@ -26,6 +26,7 @@ from .events import EventIngestor, IngestResult, Scrubber
 from .facts import FactsSink
 from .models import StageRun
 from .playbook_vars import PlaybookInput
+from .processes import is_ansible, kill_tree
 
 
 @dataclass
@@ -132,6 +133,9 @@ def execute(stage_run: StageRun, playbook: Path, playbook_input: PlaybookInput, 
         def check_cancel():
             if not cancel_flag.is_set() and should_cancel():
                 cancel_flag.set()
+                # Runner stops ansible-playbook only; its Mitogen multiplexers would live on.
+                if ingestor.ansible_pid and is_ansible(ingestor.ansible_pid):
+                    kill_tree(ingestor.ansible_pid)
             if tick is not None:
                 tick()
 

@@ -13,7 +13,6 @@ on the run, read by the executor, and ends as "cancelled"; a dead worker ends as
 
 import logging
 import os
-import signal
 import socket
 from collections.abc import Callable
 from datetime import timedelta
@@ -31,6 +30,7 @@ from . import catalogue as stage_catalogue
 from . import executor, playbook_vars
 from .facts import FactsSink
 from .models import HostResult, Run, StageRun
+from .processes import is_ansible, kill_tree
 from .states import RUN_FINISHED, RunState, StageState
 
 log = logging.getLogger(__name__)
@@ -485,15 +485,9 @@ def _stop_orphan(stage_run: StageRun, run: Run) -> None:
     """A dead worker's ansible-playbook keeps running (runner spawns it ignoring SIGHUP): stop it, so it
     cannot act on the nodes while the run is resumed."""
     pid = stage_run.ansible_pid
-    if not pid or run.worker_host != socket.gethostname() or not _process_alive(pid):
+    if not pid or run.worker_host != socket.gethostname() or not _process_alive(pid) or not is_ansible(pid):
         return
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            if b"ansible" not in handle.read():
-                return
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
-    except (OSError, ProcessLookupError):
-        pass
+    kill_tree(pid)
 
 
 def fail_dead_run(run: Run, reason: str) -> Run:

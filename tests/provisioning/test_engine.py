@@ -125,6 +125,21 @@ def test_a_user_cancel_ends_cancelled(state_dir, appliance, catalogue, probe):
     assert (first.ended - first.started).total_seconds() < 30
     assert AuditRecord.objects.filter(event="provisioning.run.cancel").count() == 1
     assert all(n.state == NodeState.FAILED for n in Node.objects.all())
+    # Nothing of the cancelled playbook lives on: not ansible-playbook, not its Mitogen multiplexers.
+    state = str(state_dir)
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_mentions(p, state)]
+    assert not leftovers, [(p.name, _cmdline(p)) for p in leftovers]
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _cmdline_mentions(proc: Path, text: str) -> bool:
+    return "ansible" in (line := _cmdline(proc)) and text in line
 
 
 def test_check_mode_changes_nothing(state_dir, appliance, catalogue, probe):
