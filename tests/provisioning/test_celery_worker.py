@@ -41,9 +41,18 @@ def broker(settings):
     settings.CELERY_BROKER_URL = REDIS_URL
     previous = celery_app.conf.broker_url
     celery_app.conf.broker_url = REDIS_URL
+    forget_broker_connections()
     yield REDIS_URL
     celery_app.conf.broker_url = previous
+    forget_broker_connections()
+
+
+def forget_broker_connections():
+    """The app caches its connection and producer pools at first use (an earlier test may have made
+    them for the in-memory broker); a process that switches brokers must drop both."""
     celery_app.pool.force_close_all()
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
 
 
 @pytest.fixture
