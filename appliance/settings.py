@@ -13,6 +13,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from appliance.core.files import create_once
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -52,10 +54,7 @@ def _secret_key() -> str:
     if configured:
         return configured
     key_file = KEYS_DIR / "django-secret-key"
-    if not key_file.exists():
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(64))
+    create_once(key_file, secrets.token_urlsafe(64))
     return key_file.read_text().strip()
 
 

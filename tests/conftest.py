@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from django.test import Client
 
@@ -59,11 +61,21 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+# Tests here drive playbooks, simulated tools and emulators; the database backend changes nothing
+# in what they prove, so the PostgreSQL pass does not repeat their minutes of work.
+BACKEND_AGNOSTIC_DIRS = ("playbooks", "simulation", "workloads")
+
+
 def pytest_collection_modifyitems(config, items):
-    """A test marked sqlite_only proves nothing more on PostgreSQL (it runs its own processes on the
-    embedded database): the PostgreSQL pass skips it instead of repeating minutes of work."""
+    """A test marked sqlite_only (or living in a backend-agnostic folder) proves nothing more on
+    PostgreSQL: the PostgreSQL pass skips it instead of repeating minutes of work."""
     from django.db import connection
 
+    tests_root = Path(__file__).resolve().parent
+    for item in items:
+        relative = Path(str(item.path)).resolve().relative_to(tests_root)
+        if relative.parts and relative.parts[0] in BACKEND_AGNOSTIC_DIRS:
+            item.add_marker(pytest.mark.sqlite_only)
     if connection.vendor != "postgresql":
         return
     skip = pytest.mark.skip(reason="sqlite_only: independent of DATABASE_URL, run in the SQLite pass")

@@ -8,8 +8,6 @@ Verification helpers here need neither Django nor a database: the offline verifi
 """
 
 import hashlib
-import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,8 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from appliance.core.files import create_once
 
 ALGORITHM = "ed25519"
 
@@ -79,22 +79,9 @@ _lock = threading.Lock()
 def _create(path: Path) -> None:
     """Write a new key so that no reader ever sees a half-written file and two processes starting
     at once end up with the same key: write a temporary file, then link it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     pem = Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".audit-key-")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(pem)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process won the race: its key is the key
-    finally:
-        os.unlink(tmp)
+    create_once(path, pem)
 
 
 def load_signing_key(path: Path | str | None = None) -> SigningKey:

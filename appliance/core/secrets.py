@@ -1,10 +1,11 @@
 """Encryption of secrets at rest (BMC passwords, tokens) with a key file outside the database."""
 
-import os
 from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
+
+from .files import create_once
 
 PREFIX = "enc:v1:"
 MASK = "********"
@@ -13,11 +14,7 @@ MASK = "********"
 @lru_cache(maxsize=1)
 def _fernet() -> MultiFernet:
     path = settings.SECRETS_KEY_FILE
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(Fernet.generate_key() + b"\n")
+    create_once(path, Fernet.generate_key() + b"\n")
     # One key a line, newest first: rotation adds a line on top and re-encrypts at leisure.
     keys = [line.strip() for line in path.read_bytes().splitlines() if line.strip()]
     return MultiFernet([Fernet(k) for k in keys])

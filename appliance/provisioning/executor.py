@@ -22,6 +22,8 @@ from pathlib import Path
 import ansible_runner
 from django.conf import settings
 
+from appliance.core.files import write_private
+
 from .events import EventIngestor, IngestResult, Scrubber
 from .facts import FactsSink
 from .models import StageRun
@@ -50,12 +52,6 @@ def strategy() -> tuple[str, str | None, str]:
 
 def private_data_dir(stage_run: StageRun) -> Path:
     return Path(settings.STATE_DIR) / "runs" / str(stage_run.run_id) / f"{stage_run.order:02d}-{stage_run.stage}"
-
-
-def _write_private(path: Path, content: str, mode: int = 0o600) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(content)
 
 
 def _environment(directory: Path, strategy_name: str, plugin_dir: str | None) -> dict:
@@ -107,10 +103,10 @@ def execute(stage_run: StageRun, playbook: Path, playbook_input: PlaybookInput, 
     (directory / "secrets").mkdir(mode=0o700)
     (Path(settings.STATE_DIR) / "ansible" / "cp").mkdir(parents=True, exist_ok=True)
 
-    _write_private(directory / "inventory" / "hosts.json", json.dumps(playbook_input.inventory, indent=2))
-    _write_private(directory / "secrets.masked.json", json.dumps(playbook_input.masked_secrets(), indent=2))
+    write_private(directory / "inventory" / "hosts.json", json.dumps(playbook_input.inventory, indent=2))
+    write_private(directory / "secrets.masked.json", json.dumps(playbook_input.masked_secrets(), indent=2))
     secrets_file = directory / "secrets" / "vars.json"
-    _write_private(secrets_file, json.dumps(playbook_input.secrets))
+    write_private(secrets_file, json.dumps(playbook_input.secrets))
 
     strategy_name, plugin_dir, notice = strategy()
     ingestor = EventIngestor(stage_run, Scrubber(playbook_input.secret_values), facts_sink=facts_sink,

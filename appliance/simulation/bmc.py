@@ -31,6 +31,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from django.conf import settings
 
+from appliance.core.files import write_private
+
 from . import state as node_state
 
 USERNAME = "admin"
@@ -58,15 +60,6 @@ def bmc_dir() -> Path:
     return simulation_dir() / "bmc"
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(temporary, path)
-
-
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -89,12 +82,12 @@ def ensure_credentials() -> None:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
-        _write_private(ca_key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        write_private(ca_key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                       serialization.NoEncryption()))
         ca_path().write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
         os.chmod(ca_path(), 0o644)
     if not password_path().exists():
-        _write_private(password_path(), (secrets.token_urlsafe(18) + "\n").encode())
+        write_private(password_path(), (secrets.token_urlsafe(18) + "\n").encode())
 
 
 def password() -> str:
@@ -127,7 +120,7 @@ def _server_certificate(node_name: str) -> tuple[Path, Path]:
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                serialization.NoEncryption()))
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
@@ -139,7 +132,7 @@ def write_htpasswd(node_name: str, wrong_password: bool = False) -> Path:
     secret = secrets.token_urlsafe(18) if wrong_password else password()
     hashed = bcrypt.hashpw(secret.encode(), bcrypt.gensalt(rounds=4)).decode()
     path = bmc_dir() / f"{node_name}.htpasswd"
-    _write_private(path, f"{USERNAME}:{hashed}\n".encode())
+    write_private(path, f"{USERNAME}:{hashed}\n".encode())
     return path
 
 

@@ -8,11 +8,12 @@ workloads stage copies with `no_log`.
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
 from django.conf import settings
+
+from appliance.core.files import create_once
 
 from . import fabric, gpudirect, kubernetes, slurm, storage
 from .site import RenderError, SiteView, site_view
@@ -149,18 +150,9 @@ def ensure_munge_key() -> Path:
         return path
     from appliance import audit
 
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(f".munge.key.{os.getpid()}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(secrets.token_bytes(MUNGE_KEY_BYTES))
-    try:
-        # link() never replaces: a key another process made first (and may have distributed) wins.
-        os.link(temporary, path)
-    except FileExistsError:
+    # Never replaced: a key another process made first (and may have distributed) wins.
+    if not create_once(path, secrets.token_bytes(MUNGE_KEY_BYTES)):
         return path
-    finally:
-        temporary.unlink()
     audit.record("provisioning.secret.create", target_type="secret", target_id="munge.key",
                  target_name="Slurm munge key", details={"bytes": MUNGE_KEY_BYTES})
     return path

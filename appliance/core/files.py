@@ -1,0 +1,47 @@
+"""Writing files that hold secrets or must never be seen half-written.
+
+`write_private` replaces a file atomically (readers see the old or the new content, never a mix).
+`create_once` makes a file that several processes may race to create (two workers starting at
+once): the content is written aside and linked into place, and whoever links first wins; it says
+whether this call created it. Neither imports Django, so settings.py can use them.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def _write_aside(path: Path, data: bytes, mode: int) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return temporary
+
+
+def write_private(path: Path, data: bytes | str, mode: int = 0o600) -> None:
+    path = Path(path)
+    temporary = _write_aside(path, data.encode() if isinstance(data, str) else data, mode)
+    os.replace(temporary, path)
+
+
+def create_once(path: Path, data: bytes | str, mode: int = 0o600) -> bool:
+    """Create `path` with `data` unless it exists; True when this call created it."""
+    path = Path(path)
+    if path.exists():
+        return False
+    temporary = _write_aside(path, data.encode() if isinstance(data, str) else data, mode)
+    try:
+        os.link(temporary, path)
+        return True
+    except FileExistsError:
+        return False  # another process won the race: its file is the file
+    finally:
+        os.unlink(temporary)
