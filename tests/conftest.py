@@ -56,6 +56,16 @@ def audit_triggers_step_aside_for_flush():
 
 
 @pytest.fixture(autouse=True)
+def background_work_ends_with_its_test():
+    """Work a test handed to the in-process pool (a run started from a page, a task's own audit
+    record) must land before the database is emptied for the next test."""
+    yield
+    from appliance.core import dispatch
+
+    assert dispatch.drain(timeout=120), "background work still running 120 s after its test ended"
+
+
+@pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     """PBKDF2 at production strength makes the role x endpoint matrix minutes long; tests need no strength."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

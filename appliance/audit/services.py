@@ -120,7 +120,7 @@ class _Statements:
         self.update_head = (f"UPDATE {head_table} SET sequence = %s, hash = %s, merkle_frontier = %s, "
                             f"last_checkpoint_sequence = %s, last_checkpoint_at = %s WHERE id = 1")
         self.insert_head = (f"INSERT INTO {head_table} (id, sequence, hash, merkle_frontier, last_checkpoint_sequence, "
-                            f"last_checkpoint_at) VALUES (1, 0, %s, %s, 0, NULL)")
+                            f"last_checkpoint_at) VALUES (1, 0, %s, %s, 0, NULL) ON CONFLICT (id) DO NOTHING")
         # On PostgreSQL the record and the head move in one statement: one round trip less per record.
         self.combined = connection.vendor == "postgresql"
         if self.combined:
@@ -190,7 +190,8 @@ def append(entry) -> None:
 
 def _create_head(cursor, sql: _Statements):
     """The head row is made by the migration; it is only missing from a database emptied wholesale
-    (a test flush). An empty log may start a new head; a log with records and no head may not."""
+    (a test flush). An empty log may start a new head; a log with records and no head may not.
+    Writers racing here all insert-or-ignore, then queue on the one row that exists."""
     if audit_models.AuditRecord.objects.exists() or audit_models.AuditTombstone.objects.exists():
         raise RuntimeError("the audit chain head is missing while records exist: run `manage.py audit verify "
                            "--database` and restore the head from the last record")

@@ -7,7 +7,7 @@ process died is caught by the provisioning watchdog, as a dead Celery worker's w
 """
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from threading import Lock
 
 from django.conf import settings
@@ -20,6 +20,7 @@ CONTEXT_KWARG = "_action_context"
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = Lock()
+_pending: set[Future] = set()
 
 
 def broker_configured() -> bool:
@@ -52,6 +53,15 @@ def enqueue(task, *args, **kwargs):
         if broker_configured():
             task.apply_async(args=args, kwargs=kwargs)
         else:
-            _embedded_pool().submit(_run_embedded, task, args, kwargs)
+            future = _embedded_pool().submit(_run_embedded, task, args, kwargs)
+            _pending.add(future)
+            future.add_done_callback(_pending.discard)
 
     transaction.on_commit(send)
+
+
+def drain(timeout: float | None = None) -> bool:
+    """Wait for the work handed to the in-process pool to finish; True when none is left.
+    A process that is about to exit (or a test about to empty its database) calls it first."""
+    _done, not_done = wait(list(_pending), timeout=timeout)
+    return not not_done
