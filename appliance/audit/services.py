@@ -192,10 +192,12 @@ def _create_head(cursor, sql: _Statements):
     """The head row is made by the migration; it is only missing from a database emptied wholesale
     (a test flush). An empty log may start a new head; a log with records and no head may not.
     Writers racing here all insert-or-ignore, then queue on the one row that exists."""
-    if audit_models.AuditRecord.objects.exists() or audit_models.AuditTombstone.objects.exists():
-        raise RuntimeError("the audit chain head is missing while records exist: run `manage.py audit verify "
-                           "--database` and restore the head from the last record")
     connection = cursor.db
     cursor.execute(sql.insert_head, [chain.GENESIS_HASH, sql.frontier_field.get_db_prep_save([], connection)])
     cursor.execute(sql.select_head)
-    return cursor.fetchone()
+    row = cursor.fetchone()
+    # Under the head's lock: a fresh head (sequence 0) over existing records means the head was lost.
+    if row[0] == 0 and (audit_models.AuditRecord.objects.exists() or audit_models.AuditTombstone.objects.exists()):
+        raise RuntimeError("the audit chain head is missing while records exist: run `manage.py audit verify "
+                           "--database` and restore the head from the last record")
+    return row

@@ -52,3 +52,17 @@ def test_delete_is_recorded_with_the_state_before():
 def test_unknown_event_is_refused():
     with pytest.raises(KeyError, match="not in the catalogue"):
         audit.record("no.such.event")
+
+
+def test_a_lost_chain_head_over_existing_records_stops_appends():
+    Appliance.objects.create(name="before")
+    ChainHead.objects.all().delete()
+    with pytest.raises(RuntimeError, match="chain head is missing while records exist"):
+        audit.record("api.request")
+
+
+def test_an_empty_log_starts_a_new_head():
+    assert not AuditRecord.objects.exists()
+    ChainHead.objects.all().delete()
+    first = audit.record("api.request")
+    assert (first.sequence, first.prev_hash) == (1, chain.GENESIS_HASH)
