@@ -3,6 +3,8 @@ verifies it against a signed checkpoint (htmx), and downloads an export bundle."
 
 import zipfile
 
+from playwright.sync_api import expect
+
 from appliance.core.roles import Role
 from tests.e2e.conftest import screenshot
 
@@ -14,7 +16,8 @@ def test_auditor_finds_verifies_and_exports(page, log_in, tmp_path):
     page.fill("#id_actor", "auditor-user")
     page.click("[data-testid=audit-filters] button[type=submit]")
     rows = page.locator("[data-testid=audit-records] tbody tr[data-sequence]")
-    assert rows.count() == 1
+    # The filtered page replaces the full one: wait for it rather than counting the old rows.
+    expect(rows).to_have_count(1)
     assert "auth.login.success" in rows.first.inner_text()
 
     rows.first.locator("td a").first.click()
@@ -42,6 +45,7 @@ def test_auditor_finds_verifies_and_exports(page, log_in, tmp_path):
 def test_catalogue_page_is_the_coverage_matrix(page, log_in):
     log_in(Role.ADMINISTRATOR)
     page.click("[data-nav='audit:catalogue']")
+    page.wait_for_selector("[data-testid=coverage-matrix]")
     headers = page.locator("[data-testid=coverage-matrix] thead th").all_text_contents()
     assert headers == ["Event", "Category", "Severity", "OCSF class", "NIST SP 800-53", "PCI DSS 4.0",
                        "ISO/IEC 27001:2022", "FSTEC"]

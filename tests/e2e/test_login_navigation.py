@@ -65,6 +65,7 @@ def test_node_list_with_data_filters_live_and_opens_a_node(page, log_in, transac
     log_in(Role.OPERATOR)
     page.wait_for_url(re.compile(r"/$"))
     page.get_by_role("link", name="Nodes").click()
+    page.wait_for_url(re.compile(r"/inventory/nodes/$"))
     rows = page.locator("#node-table tbody tr")
     assert rows.count() == 3
     screenshot(page, "node-list")
