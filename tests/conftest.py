@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from django.core.cache import cache
 from django.test import Client
 
 from appliance.core.roles import Role
@@ -92,3 +93,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("sqlite_only"):
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def fresh_throttles():
+    """Rate-limit counters live in the cache; each test starts with none."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def inventory(db):
+    """Two HGX nodes, a storage node, pools and the rest (tests/sample_inventory.py)."""
+    from tests.sample_inventory import build_sample_inventory
+
+    return build_sample_inventory()
+
+
+@pytest.fixture
+def site_credentials(monkeypatch):
+    from tests.api.sites import PASSWORD_VARIABLE, SITE_BMC_PASSWORD
+
+    monkeypatch.setenv(PASSWORD_VARIABLE, SITE_BMC_PASSWORD)
