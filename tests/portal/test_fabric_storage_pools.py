@@ -359,3 +359,16 @@ def test_navigation_offers_the_three_pages_to_every_role_that_sees_the_inventory
         html = client_for(role).get("/").content.decode()
         for url_name in ("inventory:fabric", "inventory:storage", "inventory:pools"):
             assert f'data-nav="{url_name}"' in html, (role, url_name)
+
+
+@pytest.mark.parametrize("page", ["storage", "pools"])
+def test_pages_offer_an_appliance_picker_once_there_are_several(demo, client_for, page):
+    from appliance.inventory.models import Appliance
+
+    single = client_for(Role.VIEWER).get(f"/inventory/{page}/").content.decode()
+    assert 'name="appliance"' not in single
+    Appliance.objects.create(name="second")
+    several = client_for(Role.VIEWER).get(f"/inventory/{page}/").content.decode()
+    assert f'action="/inventory/{page}/"' in several
+    assert '<option value="demo" selected>demo</option>' in several
+    assert '<option value="second">second</option>' in several
