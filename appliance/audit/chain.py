@@ -25,6 +25,8 @@ PAYLOAD_FIELDS = (
     "details", "prev_hash",
 )
 
+_STRING_FIELDS = tuple(key for key in PAYLOAD_FIELDS if key not in ("sequence", "actor", "target", "details"))
+
 LINE_PREFIX = b'{"hash":"'
 LINE_MIDDLE = b'","record":'
 PAYLOAD_OFFSET = len(LINE_PREFIX) + 64 + len(LINE_MIDDLE)
@@ -83,6 +85,27 @@ def canonical_json(value) -> bytes:
 
 def canonical(payload: dict) -> bytes:
     return canonical_json({key: payload[key] for key in PAYLOAD_FIELDS})
+
+
+def canonical_payload(payload: dict) -> bytes:
+    """canonical() for a payload built by the log itself (models.payload_from_values): its fixed
+    fields are strings and small integers under ASCII keys, so only the actor's roles and the
+    details are walked to decide whether the C encoder's output is RFC 8785."""
+    sequence, actor, target = payload["sequence"], payload["actor"], payload["target"]
+    actor_id = actor["id"]
+    if len(payload) == len(PAYLOAD_FIELDS) and type(sequence) is int and 0 <= sequence <= _MAX_SAFE_INT \
+            and (actor_id is None or (type(actor_id) is int and -_MAX_SAFE_INT <= actor_id <= _MAX_SAFE_INT)) \
+            and all(type(payload[key]) is str for key in _STRING_FIELDS) \
+            and type(actor["username"]) is str and len(actor) == 3 and len(target) == 3 \
+            and all(type(value) is str for value in target.values()) \
+            and all(type(role) is str for role in actor["roles"]) \
+            and _json_dumps_is_canonical(payload["details"]):
+        try:
+            return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False).encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+    return canonical(payload)
 
 
 def record_hash(payload: dict) -> str:

@@ -1,14 +1,45 @@
 """Signed checkpoints: the tree head (Merkle root over records 1..tree_size and the chain's hash at
 tree_size) signed with the audit key. `record()` makes one every AUDIT_CHECKPOINT_EVERY_RECORDS
 records or AUDIT_CHECKPOINT_EVERY_SECONDS seconds; `make_checkpoint()` makes one on demand.
-Both read the frontier kept in the chain head: no pass over the log.
+
+A checkpoint keeps the Merkle frontier of its tree (the roots of its perfect subtrees), so the
+next one starts from it and folds in only the records since: at most N hashes every N records,
+never a pass over the log.
 """
 
 from django.db import router, transaction
 from django.utils import timezone
 
 from . import chain, merkle, signing
-from .models import AuditCheckpoint, AuditRecord, ChainHead
+from .models import AuditCheckpoint, AuditRecord, AuditTombstone, ChainHead
+
+
+class IncompleteLog(ValueError):
+    """Records that a frontier needs are not in the database."""
+
+
+def prefix_frontier(size: int, using: str | None = None) -> list[tuple[int, bytes]]:
+    """The Merkle frontier of the first `size` records, from the nearest tombstone or checkpoint at
+    or before it plus the records after that."""
+    using = using or router.db_for_read(AuditRecord)
+    tombstone = (AuditTombstone.objects.using(using).filter(last_sequence__lte=size)
+                 .order_by("-last_sequence").first())
+    start, frontier = (tombstone.last_sequence, tombstone.frontier) if tombstone else (0, [])
+    anchor = (AuditCheckpoint.objects.using(using).filter(tree_size__gt=start, tree_size__lte=size)
+              .order_by("-tree_size").first())
+    if anchor is not None:
+        start, frontier = anchor.tree_size, anchor.frontier
+    result = merkle.frontier_from_json(frontier)
+    if anchor is not None and merkle.frontier_root(result).hex() != anchor.root_hash:
+        raise IncompleteLog(f"the stored frontier of {anchor} does not match its signed root: "
+                            "run `manage.py audit verify --database`")
+    hashes = list(AuditRecord.objects.using(using).filter(sequence__gt=start, sequence__lte=size)
+                  .order_by("sequence").values_list("hash", flat=True))
+    if len(hashes) != size - start:
+        raise IncompleteLog(f"records #{start + 1}..#{size} are incomplete in the database: "
+                            "run `manage.py audit verify --database`")
+    merkle.frontier_extend(result, [chain.merkle_leaf(h) for h in hashes])
+    return result
 
 
 def sign_checkpoint(tree_size: int, frontier, last_hash: str, timestamp, using: str | None = None) -> AuditCheckpoint:
@@ -21,6 +52,11 @@ def sign_checkpoint(tree_size: int, frontier, last_hash: str, timestamp, using: 
     checkpoint.signature = key.sign(chain.signed_statement(checkpoint.statement()))
     checkpoint.save(force_insert=True, using=using)
     return checkpoint
+
+
+def checkpoint_tip(tree_size: int, last_hash: str, timestamp, using: str) -> AuditCheckpoint:
+    """The checkpoint `record()` makes after appending record `tree_size` (the head is locked)."""
+    return sign_checkpoint(tree_size, prefix_frontier(tree_size, using=using), last_hash, timestamp, using=using)
 
 
 def make_checkpoint() -> AuditCheckpoint:
@@ -37,10 +73,10 @@ def make_checkpoint() -> AuditCheckpoint:
         if existing is not None:
             return existing
         now = timezone.now()
-        checkpoint = sign_checkpoint(head.sequence, merkle.frontier_from_json(head.merkle_frontier), head.hash,
-                                     now, using=using)
+        checkpoint = checkpoint_tip(head.sequence, head.hash, now, using=using)
         head.last_checkpoint_sequence, head.last_checkpoint_at = head.sequence, now
         head.save(update_fields=["last_checkpoint_sequence", "last_checkpoint_at"])
+        services.forget_tip(using)
         services.record("audit.checkpoint", target=checkpoint, details={
             "tree_size": checkpoint.tree_size, "root_hash": checkpoint.root_hash, "key_id": checkpoint.key_id})
     return checkpoint

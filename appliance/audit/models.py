@@ -26,31 +26,49 @@ class Channel(models.TextChoices):
 
 
 class AuditRecord(models.Model):
+    """One record of the log. Every index costs every append, so there are few, each serving a
+    filter of the audit pages: the filters read newest first, so each index ends in the sequence
+    and a page is a short ordered scan. Channel and outcome (a handful of values) get no index of
+    their own; the rare outcomes (denied, failure) get a partial one. The UUID and the hash are
+    unique by construction (UUID4; SHA-256 over content that includes the sequence) and are not
+    looked up, so no unique index maintains them on every append."""
+
     sequence = models.BigIntegerField(primary_key=True)
-    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    timestamp = models.DateTimeField(db_index=True)
-    event = models.CharField(max_length=100, db_index=True)
+    uuid = models.UUIDField(default=uuid.uuid4, editable=False)
+    timestamp = models.DateTimeField()
+    event = models.CharField(max_length=100)
     category = models.CharField(max_length=50)
     severity = models.CharField(max_length=20)
-    actor_id = models.BigIntegerField(null=True, blank=True, db_index=True)
-    actor_username = models.CharField(max_length=150, blank=True, db_index=True)
+    actor_id = models.BigIntegerField(null=True, blank=True)
+    actor_username = models.CharField(max_length=150, blank=True)
     actor_roles = models.JSONField(default=list)
-    channel = models.CharField(max_length=10, choices=Channel.choices, db_index=True)
+    channel = models.CharField(max_length=10, choices=Channel.choices)
     source_address = models.CharField(max_length=64, blank=True)
     user_agent = models.CharField(max_length=512, blank=True)
-    request_id = models.CharField(max_length=128, blank=True, db_index=True)
+    request_id = models.CharField(max_length=128, blank=True)
     action = models.CharField(max_length=30)
-    target_type = models.CharField(max_length=100, blank=True, db_index=True)
+    target_type = models.CharField(max_length=100, blank=True)
     target_id = models.CharField(max_length=64, blank=True)
     target_name = models.CharField(max_length=255, blank=True)
-    outcome = models.CharField(max_length=10, choices=Outcome.choices, db_index=True)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
     reason = models.TextField(blank=True)
     details = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64, unique=True)
+    hash = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["sequence"]
+        indexes = [
+            # Time windows (since/until, exports, retention): the log is appended in time order.
+            models.Index(fields=["timestamp"], name="audit_record_time"),
+            models.Index(fields=["event", "sequence"], name="audit_record_event"),
+            models.Index(fields=["actor_username", "sequence"], name="audit_record_actor"),
+            models.Index(fields=["actor_id", "sequence"], name="audit_record_actor_id"),
+            models.Index(fields=["target_type", "target_id", "sequence"], name="audit_record_target"),
+            models.Index(fields=["request_id"], name="audit_record_request"),
+            models.Index(fields=["outcome", "sequence"], condition=~models.Q(outcome="success"),
+                         name="audit_record_not_success"),
+        ]
 
     def __str__(self):
         return f"#{self.sequence} {self.event} {self.outcome}"
@@ -94,17 +112,19 @@ def payload_from_values(values: tuple) -> dict:
 
 
 class ChainHead(models.Model):
-    """The chain's tip, one row: locked by every writer so the chain stays strictly linear.
+    """The chain's tip, one small row: every append moves it in the same statement as its insert,
+    on condition that it still names the record the writer chained to (compare and swap), so the
+    chain stays strictly linear and a record written around `record()` lies past the head.
 
     A cache of the last record, not evidence: verification recomputes everything from records.
+    It is kept small on purpose: it is rewritten once per record, and a wide row (it once carried
+    the Merkle frontier) made that rewrite the most expensive part of an append. Checkpoints get
+    their frontier from the previous checkpoint plus the records since (see checkpoints.py).
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     sequence = models.BigIntegerField(default=0)
     hash = models.CharField(max_length=64, default=chain.GENESIS_HASH)
-    # Roots of the perfect subtrees of the Merkle tree over records 1..sequence (RFC 6962),
-    # largest first, so a checkpoint's root costs O(log n) and not a pass over the log.
-    merkle_frontier = models.JSONField(default=list)
     last_checkpoint_sequence = models.BigIntegerField(default=0)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
 

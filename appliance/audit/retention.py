@@ -21,7 +21,7 @@ from django.utils import timezone
 from appliance.core.roles import can
 
 from . import chain, merkle, services, signing, triggers
-from .export import prefix_frontier
+from .checkpoints import prefix_frontier
 from .models import AuditRecord, AuditTombstone, ChainHead, RetentionRequest, RetentionState
 from .verify import MANIFEST_NAME, level_root, verify_bundle
 from .verify_database import verify_database

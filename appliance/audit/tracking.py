@@ -1,6 +1,7 @@
 """Change capture for models: every create, update and delete records a before/after diff in the
 same transaction as the change. Bulk paths (QuerySet.update, bulk_create, bulk_update) go through
-the same per-object path, so nothing reaches an audited table unrecorded; deletes, cascades
+the same per-object path, so nothing reaches an audited table unrecorded, and write their records
+together (audit.batch); deletes, cascades
 included, are caught by the post_delete signal the audit app connects for every audited model.
 """
 
@@ -8,7 +9,7 @@ from django.db import models, transaction
 
 from appliance.core.fields import EncryptedTextField
 
-from .services import REDACTED, is_secret_key, record, to_json
+from .services import REDACTED, batch, is_secret_key, record, to_json
 
 
 def _field_value(instance, field):
@@ -17,7 +18,7 @@ def _field_value(instance, field):
 
 class AuditedQuerySet(models.QuerySet):
     def update(self, **kwargs):
-        with transaction.atomic(using=self.db):
+        with batch(using=self.db):
             count = 0
             for obj in self.select_for_update():
                 for name, value in kwargs.items():
@@ -29,13 +30,13 @@ class AuditedQuerySet(models.QuerySet):
     update.queryset_only = True
 
     def bulk_create(self, objs, *args, **kwargs):
-        with transaction.atomic(using=self.db):
+        with batch(using=self.db):
             for obj in objs:
                 obj.save(force_insert=True, using=self.db)
         return objs
 
     def bulk_update(self, objs, fields, *args, **kwargs):
-        with transaction.atomic(using=self.db):
+        with batch(using=self.db):
             for obj in objs:
                 obj.save(update_fields=list(fields), using=self.db)
         return len(objs)

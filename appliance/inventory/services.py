@@ -99,7 +99,8 @@ def import_site(text: str, filename: str, *, dry_run: bool = False) -> ImportRes
     site = parse_site(text, filename)
     importer = _Importer(site)
     try:
-        with transaction.atomic():
+        # One transaction; its records (one per node, GPU, link... changed) are written together.
+        with audit.batch():
             importer.run()
             if dry_run:
                 raise _DryRunRollback

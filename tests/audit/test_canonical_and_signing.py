@@ -24,6 +24,30 @@ def test_canonical_json_is_rfc8785(value):
     assert chain.canonical_json(value) == rfc8785.dumps(value)
 
 
+def payload_with(details, **fields):
+    payload = {key: "" for key in chain.PAYLOAD_FIELDS}
+    payload.update(sequence=7, actor={"id": 3, "username": "u", "roles": ["administrator"]}, details=details,
+                   target={"type": "t", "id": "1", "name": "n"}, prev_hash=chain.GENESIS_HASH)
+    payload.update(fields)
+    return payload
+
+
+@pytest.mark.parametrize("details", SAMPLES)
+def test_a_payload_is_canonical_whatever_its_details_hold(details):
+    payload = payload_with(details)
+    assert chain.canonical_payload(payload) == chain.canonical(payload) == rfc8785.dumps(payload)
+
+
+@pytest.mark.parametrize("fields", [
+    {"sequence": -1}, {"actor": {"id": 2.5, "username": "u", "roles": []}},
+    {"actor": {"id": 1, "username": "u", "roles": [1.5]}}, {"reason": 1e21},
+    {"target": {"type": "t", "id": 1.0, "name": "n"}}, {"user_agent": "é ж 😀 \u2028"}, {"source_address": None},
+])
+def test_a_payload_with_unusual_fixed_fields_is_still_canonical(fields):
+    payload = payload_with({"k": "v"}, **fields)
+    assert chain.canonical_payload(payload) == rfc8785.dumps(payload)
+
+
 def test_export_line_is_itself_canonical_json_with_the_payload_at_a_fixed_offset():
     payload = {key: "" for key in chain.PAYLOAD_FIELDS}
     payload.update(sequence=7, actor={"id": None, "username": "u", "roles": []}, details={"k": "v"},

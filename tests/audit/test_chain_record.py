@@ -1,8 +1,8 @@
 import pytest
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from appliance import audit
-from appliance.audit import chain, merkle
+from appliance.audit import chain
 from appliance.audit.models import AuditRecord, ChainHead
 from appliance.inventory.models import Appliance
 
@@ -21,8 +21,42 @@ def test_records_form_a_gapless_hash_chain():
         previous = r.hash
     head = ChainHead.objects.get()
     assert head.sequence == records[-1].sequence and head.hash == records[-1].hash
-    leaves = [chain.merkle_leaf(r.hash) for r in records]
-    assert merkle.frontier_root(merkle.frontier_from_json(head.merkle_frontier)) == merkle.root_of(leaves)
+
+
+def test_a_rolled_back_append_does_not_break_the_chain():
+    """The writer's guess of the tip names a record that rolled back: the next append finds out
+    and chains to the real tip."""
+    kept = audit.record("api.request")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        audit.record("api.request")
+        audit.record("api.request")
+        raise RuntimeError("boom")
+    after = audit.record("api.request")
+    assert (after.sequence, after.prev_hash) == (kept.sequence + 1, kept.hash)
+
+
+def test_a_rolled_back_savepoint_inside_a_transaction_does_not_break_the_chain():
+    with transaction.atomic():
+        first = audit.record("api.request")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            audit.record("api.request")
+            raise RuntimeError("boom")
+        second = audit.record("api.request")
+    assert (second.sequence, second.prev_hash) == (first.sequence + 1, first.hash)
+    assert list(AuditRecord.objects.filter(sequence__gte=first.sequence).values_list("sequence", flat=True)) \
+        == [first.sequence, second.sequence]
+
+
+def test_another_writer_moving_the_head_is_noticed():
+    """A head that moved since this connection's last append (here: set back by hand to a record
+    the chain already has) is never appended past blindly."""
+    audit.record("api.request")
+    other = audit.record("api.request")
+    ChainHead.objects.filter(pk=1).update(sequence=other.sequence - 1, hash=other.prev_hash)
+    with pytest.raises(IntegrityError):  # the real tip is taken: the insert fails, nothing forks
+        with transaction.atomic():
+            audit.record("api.request")
+    assert AuditRecord.objects.filter(sequence=other.sequence).get().hash == other.hash
 
 
 def test_change_and_its_record_roll_back_together():
@@ -66,3 +100,79 @@ def test_an_empty_log_starts_a_new_head():
     ChainHead.objects.all().delete()
     first = audit.record("api.request")
     assert (first.sequence, first.prev_hash) == (1, chain.GENESIS_HASH)
+
+
+# -- audit.batch(): many records, one write ----------------------------------------------------------
+
+def chain_is_intact():
+    from appliance.audit.verify_database import verify_database
+
+    result = verify_database(record_event=False)
+    assert result.ok, result.summary()
+
+
+def test_a_batch_writes_its_records_in_order_at_its_end():
+    before = audit.record("api.request")
+    with audit.batch():
+        made = [audit.record("task.run", details={"i": i}) for i in range(5)]
+        assert all(r.sequence is None for r in made)  # not chained yet
+        assert not AuditRecord.objects.filter(event="task.run").exists()
+    stored = list(AuditRecord.objects.filter(sequence__gt=before.sequence).order_by("sequence"))
+    assert [r.details["i"] for r in stored] == [0, 1, 2, 3, 4]
+    assert [r.sequence for r in made] == [r.sequence for r in stored] == list(range(before.sequence + 1,
+                                                                                   before.sequence + 6))
+    assert stored[0].prev_hash == before.hash
+    head = ChainHead.objects.get()
+    assert (head.sequence, head.hash) == (stored[-1].sequence, stored[-1].hash)
+    chain_is_intact()
+    after = audit.record("api.request")  # and the one-by-one path chains on
+    assert after.prev_hash == stored[-1].hash
+
+
+def test_a_failed_batch_writes_nothing_and_rolls_back_its_changes():
+    count = AuditRecord.objects.count()
+    with pytest.raises(RuntimeError), audit.batch():
+        Appliance.objects.create(name="doomed")
+        raise RuntimeError("boom")
+    assert AuditRecord.objects.count() == count and not Appliance.objects.filter(name="doomed").exists()
+
+
+def test_a_record_made_in_a_rolled_back_savepoint_of_a_batch_is_dropped_with_it():
+    with audit.batch():
+        Appliance.objects.create(name="kept")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Appliance.objects.create(name="undone")
+            raise RuntimeError("boom")
+        Appliance.objects.create(name="also-kept")
+    names = [r.target_name for r in AuditRecord.objects.filter(event="inventory.appliance.create")]
+    assert names == ["kept", "also-kept"]
+    chain_is_intact()
+
+
+def test_a_batch_makes_the_checkpoints_appending_one_by_one_would(audit_settings):
+    from appliance.audit import merkle
+    from appliance.audit.models import AuditCheckpoint
+
+    audit_settings.AUDIT_CHECKPOINT_EVERY_RECORDS = 4
+    start = audit.record("api.request").sequence
+    with audit.batch():
+        for i in range(11):
+            audit.record("task.run", details={"i": i})
+    sizes = list(AuditCheckpoint.objects.filter(tree_size__gt=start).values_list("tree_size", flat=True))
+    assert sizes == [start + 4, start + 8]
+    leaves = [chain.merkle_leaf(h) for h in AuditRecord.objects.order_by("sequence").values_list("hash", flat=True)]
+    for checkpoint in AuditCheckpoint.objects.filter(tree_size__gt=start):
+        assert checkpoint.root_hash == merkle.root_of(leaves[:checkpoint.tree_size]).hex()
+    assert ChainHead.objects.get().last_checkpoint_sequence == start + 8
+    chain_is_intact()
+
+
+def test_bulk_changes_of_audited_models_are_recorded_through_one_batch():
+    for name in ("p", "q", "r"):
+        Appliance.objects.create(name=name, description="old")
+    Appliance.objects.filter(name__in=["p", "q", "r"]).update(description="new")
+    updates = AuditRecord.objects.filter(event="inventory.appliance.update").order_by("sequence")
+    assert [r.details["changes"]["description"] for r in updates] == [["old", "new"]] * 3
+    timestamps = {r.timestamp for r in updates}
+    assert len(timestamps) == 1  # chained together, when the update's transaction wrote them
+    chain_is_intact()

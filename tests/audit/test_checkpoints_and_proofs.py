@@ -44,24 +44,43 @@ def test_a_checkpoint_is_made_when_the_interval_has_passed(audit_settings):
 
 
 def test_making_a_checkpoint_costs_the_same_on_a_long_log(audit_settings):
-    """The root comes from the frontier in the chain head: no query reads the records."""
+    """The root comes from the previous checkpoint's frontier plus the records since: a checkpoint
+    on a long log issues the same statements as on a short one and reads only those records."""
     from django.test.utils import CaptureQueriesContext
 
     audit_settings.AUDIT_CHECKPOINT_EVERY_RECORDS = 1
 
     def checkpointing_append():
         with CaptureQueriesContext(connection) as queries:
-            audit.record("task.run")
-        assert AuditCheckpoint.objects.filter(tree_size=ChainHead.objects.get().sequence).exists()
-        return [q["sql"] for q in queries.captured_queries]
+            record = audit.record("task.run")
+        assert AuditCheckpoint.objects.filter(tree_size=record.sequence).exists()
+        return record, [q["sql"] for q in queries.captured_queries]
 
-    short = checkpointing_append()
+    append(1)  # this connection learns the tip (a previous test left it a stale guess)
+    _record, short = checkpointing_append()
     append(40)
-    long = checkpointing_append()
+    record, long = checkpointing_append()
     assert len(short) == len(long)
-    writes = ("INSERT INTO", "WITH inserted AS (INSERT INTO")
-    reads_of_records = [sql for sql in long if "audit_auditrecord" in sql and not sql.startswith(writes)]
-    assert reads_of_records == []
+    reads_of_records = [sql for sql in long if "audit_auditrecord" in sql and sql.lstrip().startswith("SELECT")]
+    assert len(reads_of_records) == 1
+    # bounded below by the previous checkpoint, which is the record just before
+    assert f'"sequence" > {record.sequence - 1}' in reads_of_records[0], reads_of_records[0]
+
+
+def test_appends_in_one_transaction_cost_one_statement_each_on_postgresql():
+    """After the first append of a transaction the writer knows the tip: one statement moves the
+    head and inserts the record."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite takes two statements (it has no data-modifying WITH)")
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    audit.record("task.run")
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        for _ in range(3):
+            audit.record("task.run")
+    statements = [q["sql"] for q in queries.captured_queries if "audit_" in q["sql"]]
+    assert len(statements) == 3 and all(sql.startswith("WITH moved AS (UPDATE") for sql in statements), statements
 
 
 def test_make_checkpoint_signs_the_current_head_and_records_it():

@@ -80,12 +80,16 @@ def test_a_time_window_exports_a_contiguous_range_that_verifies_against_later_ch
 def test_a_range_ending_between_checkpoints_carries_a_consistency_proof(session_bundle):
     from appliance.audit.models import AuditCheckpoint
 
-    sizes = list(AuditCheckpoint.objects.values_list("tree_size", flat=True))
-    last = sizes[-2] + 1
-    until = AuditRecord.objects.get(sequence=last + 1).timestamp
-    bundle, manifest = session_bundle("jsonl", until=until)
+    sizes = set(AuditCheckpoint.objects.values_list("tree_size", flat=True))
+    stamps = dict(AuditRecord.objects.values_list("sequence", "timestamp"))
+    # A time window ends between two records stamped apart (records written together by a batch
+    # share their time); take the last such place that is not itself a checkpoint.
+    last = max(seq for seq in stamps if seq + 1 in stamps and stamps[seq + 1] > stamps[seq] and seq not in sizes
+               and any(size > seq for size in sizes))
+    bundle, manifest = session_bundle("jsonl", until=stamps[last + 1])
     assert manifest["range"]["last_sequence"] == last
-    assert manifest["tree"]["checkpoint_tree_size"] == sizes[-1] and manifest["tree"]["consistency_proof"]
+    covering = min(size for size in sizes if size > last)
+    assert manifest["tree"]["checkpoint_tree_size"] == covering and manifest["tree"]["consistency_proof"]
     assert verify_bundle(bundle).ok
 
 

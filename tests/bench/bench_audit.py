@@ -72,7 +72,7 @@ def sample_details(i: int) -> dict:
 
 # -- appends ------------------------------------------------------------------------------------------
 
-def append_through_record(n: int, per_transaction: int, writer: int = 0) -> None:
+def append_through_record(n: int, per_transaction: int, writer: int = 0, batched: bool = False) -> None:
     from django.db import connections, transaction
 
     from appliance import audit
@@ -88,7 +88,7 @@ def append_through_record(n: int, per_transaction: int, writer: int = 0) -> None
                 audit.record("inventory.site.import", target_type="inventory.node", target_id=str(done),
                              target_name=f"gpu-node-{done}", details=sample_details(done))
             else:
-                with transaction.atomic():
+                with audit.batch() if batched else transaction.atomic():
                     for i in range(batch):
                         audit.record("inventory.site.import", target_type="inventory.node", target_id=str(done + i),
                                      target_name=f"gpu-node-{done + i}", details=sample_details(done + i))
@@ -107,7 +107,7 @@ def plain_rows(n: int, start: int):
                hashlib.sha256(f"{start + i}".encode()).hexdigest())
 
 
-def plain_insert(n: int, per_transaction: int, start: int) -> None:
+def plain_insert(n: int, per_transaction: int, start: int, batched: bool = False) -> None:
     from django.db import connection, connections, transaction
 
     columns = ("sequence, uuid, timestamp, event, category, severity, actor_id, actor_username, actor_roles, "
@@ -117,8 +117,11 @@ def plain_insert(n: int, per_transaction: int, start: int) -> None:
     rows = list(plain_rows(n, start))
     for offset in range(0, n, per_transaction):
         with transaction.atomic(), connection.cursor() as cursor:
-            for row in rows[offset:offset + per_transaction]:
-                cursor.execute(sql, row)
+            if batched:
+                cursor.executemany(sql, rows[offset:offset + per_transaction])
+            else:
+                for row in rows[offset:offset + per_transaction]:
+                    cursor.execute(sql, row)
     connections.close_all()
 
 
@@ -130,7 +133,7 @@ def durability(synchronous_commit: str) -> None:
 
 
 def _worker(kind: str, n: int, per_transaction: int, writer: int, state_dir: str, barrier, url: str,
-            synchronous_commit: str):
+            synchronous_commit: str, batched: bool):
     os.environ["DATABASE_URL"] = url
     os.environ["APPLIANCE_STATE_DIR"] = state_dir
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
@@ -141,17 +144,17 @@ def _worker(kind: str, n: int, per_transaction: int, writer: int, state_dir: str
     durability(synchronous_commit)
     barrier.wait()
     if kind == "record":
-        append_through_record(n, per_transaction, writer)
+        append_through_record(n, per_transaction, writer, batched)
     else:
-        plain_insert(n, per_transaction, start=10_000_000 * (writer + 1))
+        plain_insert(n, per_transaction, start=10_000_000 * (writer + 1), batched=batched)
 
 
 def run_parallel(kind: str, total: int, writers: int, per_transaction: int, state_dir: str, url: str,
-                 synchronous_commit: str) -> float:
+                 synchronous_commit: str, batched: bool) -> float:
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(writers + 1)
     processes = [context.Process(target=_worker, args=(kind, total // writers, per_transaction, w, state_dir,
-                                                       barrier, url, synchronous_commit))
+                                                       barrier, url, synchronous_commit, batched))
                  for w in range(writers)]
     for process in processes:
         process.start()
@@ -170,19 +173,20 @@ def bench_appends(n: int, state_dir: str, url: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE bench_plain (LIKE audit_auditrecord INCLUDING ALL)")
     print("\n== append (PostgreSQL; chain + Merkle frontier + a signed checkpoint every 1,000 records) ==")
-    modes = [(1, "on", "1 record a transaction"),
-             (1, "off", "1 record a transaction, synchronous_commit=off (no fsync wait per commit)"),
-             (1000, "on", "1,000 records a transaction")]
-    for per_transaction, synchronous_commit, label in modes:
+    modes = [(1, "on", False, "1 record a transaction"),
+             (1, "off", False, "1 record a transaction, synchronous_commit=off (no fsync wait per commit)"),
+             (1000, "on", False, "1,000 records a transaction, one statement each"),
+             (1000, "on", True, "1,000 records a transaction, written together (audit.batch() / executemany)")]
+    for per_transaction, synchronous_commit, batched, label in modes:
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE bench_plain")
         durability(synchronous_commit)
         started = time.perf_counter()
-        append_through_record(n, per_transaction)
+        append_through_record(n, per_transaction, batched=batched)
         chained = time.perf_counter() - started
         durability(synchronous_commit)
         started = time.perf_counter()
-        plain_insert(n, per_transaction, start=1)
+        plain_insert(n, per_transaction, start=1, batched=batched)
         plain = time.perf_counter() - started
         print(f"single writer, {label}:")
         print(f"  audit.record()  {rate(n, chained)}")
@@ -191,8 +195,8 @@ def bench_appends(n: int, state_dir: str, url: str) -> None:
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE bench_plain")
         url = os.environ["DATABASE_URL"]
-        chained8 = run_parallel("record", n, 8, per_transaction, state_dir, url, synchronous_commit)
-        plain8 = run_parallel("plain", n, 8, per_transaction, state_dir, url, synchronous_commit)
+        chained8 = run_parallel("record", n, 8, per_transaction, state_dir, url, synchronous_commit, batched)
+        plain8 = run_parallel("plain", n, 8, per_transaction, state_dir, url, synchronous_commit, batched)
         print(f"8 writer processes, {label}:")
         print(f"  audit.record()  {rate(n, chained8)}")
         print(f"  plain INSERT    {rate(n, plain8)}")
@@ -212,6 +216,7 @@ def generate(n: int) -> None:
     from django.db import connection
 
     from appliance.audit import chain, merkle, signing
+    from appliance.audit.checkpoints import prefix_frontier
     from appliance.audit.models import PAYLOAD_COLUMNS, AuditCheckpoint, ChainHead, payload_from_values
 
     key = signing.load_signing_key()
@@ -219,7 +224,7 @@ def generate(n: int) -> None:
         cursor.execute("SELECT COALESCE(MAX(sequence), 0) FROM audit_auditrecord")
         start = cursor.fetchone()[0]
     head = ChainHead.objects.get()
-    prev, frontier = head.hash, merkle.frontier_from_json(head.merkle_frontier)
+    prev, frontier = head.hash, prefix_frontier(start)
     base = datetime.now(UTC) - timedelta(days=400)
     columns = ", ".join(PAYLOAD_COLUMNS + ("hash",))
     checkpoints = []
@@ -248,8 +253,8 @@ def generate(n: int) -> None:
                 checkpoints.append(checkpoint)
     raw.commit()
     AuditCheckpoint.objects.bulk_create(checkpoints)
-    ChainHead.objects.filter(pk=1).update(sequence=start + n, hash=prev, merkle_frontier=merkle.frontier_to_json(frontier),
-                                          last_checkpoint_sequence=start + n, last_checkpoint_at=datetime.now(UTC))
+    ChainHead.objects.filter(pk=1).update(sequence=start + n, hash=prev, last_checkpoint_sequence=start + n,
+                                          last_checkpoint_at=datetime.now(UTC))
 
 
 def bench_export_and_verify(n: int, work: Path) -> None:

@@ -28,7 +28,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from .. import catalogue, chain, merkle, signing
-from ..checkpoints import covering_checkpoint, make_checkpoint
+from ..checkpoints import IncompleteLog, covering_checkpoint, make_checkpoint, prefix_frontier
 from ..models import PAYLOAD_COLUMNS, AuditCheckpoint, AuditRecord, AuditTombstone, payload_from_values
 from ..verify import MANIFEST_NAME, PUBLIC_KEY_NAME, RECORDS_NAME, level_root
 from .formats import FORMATS, ExportContext
@@ -53,32 +53,6 @@ def _describe_event(name: str) -> dict:
     event_type = catalogue.get(name)
     return {"description": event_type.description, "ocsf_class": event_type.ocsf_class,
             "ocsf_class_name": event_type.ocsf_class_name, "ocsf_activity": event_type.ocsf_activity}
-
-
-def _hashes(first: int, last: int) -> list[str]:
-    return list(AuditRecord.objects.filter(sequence__gte=first, sequence__lte=last)
-                .order_by("sequence").values_list("hash", flat=True))
-
-
-def prefix_frontier(size: int) -> list[tuple[int, bytes]]:
-    """The Merkle frontier of the first `size` records, from the nearest tombstone or checkpoint at
-    or before it plus the records after that."""
-    tombstone = AuditTombstone.objects.filter(last_sequence__lte=size).order_by("-last_sequence").first()
-    start, frontier = (tombstone.last_sequence, tombstone.frontier) if tombstone else (0, [])
-    anchor = (AuditCheckpoint.objects.filter(tree_size__gt=start, tree_size__lte=size)
-              .order_by("-tree_size").first())
-    if anchor is not None:
-        start, frontier = anchor.tree_size, anchor.frontier
-    result = merkle.frontier_from_json(frontier)
-    if anchor is not None and merkle.frontier_root(result).hex() != anchor.root_hash:
-        raise ExportError(f"the stored frontier of {anchor} does not match its signed root: "
-                          "run `manage.py audit verify --database`")
-    hashes = _hashes(start + 1, size)
-    if len(hashes) != size - start:
-        raise ExportError(f"records #{start + 1}..#{size} are incomplete in the database: "
-                          "run `manage.py audit verify --database`")
-    merkle.frontier_extend(result, [chain.merkle_leaf(h) for h in hashes])
-    return result
 
 
 def _range(since: datetime | None, until: datetime | None) -> tuple[int, int]:
@@ -154,7 +128,10 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
     key = signing.load_signing_key()
     context = ExportContext(product_version=product_version(), host=socket.gethostname(),
                             resolve=_describe_event)
-    prefix = prefix_frontier(first - 1)
+    try:
+        prefix = prefix_frontier(first - 1)
+    except IncompleteLog as exc:
+        raise ExportError(str(exc)) from exc
     records_path = staging / RECORDS_NAME
     display_path = staging / f"records.{formatter.extension}"
     separate_display = formatter.name != "jsonl"
@@ -173,7 +150,7 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
             if payload["sequence"] != expected:
                 raise ExportError(f"record #{expected} is missing from the database: "
                                   "run `manage.py audit verify --database`")
-            payload_bytes = chain.canonical(payload)
+            payload_bytes = chain.canonical_payload(payload)
             records_file.write(chain.export_line(payload_bytes, record_hash))
             if separate_display:
                 display.write(formatter.line(payload, record_hash, context))
