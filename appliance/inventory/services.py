@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import models
 
 from appliance import audit
 from appliance.core.secrets import MASK
