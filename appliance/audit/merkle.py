@@ -30,20 +30,44 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 def frontier_append(frontier: list[tuple[int, bytes]], leaf: bytes) -> list[tuple[int, bytes]]:
     """Add one leaf hash to a frontier of (subtree size, root) pairs, largest subtree first."""
     frontier = list(frontier)
-    frontier_extend(frontier, (leaf,))
+    _push(frontier, 1, leaf)
     return frontier
 
 
 def frontier_extend(frontier: list[tuple[int, bytes]], leaves) -> None:
-    """Append leaf hashes to a frontier in place (the hot path of writing and verifying)."""
-    pop, push = frontier.pop, frontier.append
-    for leaf in leaves:
-        size, node = 1, leaf
-        while frontier and frontier[-1][0] == size:
-            left_size, left = pop()
-            node = _sha256(b"\x01" + left + node).digest()
-            size += left_size
-        push((size, node))
+    """Append leaf hashes to a frontier in place (the hot path of writing and verifying).
+
+    Many leaves go in as whole perfect subtrees: from the tree's current size, the largest block
+    aligned to it that the leaves fill is one subtree of the final tree (RFC 6962 trees are
+    left-full), hashed a level at a time, then pushed like a single leaf of that size."""
+    leaves = leaves if isinstance(leaves, list) else list(leaves)
+    count = len(leaves)
+    size = sum(block for block, _node in frontier)
+    done = 0
+    while done < count:
+        block = size & -size if size else 1 << 62
+        while block > count - done:
+            block >>= 1
+        node = _perfect_root(leaves[done:done + block]) if block > 1 else leaves[done]
+        _push(frontier, block, node)
+        size += block
+        done += block
+
+
+def _perfect_root(level: list[bytes]) -> bytes:
+    """Root of a perfect subtree (a power-of-two number of leaf hashes)."""
+    sha256 = _sha256
+    while len(level) > 1:
+        level = [sha256(b"\x01" + a + b).digest() for a, b in zip(level[0::2], level[1::2], strict=True)]
+    return level[0]
+
+
+def _push(frontier: list[tuple[int, bytes]], size: int, node: bytes) -> None:
+    while frontier and frontier[-1][0] == size:
+        left_size, left = frontier.pop()
+        node = _sha256(b"\x01" + left + node).digest()
+        size += left_size
+    frontier.append((size, node))
 
 
 def frontier_size(frontier: list[tuple[int, bytes]]) -> int:

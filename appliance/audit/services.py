@@ -187,11 +187,12 @@ class _Tip:
     """What a connection last knew of the chain's tip: the record to chain to and when the last
     checkpoint was made. A guess, never trusted: the head only moves if it still matches."""
 
-    __slots__ = ("sequence", "hash", "checkpoint_sequence", "checkpoint_at")
+    __slots__ = ("sequence", "hash", "checkpoint_sequence", "checkpoint_at", "contended")
 
-    def __init__(self, sequence, hash_hex, checkpoint_sequence, checkpoint_at):
+    def __init__(self, sequence, hash_hex, checkpoint_sequence, checkpoint_at, contended=False):
         self.sequence, self.hash = sequence, hash_hex
         self.checkpoint_sequence, self.checkpoint_at = checkpoint_sequence, _as_datetime(checkpoint_at)
+        self.contended = contended  # other writers moved the head since this connection's last append
 
 
 _TIP_ATTRIBUTE = "_audit_chain_tip"
@@ -222,10 +223,16 @@ def append(entry) -> None:
     sql = _statements_for(connection)
     # Inside the caller's transaction no savepoint is needed: a failed append fails that transaction.
     with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
-        tip = getattr(connection, _TIP_ATTRIBUTE, None)
+        guess = getattr(connection, _TIP_ATTRIBUTE, None)
+        # A writer that found the head moved by others last time locks it first this time: under
+        # contention a guess is mostly stale, and a failed compare-and-swap costs a wait for the
+        # lock and a statement. It guesses again once the head it locks is where it left it.
+        tip = guess if guess is not None and not guess.contended else None
+        missed = False
         for _attempt in range(3):
             if tip is None:
                 tip = _locked_tip(cursor, sql)
+                tip.contended = missed or (guess is not None and (tip.sequence, tip.hash) != (guess.sequence, guess.hash))
             # Stamped just before the head moves: a writer whose guess was stale stamps again after
             # waiting, so time never goes backwards along the chain and a time window of the log is
             # one contiguous run of sequence numbers.
@@ -246,7 +253,7 @@ def append(entry) -> None:
                     cursor.execute(sql.insert, record_values)
             if moved:
                 break
-            tip = None
+            tip, missed = None, True
         else:
             raise RuntimeError("the audit chain head did not move under its own lock: run `manage.py audit verify "
                                "--database`")
@@ -258,7 +265,8 @@ def append(entry) -> None:
             cursor.execute(sql.mark_checkpoint,
                            [entry.sequence, sql.datetime_field.get_db_prep_save(entry.timestamp, connection)])
             checkpoint_sequence, checkpoint_at = entry.sequence, entry.timestamp
-        setattr(connection, _TIP_ATTRIBUTE, _Tip(entry.sequence, entry.hash, checkpoint_sequence, checkpoint_at))
+        setattr(connection, _TIP_ATTRIBUTE, _Tip(entry.sequence, entry.hash, checkpoint_sequence, checkpoint_at,
+                                                 contended=tip.contended))
     entry._state.adding = False
     entry._state.db = using
 

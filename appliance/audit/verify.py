@@ -425,7 +425,9 @@ def _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequenc
             raise _rewritten(first_sequence, size, checkpoints, f"signed checkpoint #{size} disagrees")
     merkle.frontier_extend(frontier, leaves[done - first_sequence + 1:])
     tree_root = merkle.frontier_root(frontier)
-    if level_root(leaves).hex() != manifest["range"].get("root_hash"):
+    # A range from the first record is the whole tree: its root is the tree's, not hashed twice.
+    range_root = tree_root if first_sequence == 1 else level_root(leaves)
+    if range_root.hex() != manifest["range"].get("root_hash"):
         raise _rewritten(first_sequence, last_sequence, checkpoints, "the range's Merkle root differs from the manifest")
     if manifest["range"].get("last_hash") != last_hash:
         raise Stop(Finding(MODIFIED, last_sequence, "the last record's hash differs from the manifest", RECORDS_NAME))

@@ -62,6 +62,22 @@ def test_tree_heads_match_the_reference_for_every_size():
         assert merkle.frontier_root(frontier).hex() == expected
 
 
+def test_a_frontier_extended_in_blocks_matches_one_leaf_at_a_time():
+    """Many leaves go in as whole perfect subtrees; any split of the same leaves gives the same
+    frontier as appending them one by one, from any starting size."""
+    rng = random.Random(6962)
+    leaves = [merkle.leaf_hash(i.to_bytes(4, "big")) for i in range(1100)]
+    for _ in range(40):
+        cuts = sorted(rng.sample(range(1, len(leaves)), rng.randint(0, 12)))
+        bulk, single = [], []
+        for start, end in zip([0, *cuts], [*cuts, len(leaves)], strict=True):
+            merkle.frontier_extend(bulk, leaves[start:end])
+            for leaf in leaves[start:end]:
+                single = merkle.frontier_append(single, leaf)
+            assert bulk == single
+        assert merkle.frontier_root(bulk) == merkle.root_of(leaves) == level_root(leaves)
+
+
 @pytest.mark.parametrize(("index", "size", "path"), INCLUSION)
 def test_inclusion_proofs_match_the_reference_and_verify(index, size, path):
     proof = merkle.inclusion_proof(index, size, TREE)
