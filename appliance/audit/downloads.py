@@ -33,9 +33,10 @@ def export_zip(fmt: str, since: datetime | None = None, until: datetime | None =
     with tempfile.TemporaryDirectory(prefix="audit-export-") as workdir:
         bundle_dir = Path(workdir) / "bundle"
         bundle_dir.mkdir()
-        manifest = export_bundle(bundle_dir, fmt, since=since, until=until)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         name = f"audit-{fmt}-{stamp}"
+        # The record names the download, not this temporary folder (gone when the response ends).
+        manifest = export_bundle(bundle_dir, fmt, since=since, until=until, destination=f"download {name}.zip")
         archive = tempfile.TemporaryFile()
         try:
             with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views, views_fabric
+from . import views
 
 app_name = "inventory"
 urlpatterns = [
@@ -8,9 +8,4 @@ urlpatterns = [
     path("nodes/<str:name>/", views.NodeDetailView.as_view(), name="node-detail"),
     path("nodes/<str:name>/transition/", views.NodeTransitionView.as_view(), name="node-transition"),
     path("site/import/", views.SiteImportView.as_view(), name="site-import"),
-    path("fabric/", views_fabric.FabricView.as_view(), name="fabric"),
-    path("storage/", views_fabric.StorageView.as_view(), name="storage"),
-    path("pools/", views_fabric.PoolsView.as_view(), name="pools"),
-    path("pools/<slug:appliance>/files/<str:filename>", views_fabric.PoolConfigDownloadView.as_view(),
-         name="pool-config"),
 ]

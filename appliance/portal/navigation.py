@@ -18,9 +18,9 @@ class NavEntry:
 NAVIGATION: list[NavEntry] = [
     NavEntry("Overview", "portal:overview", "portal.view"),
     NavEntry("Nodes", "inventory:node-list", "inventory.view", "inventory"),
-    NavEntry("Fabric", "inventory:fabric", "inventory.view", "inventory"),
-    NavEntry("Storage", "inventory:storage", "inventory.view", "inventory"),
-    NavEntry("Pools", "inventory:pools", "inventory.view", "inventory"),
+    NavEntry("Fabric", "portal:fabric", "inventory.view", "inventory"),
+    NavEntry("Storage", "portal:storage", "inventory.view", "inventory"),
+    NavEntry("Pools", "portal:pools", "inventory.view", "inventory"),
     NavEntry("Site import", "inventory:site-import", "inventory.change", "inventory"),
     NavEntry("Provisioning", "provisioning:index", "provisioning.view", "provisioning"),
     NavEntry("Acceptance", "provisioning:acceptance", "provisioning.view", "provisioning"),

@@ -128,6 +128,8 @@ def test_export_downloads_a_bundle_and_is_recorded(client_for, users, role):
     exported = AuditRecord.objects.filter(event="audit.export").latest("sequence")
     assert exported.actor_username == users[role].username and exported.channel == "api"
     assert exported.request_id == response["X-Request-ID"]
+    download = response["Content-Disposition"].split('filename="')[1].rstrip('"')
+    assert exported.target_name == f"download {download}"  # not the temporary folder it was packed in
 
 
 def test_portal_export_page_downloads_a_bundle(client_for):

@@ -1,9 +1,10 @@
 """Audit log benchmark (not a test; tests/bench is outside the default run). Prints:
 
 - append rate through audit.record() (hash chain + Merkle frontier + signed checkpoints) on
-  PostgreSQL, one writer and 8 writer processes, next to plain INSERTs of the same rows into a
-  copy of the table (same indexes, no chain, no triggers); each record its own transaction, as in
-  the application, and also 1,000 records a transaction;
+  PostgreSQL, one writer and 8 writer processes, next to plain writes of the same rows into a
+  copy of the table (same indexes, no chain, no triggers): each record its own transaction; 1,000
+  records a transaction one statement each; and 1,000 a transaction inside audit.batch() (one COPY),
+  next to plain INSERTs of those rows (executemany) and a plain COPY of them;
 - offline verification rate of an exported bundle, next to raw SHA-256 of the same line bytes;
 - export time of 1,000,000 records (jsonl, and one display format).
 
@@ -107,7 +108,9 @@ def plain_rows(n: int, start: int):
                hashlib.sha256(f"{start + i}".encode()).hexdigest())
 
 
-def plain_insert(n: int, per_transaction: int, start: int, batched: bool = False) -> None:
+def plain_insert(n: int, per_transaction: int, start: int, method: str = "each") -> None:
+    """Plain rows into the copy of the table: one INSERT each, executemany (psycopg pipelines the
+    INSERTs), or COPY (what audit.batch() uses)."""
     from django.db import connection, connections, transaction
 
     columns = ("sequence, uuid, timestamp, event, category, severity, actor_id, actor_username, actor_roles, "
@@ -117,7 +120,11 @@ def plain_insert(n: int, per_transaction: int, start: int, batched: bool = False
     rows = list(plain_rows(n, start))
     for offset in range(0, n, per_transaction):
         with transaction.atomic(), connection.cursor() as cursor:
-            if batched:
+            if method == "copy":
+                with cursor.cursor.copy(f"COPY bench_plain ({columns}) FROM STDIN") as copy:
+                    for row in rows[offset:offset + per_transaction]:
+                        copy.write_row(row)
+            elif method == "executemany":
                 cursor.executemany(sql, rows[offset:offset + per_transaction])
             else:
                 for row in rows[offset:offset + per_transaction]:
@@ -146,7 +153,8 @@ def _worker(kind: str, n: int, per_transaction: int, writer: int, state_dir: str
     if kind == "record":
         append_through_record(n, per_transaction, writer, batched)
     else:
-        plain_insert(n, per_transaction, start=10_000_000 * (writer + 1), batched=batched)
+        plain_insert(n, per_transaction, start=10_000_000 * (writer + 1) + (100_000_000 if kind == "copy" else 0),
+                     method=kind)
 
 
 def run_parallel(kind: str, total: int, writers: int, per_transaction: int, state_dir: str, url: str,
@@ -173,34 +181,37 @@ def bench_appends(n: int, state_dir: str, url: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE bench_plain (LIKE audit_auditrecord INCLUDING ALL)")
     print("\n== append (PostgreSQL; chain + Merkle frontier + a signed checkpoint every 1,000 records) ==")
-    modes = [(1, "on", False, "1 record a transaction"),
-             (1, "off", False, "1 record a transaction, synchronous_commit=off (no fsync wait per commit)"),
-             (1000, "on", False, "1,000 records a transaction, one statement each"),
-             (1000, "on", True, "1,000 records a transaction, written together (audit.batch() / executemany)")]
-    for per_transaction, synchronous_commit, batched, label in modes:
-        with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE bench_plain")
-        durability(synchronous_commit)
-        started = time.perf_counter()
-        append_through_record(n, per_transaction, batched=batched)
-        chained = time.perf_counter() - started
-        durability(synchronous_commit)
-        started = time.perf_counter()
-        plain_insert(n, per_transaction, start=1, batched=batched)
-        plain = time.perf_counter() - started
-        print(f"single writer, {label}:")
-        print(f"  audit.record()  {rate(n, chained)}")
-        print(f"  plain INSERT    {rate(n, plain)}")
-        print(f"  ratio           {plain / chained:>12.2f} x plain INSERT")
-        with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE bench_plain")
-        url = os.environ["DATABASE_URL"]
-        chained8 = run_parallel("record", n, 8, per_transaction, state_dir, url, synchronous_commit, batched)
-        plain8 = run_parallel("plain", n, 8, per_transaction, state_dir, url, synchronous_commit, batched)
-        print(f"8 writer processes, {label}:")
-        print(f"  audit.record()  {rate(n, chained8)}")
-        print(f"  plain INSERT    {rate(n, plain8)}")
-        print(f"  ratio           {plain8 / chained8:>12.2f} x plain INSERT")
+    print("plain = the same rows into a copy of the table (same indexes, no chain), written the same way")
+    modes = [(1, "on", False, "1 record a transaction", ("each",)),
+             (1, "off", False, "1 record a transaction, synchronous_commit=off (no fsync wait per commit)", ("each",)),
+             (1000, "on", False, "1,000 records a transaction, one statement each", ("each",)),
+             (1000, "on", True, "1,000 records a transaction, written together (audit.batch())",
+              ("executemany", "copy"))]
+    url = os.environ["DATABASE_URL"]
+    for per_transaction, synchronous_commit, batched, label, methods in modes:
+        for writers in (1, 8):
+            with connection.cursor() as cursor:
+                cursor.execute("TRUNCATE bench_plain")
+            if writers == 1:
+                durability(synchronous_commit)
+                started = time.perf_counter()
+                append_through_record(n, per_transaction, batched=batched)
+                chained = time.perf_counter() - started
+                plain = {}
+                for method in methods:
+                    durability(synchronous_commit)
+                    started = time.perf_counter()
+                    plain_insert(n, per_transaction, start=1 + 10_000_000 * len(plain), method=method)
+                    plain[method] = time.perf_counter() - started
+            else:
+                chained = run_parallel("record", n, 8, per_transaction, state_dir, url, synchronous_commit, batched)
+                plain = {method: run_parallel(method, n, 8, per_transaction, state_dir, url, synchronous_commit,
+                                              batched) for method in methods}
+            print(f"{'single writer' if writers == 1 else '8 writer processes'}, {label}:")
+            print(f"  audit.record()        {rate(n, chained)}")
+            for method, seconds in plain.items():
+                name = {"each": "plain INSERT", "executemany": "plain INSERT (many)", "copy": "plain COPY"}[method]
+                print(f"  {name:<21} {rate(n, seconds)}   ratio {seconds / chained:.2f} x")
     from appliance.audit.verify_database import verify_database
 
     result = verify_database(record_event=False)

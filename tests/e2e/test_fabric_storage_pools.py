@@ -52,7 +52,7 @@ def test_fabric_storage_and_pools_pages_in_a_browser(page, log_in, demo):
     log_in(Role.VIEWER)
     page.wait_for_url(re.compile(r"/$"))
 
-    page.locator('nav.mainnav [data-nav="inventory:fabric"]').click()
+    page.locator('nav.mainnav [data-nav="portal:fabric"]').click()
     page.wait_for_url(re.compile(r"/inventory/fabric/$"))
     assert page.get_by_test_id("ports-at-rate").locator(".big").inner_text() == "36 / 37"
     assert page.get_by_test_id("ports-with-errors").locator(".big").inner_text() == "1"
@@ -64,13 +64,13 @@ def test_fabric_storage_and_pools_pages_in_a_browser(page, log_in, demo):
     assert page.locator("section.node-fabric").evaluate_all("s => s.map(e => e.dataset.node)") == ["gpu02", "gpu03"]
     assert page.locator("tr[data-port]").count() == 2
 
-    page.locator('nav.mainnav [data-nav="inventory:storage"]').click()
+    page.locator('nav.mainnav [data-nav="portal:storage"]').click()
     page.wait_for_url(re.compile(r"/inventory/storage/$"))
     assert page.locator('[data-node="gpu02"] [data-mount="/mnt/datasets"] .option-absent').inner_text() == "nconnect=8"
     assert page.locator('[data-node="gpu04"] [data-mount="/mnt/datasets"]').get_by_text("not mounted").is_visible()
     screenshot(page, "storage")
 
-    page.locator('nav.mainnav [data-nav="inventory:pools"]').click()
+    page.locator('nav.mainnav [data-nav="portal:pools"]').click()
     page.wait_for_url(re.compile(r"/inventory/pools/$"))
     training = page.locator('[data-kind="training"]')
     assert training.locator('[data-pool="training"] tr[data-node]').count() == 3

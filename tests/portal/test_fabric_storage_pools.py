@@ -269,6 +269,22 @@ def test_storage_highlights_a_wrong_type_source_and_a_smoke_result_below_its_gat
     assert "read ≥ 5000 MB/s" in html
 
 
+def test_storage_shows_the_floors_the_stage_enforces_when_the_site_sets_none(client_for, demo):
+    from appliance.partitioning.renderers.stage_vars import DEFAULT_SMOKE_TEST
+
+    demo.settings = {key: value for key, value in demo.settings.items() if key != "storage"}
+    demo.save()
+    gpu04 = Node.objects.get(name="gpu04")
+    gpu04.facts = {"storage": {"results": [{"name": "scratch", "mount_point": "/mnt/scratch", "read_mbps": 1500.0,
+                                            "write_mbps": 1200.0, "size_mib": 256}]}}
+    gpu04.save()
+    html = client_for(Role.VIEWER).get("/inventory/storage/").content.decode()
+    assert f"read ≥ {DEFAULT_SMOKE_TEST['min_read_mbps']} MB/s" in html
+    assert f"write ≥ {DEFAULT_SMOKE_TEST['min_write_mbps']} MB/s" in html
+    row = mount_row(html, "gpu04", "/mnt/scratch")
+    assert '<span class="bad">read <strong>1500</strong> MB/s</span>' in row  # below the default floor
+
+
 def test_storage_shows_a_filesystem_the_renderer_rejects_without_failing(client_for, demo):
     datasets = demo.filesystems.get(name="datasets")
     datasets.options = ["proto=tcp", "nconnect=8"]
@@ -294,6 +310,18 @@ def test_pools_show_training_and_inference_nodes_settings_and_gpu_totals(client_
     assert text_of(training.split("Node states", 1)[1].split("</dd>", 1)[0]) == "1 × Maintenance, 2 × New"
     assert 'data-testid="replicas">4' in inference and "<code>single</code>" in inference and "shared" in inference
     assert '<span class="state state-mig-enabled">2</span>' in inference
+
+
+def test_pools_page_queries_do_not_grow_with_the_nodes(client_for, demo, django_assert_max_num_queries):
+    client = client_for(Role.VIEWER)
+    client.get("/inventory/pools/")  # session and user loaded once, outside the count
+    with django_assert_max_num_queries(40) as captured:
+        assert client.get("/inventory/pools/").status_code == 200
+    baseline = len(captured.captured_queries)
+    _clone_node("gpu04", "gpu05")
+    with django_assert_max_num_queries(baseline):
+        response = client.get("/inventory/pools/")
+    assert b"gpu05" in response.content
 
 
 def test_pools_render_the_generated_configs_live(client_for, demo):
@@ -357,7 +385,7 @@ def test_downloaded_slurm_files_are_accepted_by_slurms_own_parser(client_for, de
 def test_navigation_offers_the_three_pages_to_every_role_that_sees_the_inventory(client_for, db):
     for role in Role.values:
         html = client_for(role).get("/").content.decode()
-        for url_name in ("inventory:fabric", "inventory:storage", "inventory:pools"):
+        for url_name in ("portal:fabric", "portal:storage", "portal:pools"):
             assert f'data-nav="{url_name}"' in html, (role, url_name)
 
 

@@ -85,9 +85,13 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datetime | None = None) -> dict:
+def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datetime | None = None,
+                  destination: str | None = None) -> dict:
     """Write a bundle of the records with since <= timestamp < until (all when not given) to
     `out_dir` (created; it must not exist or be empty) and return its manifest.
+
+    `destination` is what the `audit.export` record names as where the bundle went: the directory
+    by default; the download's file name when the bundle is only a step towards a download.
 
     The range is the contiguous run of sequence numbers between the first and the last record in
     that time window. A signed checkpoint covering its end is made if none exists yet. Records
@@ -115,7 +119,7 @@ def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datet
         raise
     with transaction.atomic():
         services.record("audit.export", target_type="audit.export", target_id=f"{first}-{last}",
-                        target_name=str(out), details={
+                        target_name=destination or str(out), details={
                             "format": fmt, "first_sequence": first, "last_sequence": last,
                             "count": manifest["range"]["count"],
                             "since": chain.format_timestamp(since) if since else None,

@@ -16,10 +16,19 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from appliance.core.permissions import CapabilityMixin
+from appliance.inventory.models import (
+    GPU,
+    HCA,
+    Appliance,
+    Filesystem,
+    HCAPort,
+    Network,
+    Node,
+    Pool,
+    PoolMembership,
+)
 from appliance.partitioning.renderers import kubernetes, slurm, stage_vars, storage
 from appliance.partitioning.renderers.site import FilesystemView, RenderError, site_view
-
-from .models import GPU, HCA, Appliance, Filesystem, HCAPort, Network, Node, Pool, PoolMembership
 
 PORT_ACTIVE, PORT_LINK_UP = "Active", "LinkUp"
 MISSING = "missing"
@@ -268,8 +277,9 @@ def _by_mount_point(entries) -> dict[str, dict]:
 def storage_page(appliance: Appliance) -> dict:
     settings = dict((appliance.settings or {}).get("storage") or {})
     client_roles = set(settings.get("client_roles") or DEFAULT_STORAGE_CLIENT_ROLES)
-    gates = dict(settings.get("smoke_test") or {})
-    min_read, min_write = int(gates.get("min_read_mbps") or 0), int(gates.get("min_write_mbps") or 0)
+    # The floors the storage stage enforces: the site's own, or the stage's defaults.
+    gates = stage_vars.smoke_test_gates(appliance.settings)
+    min_read, min_write = gates["min_read_mbps"], gates["min_write_mbps"]
     filesystems = [_filesystem_row(fs) for fs in appliance.filesystems.order_by("name")]
     by_mount = {row.filesystem.mount_point: row for row in filesystems}
     nodes = []
