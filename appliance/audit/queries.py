@@ -1,8 +1,9 @@
 """Reading the audit log, for the portal and the API alike: one set of filters, keyset paging that
 stays fast on millions of records, and the records that reads of the log itself leave behind.
 
-Filters use indexed columns (actor, event, target type, outcome, channel, request id, timestamp);
-paging walks the primary key (sequence) instead of counting and skipping rows.
+Filters on actor, event, target, request id, time and the rare outcomes (denied, failure) use an
+index each (see AuditRecord.Meta); the others narrow the newest-first walk of the primary key
+(sequence), which paging uses instead of counting and skipping rows.
 """
 
 from dataclasses import dataclass

@@ -15,6 +15,19 @@ def uninstall_triggers(apps, schema_editor):
     triggers.uninstall(schema_editor.connection)
 
 
+def restore_head_frontier(apps, schema_editor):
+    """Going back to 0004, whose writers expect the head to carry the Merkle frontier of the
+    whole log: rebuild it from the last checkpoint and the records since."""
+    from appliance.audit import merkle
+    from appliance.audit.checkpoints import prefix_frontier
+
+    alias = schema_editor.connection.alias
+    head = apps.get_model("audit", "ChainHead").objects.using(alias).filter(pk=1).first()
+    if head is not None and head.sequence:
+        head.merkle_frontier = merkle.frontier_to_json(prefix_frontier(head.sequence, using=alias))
+        head.save(update_fields=["merkle_frontier"])
+
+
 class Migration(migrations.Migration):
     """Appends get cheaper: the chain head loses its Merkle frontier (a wide row rewritten on every
     append; checkpoints now rebuild it from the previous checkpoint), and the record table keeps
@@ -30,6 +43,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(uninstall_triggers, install_triggers),
+        migrations.RunPython(migrations.RunPython.noop, restore_head_frontier),
         migrations.RemoveField(
             model_name='chainhead',
             name='merkle_frontier',
