@@ -5,7 +5,6 @@ contract, section 2). A BIOS attribute a stage changed is recorded as one audit 
 per node, old -> new: that is the evidence an auditor asks for.
 """
 
-from django.db import transaction
 
 from appliance import audit
 from appliance.inventory.models import BMC, GPU, HCA, HCAPort, Node
@@ -151,7 +150,8 @@ class FactsSink:
 
     def __call__(self, host: str, facts: dict) -> None:
         node = self.nodes.get(host)
-        with transaction.atomic():
+        # One transaction per host's facts; its records (a GPU, an HCA, a port... each) written together.
+        with audit.batch():
             if "appliance_acceptance" in facts:
                 record_acceptance(self.stage_run, host, node, facts["appliance_acceptance"])
             if node is None or self.dry_run:

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import kombu.pools
 import pytest
 import redis
 from django.db import connection
@@ -49,8 +50,10 @@ def broker(settings):
 
 def forget_broker_connections():
     """The app caches its connection and producer pools at first use (an earlier test may have made
-    them for the in-memory broker); a process that switches brokers must drop both."""
-    celery_app.pool.force_close_all()
+    them for the in-memory broker); a process that switches brokers must drop both. They come from
+    kombu's process-wide registry, which must be emptied too: closing only the app's connection
+    pool left the registry's producer pool holding it closed ("Acquire on closed pool")."""
+    kombu.pools.reset()
     celery_app._pool = None
     celery_app.amqp._producer_pool = None
 
