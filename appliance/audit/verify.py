@@ -27,6 +27,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from . import chain, merkle, signing
@@ -217,36 +218,45 @@ def classify_lines(raw_lines: list[bytes], first_sequence: int, first_prev_hash:
 _PREV_KEY = b'"prev_hash":"'
 
 
+_SCAN_GROUP = 128
+
+
 def _scan(handle, first_sequence: int, first_prev_hash: str):
     """Hash and link-check every line without parsing it. Returns (digests, last hash) when every
     line is a well-formed, self-consistent, correctly linked record, or None at the first doubt.
 
-    This loop is the verifier's speed: no JSON, C-level searches and comparisons only."""
+    This loop is the verifier's speed: no JSON, C-level searches and comparisons only, done a group
+    of lines at a time (small enough to stay in the CPU's cache) so that each check is one
+    comprehension or one comparison of joined bytes rather than Python code per line."""
     sha256 = hashlib.sha256
     prefix, middle = chain.LINE_PREFIX, chain.LINE_MIDDLE
     offset = chain.PAYLOAD_OFFSET
     prev = first_prev_hash.encode("ascii")
     expected = first_sequence
-    digests = []
-    push = digests.append
+    digests: list[bytes] = []
     hexlify = binascii.hexlify
-    for line in handle:
-        if line[:9] != prefix or line[73:offset] != middle or line[-2:] != b"}\n":
-            return None
-        claimed = line[9:73]
-        digest = sha256(line[offset:-2]).digest()
-        if hexlify(digest) != claimed:  # lower-case hex, exactly as written
+    while lines := list(islice(handle, _SCAN_GROUP)):
+        for line in lines:
+            if line[:9] != prefix or line[73:offset] != middle or line[-2:] != b"}\n":
+                return None
+        group = [sha256(line[offset:-2]).digest() for line in lines]
+        claimed = b"".join([line[9:73] for line in lines])
+        if hexlify(b"".join(group)) != claimed:  # lower-case hex, exactly as written
             return None
         # In canonical JSON no string holds an unescaped quote and the keys after prev_hash hold no
         # object with free keys, so the last `"prev_hash":"` is the record's own and the only
         # `"sequence":` after it is the record's too. Any other layout fails the hash check above
         # or, on the careful path, the canonical form.
-        at = line.rfind(_PREV_KEY, offset)
-        if at < 0 or line[at + 13:at + 77] != prev or line.find(b'"sequence":%d,' % expected, at) < 0:
+        at = [line.rfind(_PREV_KEY, offset) for line in lines]
+        if min(at) < 0 or b"".join([line[i + 13:i + 77] for line, i in zip(lines, at, strict=True)]) \
+                != prev + claimed[:-64]:
             return None
-        prev = claimed
-        expected += 1
-        push(digest)
+        sequences = range(expected, expected + len(lines))
+        if min([line.find(b'"sequence":%d,' % n, i) for line, i, n in zip(lines, at, sequences, strict=True)]) < 0:
+            return None
+        prev = claimed[-64:]
+        expected += len(lines)
+        digests += group
     return digests, prev.decode("ascii")
 
 

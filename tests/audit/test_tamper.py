@@ -138,6 +138,38 @@ def test_adding_a_line_is_inserted_at_its_place(bundle):
     assert_damage(bundle, INSERTED, first + len(original))
 
 
+@pytest.fixture
+def long_bundle(db, tmp_path):
+    """Long enough that the fast path checks it in several groups of lines."""
+    from appliance.audit.verify import _SCAN_GROUP
+
+    for i in range(2 * _SCAN_GROUP + 40):
+        audit.record("task.run", details={"i": i})
+    path = tmp_path / "long"
+    export_bundle(path, "jsonl")
+    return path
+
+
+def test_damage_at_the_edges_of_the_verifiers_groups_is_found_where_it_is(long_bundle):
+    from appliance.audit.verify import _SCAN_GROUP
+
+    original = lines_of(long_bundle)
+    first = first_sequence(long_bundle)
+    assert verify_bundle(long_bundle).ok
+    for index in (_SCAN_GROUP - 1, _SCAN_GROUP, _SCAN_GROUP + 1, 2 * _SCAN_GROUP):
+        write_lines(long_bundle, original[:index] + original[index + 1:])
+        assert_damage(long_bundle, DELETED, first + index)
+        changed = original[index].replace(b'"task.run"', b'"task.ran"')
+        write_lines(long_bundle, original[:index] + [changed] + original[index + 1:])
+        assert_damage(long_bundle, MODIFIED, first + index)
+        swapped = list(original)
+        swapped[index - 1], swapped[index] = swapped[index], swapped[index - 1]
+        write_lines(long_bundle, swapped)
+        assert_damage(long_bundle, REORDERED, first + index - 1)
+    write_lines(long_bundle, original)
+    assert verify_bundle(long_bundle).ok
+
+
 def test_swapping_lines_is_reordered_at_the_first_displaced(bundle):
     original = lines_of(bundle)
     first = first_sequence(bundle)
