@@ -62,6 +62,11 @@ def _perfect_root(level: list[bytes]) -> bytes:
     return level[0]
 
 
+def frontier_push(frontier: list[tuple[int, bytes]], leaf: bytes) -> None:
+    """Append one leaf hash to a frontier in place (a verifier walking records one at a time)."""
+    _push(frontier, 1, leaf)
+
+
 def _push(frontier: list[tuple[int, bytes]], size: int, node: bytes) -> None:
     while frontier and frontier[-1][0] == size:
         left_size, left = frontier.pop()

@@ -121,7 +121,7 @@ def _verify(result: VerificationResult) -> None:
         if payload["prev_hash"] != prev:
             raise Stop(Finding(MODIFIED, sequence - 1, f"record #{sequence - 1} was rewritten: #{sequence} "
                                 "does not link to it", WHERE))
-        merkle.frontier_extend(frontier, (sha256(b"\x00" + digest).digest(),))
+        merkle.frontier_push(frontier, sha256(b"\x00" + digest).digest())
         checkpoint = checkpoints.get(sequence)
         if checkpoint is not None:
             if merkle.frontier_root(frontier).hex() != checkpoint.root_hash or checkpoint.last_hash != stored_hash:
