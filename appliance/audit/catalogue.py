@@ -86,6 +86,7 @@ _BASE = [
     EventType("audit.export", "audit", "medium", "The audit log was exported.", 6005, 2, _AUDIT_READ),
     EventType("audit.verify", "audit", "low", "The audit log or a record was verified.", 6005, 2, _AUDIT_PROTECT),
     EventType("audit.checkpoint", "audit", "informational", "A signed checkpoint was made.", 6005, 3, _AUDIT_PROTECT),
+    EventType("audit.key.rotate", "audit", "critical", "The audit signing key was replaced (the handover signed by both keys).", 6005, 3, _AUDIT_PROTECT),
     EventType("audit.retention.request", "audit", "high", "Archiving of old records was requested.", 6005, 4, _AUDIT_PROTECT),
     EventType("audit.retention.approve", "audit", "high", "Archiving of old records was approved.", 6005, 4, _AUDIT_PROTECT),
     EventType("audit.retention.archive", "audit", "critical", "Old records were removed, leaving a signed tombstone.", 6005, 4, _AUDIT_PROTECT),

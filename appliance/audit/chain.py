@@ -135,6 +135,7 @@ def signed_statement(statement: dict) -> bytes:
 CHECKPOINT_TYPE = "appliance-audit-checkpoint/1"
 TOMBSTONE_TYPE = "appliance-audit-tombstone/1"
 MANIFEST_TYPE = "appliance-audit-export/1"
+KEY_ROTATION_TYPE = "appliance-audit-key-rotation/1"
 
 
 def checkpoint_statement(*, tree_size: int, root_hash: str, last_hash: str, timestamp: str, key_id: str) -> dict:
@@ -151,5 +152,17 @@ def tombstone_statement(*, first_sequence: int, last_sequence: int, count: int, 
             "export_manifest_sha256": export_manifest_sha256, "timestamp": timestamp, "key_id": key_id}
 
 
+def key_rotation_statement(*, old_key_id: str, old_public_key: str, new_key_id: str, new_public_key: str,
+                           tree_size: int, timestamp: str) -> dict:
+    """The handover from one signing key to the next after `tree_size` records: signed by both keys,
+    so trust in either one extends to the other."""
+    return {"type": KEY_ROTATION_TYPE, "old_key_id": old_key_id, "old_public_key": old_public_key,
+            "new_key_id": new_key_id, "new_public_key": new_public_key, "tree_size": tree_size,
+            "timestamp": timestamp}
+
+
+ROTATION_SIGNATURES = ("old_signature", "new_signature")
+
+
 def unsigned(statement: dict) -> dict:
-    return {k: v for k, v in statement.items() if k != "signature"}
+    return {k: v for k, v in statement.items() if k != "signature" and k not in ROTATION_SIGNATURES}

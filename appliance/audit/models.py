@@ -198,6 +198,36 @@ class AuditTombstone(models.Model):
         return {**self.statement(), "signature": self.signature}
 
 
+class AuditKeyRotation(models.Model):
+    """The signing key changed after `tree_size` records: the statement names both keys (ids and
+    public keys) and is signed by both, so a verifier who trusts either key trusts the other, and
+    checkpoints signed before and after the change all verify. Append-only, like the records."""
+
+    old_key_id = models.CharField(max_length=16)
+    old_public_key = models.TextField()
+    new_key_id = models.CharField(max_length=16, unique=True)
+    new_public_key = models.TextField()
+    tree_size = models.BigIntegerField()
+    timestamp = models.DateTimeField()
+    old_signature = models.CharField(max_length=128)
+    new_signature = models.CharField(max_length=128)
+
+    class Meta:
+        ordering = ["timestamp", "id"]
+
+    def __str__(self):
+        return f"key rotation {self.old_key_id} -> {self.new_key_id} after #{self.tree_size}"
+
+    def statement(self) -> dict:
+        return chain.key_rotation_statement(
+            old_key_id=self.old_key_id, old_public_key=self.old_public_key, new_key_id=self.new_key_id,
+            new_public_key=self.new_public_key, tree_size=self.tree_size,
+            timestamp=chain.format_timestamp(self.timestamp))
+
+    def signed(self) -> dict:
+        return {**self.statement(), "old_signature": self.old_signature, "new_signature": self.new_signature}
+
+
 class RetentionState(models.TextChoices):
     REQUESTED = "requested", "Requested"
     APPROVED = "approved", "Approved"

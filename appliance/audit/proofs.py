@@ -87,11 +87,14 @@ def _verify_record(sequence: int) -> RecordVerification:
                                   sequence)
     checkpoint = covering_checkpoint(sequence) or make_checkpoint()
     statement = checkpoint.signed()
-    key = signing.load_signing_key()
-    if checkpoint.key_id != key.key_id:
+    from .keys import trusted_keys_of_the_log
+
+    public_key = trusted_keys_of_the_log().get(checkpoint.key_id)
+    if public_key is None:
         return RecordVerification(False, f"checkpoint #{checkpoint.tree_size} is signed with key {checkpoint.key_id}, "
-                                  f"not the appliance's key {key.key_id}", sequence, statement)
-    if not signing.verify_signature(key.public_key, chain.signed_statement(checkpoint.statement()),
+                                  f"which neither the appliance's key nor its recorded handovers vouch for",
+                                  sequence, statement)
+    if not signing.verify_signature(public_key, chain.signed_statement(checkpoint.statement()),
                                     checkpoint.signature):
         return RecordVerification(False, f"checkpoint #{checkpoint.tree_size} has a bad signature", sequence, statement)
     leaf = chain.merkle_leaf(record.hash)

@@ -55,6 +55,48 @@ def verify_signature(public_key: Ed25519PublicKey, message: bytes, signature_hex
     return True
 
 
+def rotation_problem(statement: dict) -> str | None:
+    """Why a key rotation statement does not hold (None when it does): both public keys must match
+    their ids and both must have signed the statement."""
+    from . import chain
+
+    if not isinstance(statement, dict) or statement.get("type") != chain.KEY_ROTATION_TYPE:
+        return "not a key rotation statement"
+    try:
+        message = chain.signed_statement(chain.unsigned(statement))
+    except (TypeError, ValueError) as exc:
+        return f"cannot be canonicalized ({exc})"
+    for side in ("old", "new"):
+        try:
+            key = load_public_key_pem(statement.get(f"{side}_public_key") or "", f"{side} public key")
+        except SigningKeyError as exc:
+            return str(exc)
+        if key_id_of(key) != statement.get(f"{side}_key_id"):
+            return f"the {side} public key is not key {statement.get(f'{side}_key_id')!r}"
+        signature = statement.get(f"{side}_signature")
+        if not isinstance(signature, str) or not verify_signature(key, message, signature):
+            return f"the {side} key's signature does not verify"
+    return None
+
+
+def trusted_keys(anchor: Ed25519PublicKey, rotations: list[dict]) -> dict[str, Ed25519PublicKey]:
+    """The keys a verifier trusts, by id: the anchor (a key obtained independently), and every key
+    a sound rotation statement links to a trusted key, in either direction. Statements that do not
+    hold (see rotation_problem) link nothing."""
+    trusted = {key_id_of(anchor): anchor}
+    sound = [r for r in rotations if rotation_problem(r) is None]
+    grew = True
+    while grew:
+        grew = False
+        for rotation in sound:
+            ids = (rotation["old_key_id"], rotation["new_key_id"])
+            if (ids[0] in trusted) != (ids[1] in trusted):
+                for side, key_id in zip(("old", "new"), ids, strict=True):
+                    trusted.setdefault(key_id, load_public_key_pem(rotation[f"{side}_public_key"]))
+                grew = True
+    return trusted
+
+
 @dataclass(frozen=True)
 class SigningKey:
     private_key: Ed25519PrivateKey

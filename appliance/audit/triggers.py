@@ -12,7 +12,7 @@ are what catch that (see the tamper tests, which do exactly this).
 
 from contextlib import contextmanager
 
-IMMUTABLE_TABLES = ("audit_auditrecord", "audit_auditcheckpoint", "audit_audittombstone")
+IMMUTABLE_TABLES = ("audit_auditrecord", "audit_auditcheckpoint", "audit_audittombstone", "audit_auditkeyrotation")
 ARCHIVE_SETTING = "appliance.audit_archive_tombstone"
 
 _SQLITE_TRIGGERS = {
@@ -37,6 +37,12 @@ _SQLITE_TRIGGERS = {
     "audit_audittombstone_no_delete":
         "CREATE TRIGGER audit_audittombstone_no_delete BEFORE DELETE ON audit_audittombstone "
         "BEGIN SELECT RAISE(ABORT, 'audit_audittombstone is append-only: DELETE rejected'); END",
+    "audit_auditkeyrotation_no_update":
+        "CREATE TRIGGER audit_auditkeyrotation_no_update BEFORE UPDATE ON audit_auditkeyrotation "
+        "BEGIN SELECT RAISE(ABORT, 'audit_auditkeyrotation is append-only: UPDATE rejected'); END",
+    "audit_auditkeyrotation_no_delete":
+        "CREATE TRIGGER audit_auditkeyrotation_no_delete BEFORE DELETE ON audit_auditkeyrotation "
+        "BEGIN SELECT RAISE(ABORT, 'audit_auditkeyrotation is append-only: DELETE rejected'); END",
 }
 
 _POSTGRES_FUNCTIONS = [
@@ -59,9 +65,17 @@ END $$""",
 ]
 
 
-def _postgres_triggers() -> list[str]:
+def _existing(connection) -> list[str]:
+    """The immutable tables this database has so far (a migration installs the triggers of the
+    tables that exist at its point in the history)."""
+    with connection.cursor() as cursor:
+        present = set(connection.introspection.table_names(cursor))
+    return [table for table in IMMUTABLE_TABLES if table in present]
+
+
+def _postgres_triggers(tables) -> list[str]:
     statements = []
-    for table in IMMUTABLE_TABLES:
+    for table in tables:
         statements.append(f"CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table} "
                           f"FOR EACH ROW EXECUTE FUNCTION audit_reject_change()")
         delete_function = "audit_record_delete_guard" if table == "audit_auditrecord" else "audit_reject_change"
@@ -74,24 +88,27 @@ def _postgres_triggers() -> list[str]:
 
 def install(connection) -> None:
     uninstall(connection)  # idempotent: whatever was there is replaced by the current definitions
+    tables = _existing(connection)
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
-            for sql in _SQLITE_TRIGGERS.values():
-                cursor.execute(sql)
+            for name, sql in _SQLITE_TRIGGERS.items():
+                if name.rsplit("_no_", 1)[0] in tables:
+                    cursor.execute(sql)
         elif connection.vendor == "postgresql":
-            for sql in _POSTGRES_FUNCTIONS + _postgres_triggers():
+            for sql in _POSTGRES_FUNCTIONS + _postgres_triggers(tables):
                 cursor.execute(sql)
         else:
             raise RuntimeError(f"append-only audit triggers are not written for {connection.vendor}")
 
 
 def uninstall(connection) -> None:
+    tables = _existing(connection)
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             for name in _SQLITE_TRIGGERS:
                 cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
         elif connection.vendor == "postgresql":
-            for table in IMMUTABLE_TABLES:
+            for table in tables:
                 for suffix in ("no_update", "no_delete", "no_truncate"):
                     cursor.execute(f"DROP TRIGGER IF EXISTS {table}_{suffix} ON {table}")
             cursor.execute("DROP FUNCTION IF EXISTS audit_record_delete_guard()")

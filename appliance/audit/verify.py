@@ -96,12 +96,15 @@ class Stop(Exception):
 
 # -- signed statements -----------------------------------------------------------------------------
 
-def check_statement(statement: dict, public_key, key_id: str, what: str, sequence: int | None) -> Finding | None:
+def check_statement(statement: dict, keys: dict, what: str, sequence: int | None) -> Finding | None:
+    """Whether `statement` carries a good signature by one of the trusted `keys` (id -> public key)."""
     if not isinstance(statement, dict) or "signature" not in statement:
         return Finding(BAD_SIGNATURE, sequence, f"{what} carries no signature")
-    if statement.get("key_id") != key_id:
+    public_key = keys.get(statement.get("key_id"))
+    if public_key is None:
         return Finding(UNKNOWN_KEY, sequence, f"{what} is signed by key {statement.get('key_id')!r}, "
-                                              f"the trusted key is {key_id}")
+                                              f"the trusted key{'s are' if len(keys) > 1 else ' is'} "
+                                              f"{', '.join(keys)}")
     signature = statement["signature"]
     try:
         message = chain.signed_statement(chain.unsigned(statement))
@@ -314,6 +317,18 @@ def verify_bundle(path, public_key_file=None) -> VerificationResult:
     return result
 
 
+def check_rotations(anchor, rotations: list, where: str) -> dict:
+    """The trusted keys (id -> public key): the anchor and those sound key handovers link to it.
+    A handover that does not hold is tampering: a bad signature at the size it was made at."""
+    for rotation in rotations:
+        problem = signing.rotation_problem(rotation)
+        if problem:
+            size = rotation.get("tree_size") if isinstance(rotation, dict) else None
+            raise Stop(Finding(BAD_SIGNATURE, size if isinstance(size, int) else None,
+                               f"the key handover after #{size}: {problem}", where))
+    return signing.trusted_keys(anchor, rotations)
+
+
 def _trusted_key(bundle: Path, public_key_file, result: VerificationResult):
     if public_key_file is not None:
         source = Path(public_key_file)
@@ -338,10 +353,12 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
     if not isinstance(manifest, dict) or manifest.get("type") != chain.MANIFEST_TYPE:
         raise Stop(Finding(MODIFIED, None, f"not an audit export manifest (type {chain.MANIFEST_TYPE})",
                             MANIFEST_NAME))
-    public_key, key_id = _trusted_key(bundle, public_key_file, result)
-    result.key_id = key_id
+    anchor, anchor_id = _trusted_key(bundle, public_key_file, result)
+    rotations = _manifest_field(manifest, "key_rotations", kind=list) if "key_rotations" in manifest else []
+    keys = check_rotations(anchor, rotations, MANIFEST_NAME)
+    result.key_id = manifest.get("key_id") if manifest.get("key_id") in keys else anchor_id
 
-    problem = check_statement(manifest, public_key, key_id, "the manifest", None)
+    problem = check_statement(manifest, keys, "the manifest", None)
     if problem:
         problem.where = MANIFEST_NAME
         raise Stop(problem)
@@ -356,13 +373,13 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
     result.first_sequence, result.last_sequence = first_sequence, last_sequence
 
     for statement in checkpoints:
-        problem = check_statement(statement, public_key, key_id, f"checkpoint #{statement.get('tree_size')}",
+        problem = check_statement(statement, keys, f"checkpoint #{statement.get('tree_size')}",
                                   statement.get("tree_size"))
         if problem:
             problem.where = MANIFEST_NAME
             raise Stop(problem)
     for statement in tombstones:
-        problem = check_statement(statement, public_key, key_id,
+        problem = check_statement(statement, keys,
                                   f"tombstone #{statement.get('first_sequence')}..#{statement.get('last_sequence')}",
                                   statement.get("first_sequence"))
         if problem:

@@ -15,6 +15,7 @@ from . import chain, merkle, signing
 from .models import (
     PAYLOAD_COLUMNS,
     AuditCheckpoint,
+    AuditKeyRotation,
     AuditRecord,
     AuditTombstone,
     ChainHead,
@@ -29,6 +30,7 @@ from .verify import (
     Finding,
     Stop,
     VerificationResult,
+    check_rotations,
     check_statement,
 )
 
@@ -60,10 +62,10 @@ def verify_database(record_event: bool = True) -> VerificationResult:
 def _verify(result: VerificationResult) -> None:
     key = signing.load_signing_key()
     result.key_id = key.key_id
-    public_key = key.public_key
+    keys = check_rotations(key.public_key, [r.signed() for r in AuditKeyRotation.objects.all()], WHERE)
     checkpoints = {c.tree_size: c for c in AuditCheckpoint.objects.order_by("tree_size")}
     for checkpoint in checkpoints.values():
-        problem = check_statement(checkpoint.signed(), public_key, key.key_id,
+        problem = check_statement(checkpoint.signed(), keys,
                                   f"checkpoint #{checkpoint.tree_size}", checkpoint.tree_size)
         if problem:
             problem.where = WHERE
@@ -71,7 +73,7 @@ def _verify(result: VerificationResult) -> None:
     tombstones = list(AuditTombstone.objects.order_by("first_sequence"))
     expected, prev, frontier = 1, chain.GENESIS_HASH, []
     for tombstone in tombstones:
-        problem = check_statement(tombstone.signed(), public_key, key.key_id, str(tombstone),
+        problem = check_statement(tombstone.signed(), keys, str(tombstone),
                                   tombstone.first_sequence)
         if problem:
             problem.where = WHERE

@@ -29,7 +29,14 @@ from django.utils import timezone
 
 from .. import catalogue, chain, merkle, signing
 from ..checkpoints import IncompleteLog, covering_checkpoint, make_checkpoint, prefix_frontier
-from ..models import PAYLOAD_COLUMNS, AuditCheckpoint, AuditRecord, AuditTombstone, payload_from_values
+from ..models import (
+    PAYLOAD_COLUMNS,
+    AuditCheckpoint,
+    AuditKeyRotation,
+    AuditRecord,
+    AuditTombstone,
+    payload_from_values,
+)
 from ..verify import MANIFEST_NAME, PUBLIC_KEY_NAME, RECORDS_NAME, level_root
 from .formats import FORMATS, ExportContext
 
@@ -206,6 +213,9 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
         "tombstones": [t.signed() for t in AuditTombstone.objects.order_by("first_sequence")],
         "key_id": key.key_id,
         "public_key": PUBLIC_KEY_NAME,
+        # Every handover between signing keys, each signed by both: checkpoints made under an
+        # earlier key verify against today's, and the other way round.
+        "key_rotations": [r.signed() for r in AuditKeyRotation.objects.all()],
         "files": files,
         "event_types": context.event_types,
     }

@@ -44,6 +44,7 @@ class Command(BaseCommand):
         verify.add_argument("--database", action="store_true", help="verify the live log instead of a bundle")
 
         sub.add_parser("checkpoint", help="sign a checkpoint of the log as it is now")
+        sub.add_parser("rotate-key", help="replace the signing key (the handover is signed by the old and the new key)")
         public_key = sub.add_parser("public-key", help="print or write the audit public key (PEM)")
         public_key.add_argument("--out", help="file to write instead of printing")
 
@@ -120,6 +121,17 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"checkpoint #{checkpoint.tree_size} root {checkpoint.root_hash} key {checkpoint.key_id}")
+
+    def handle_rotate_key(self, **options):
+        from appliance.audit.keys import rotate_signing_key
+        from appliance.audit.signing import SigningKeyError
+
+        try:
+            rotation = rotate_signing_key()
+        except SigningKeyError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"signing key {rotation.old_key_id} replaced by {rotation.new_key_id} after record "
+                          f"#{rotation.tree_size}; give auditors the new public key (`audit public-key`)")
 
     def handle_public_key(self, *, out=None, **options):
         from appliance.audit.signing import load_signing_key
