@@ -165,4 +165,9 @@ ROTATION_SIGNATURES = ("old_signature", "new_signature")
 
 
 def unsigned(statement: dict) -> dict:
-    return {k: v for k, v in statement.items() if k != "signature" and k not in ROTATION_SIGNATURES}
+    return {k: v for k, v in statement.items() if k != "signature"}
+
+
+def unsigned_rotation(statement: dict) -> dict:
+    """A key rotation statement without its two signatures: what both keys signed."""
+    return {k: v for k, v in statement.items() if k not in ROTATION_SIGNATURES}

@@ -43,14 +43,20 @@ def prefix_frontier(size: int, using: str | None = None) -> list[tuple[int, byte
 
 
 def sign_checkpoint(tree_size: int, frontier, last_hash: str, timestamp, using: str | None = None) -> AuditCheckpoint:
-    """Sign and store the tree head of `tree_size` records summarised by `frontier`.
-    Called with the chain head locked, so nothing is appended in between."""
+    """Sign and store the tree head of `tree_size` records summarised by `frontier`, and note it in
+    the chain head (the cadence of the next ones starts from it). Called with the chain head locked,
+    so nothing is appended in between."""
+    from . import services
+
+    using = using or router.db_for_write(AuditRecord)
     key = signing.load_signing_key()
     checkpoint = AuditCheckpoint(tree_size=tree_size, root_hash=merkle.frontier_root(frontier).hex(),
                                  last_hash=last_hash, frontier=merkle.frontier_to_json(frontier),
                                  timestamp=timestamp, key_id=key.key_id)
     checkpoint.signature = key.sign(chain.signed_statement(checkpoint.statement()))
     checkpoint.save(force_insert=True, using=using)
+    ChainHead.objects.using(using).filter(pk=1).update(last_checkpoint_sequence=tree_size, last_checkpoint_at=timestamp)
+    services.forget_tip(using)  # this connection's guess of the head no longer holds its cadence
     return checkpoint
 
 
@@ -74,9 +80,6 @@ def make_checkpoint() -> AuditCheckpoint:
             return existing
         now = timezone.now()
         checkpoint = checkpoint_tip(head.sequence, head.hash, now, using=using)
-        head.last_checkpoint_sequence, head.last_checkpoint_at = head.sequence, now
-        head.save(update_fields=["last_checkpoint_sequence", "last_checkpoint_at"])
-        services.forget_tip(using)
         services.record("audit.checkpoint", target=checkpoint, details={
             "tree_size": checkpoint.tree_size, "root_hash": checkpoint.root_hash, "key_id": checkpoint.key_id})
     return checkpoint

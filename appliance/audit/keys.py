@@ -16,11 +16,12 @@ throws away one it does not.
 import os
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 from django.db import router, transaction
 from django.utils import timezone
+
+from appliance.core.files import write_private
 
 from . import chain, services, signing
 from .checkpoints import checkpoint_tip
@@ -29,16 +30,6 @@ from .models import AuditCheckpoint, AuditKeyRotation, AuditRecord, ChainHead
 
 def _next_path(path: Path) -> Path:
     return path.with_name(path.name + ".next")
-
-
-def _write_private(path: Path, key: Ed25519PrivateKey) -> None:
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def finish_interrupted(path: Path | None = None) -> str | None:
@@ -64,7 +55,7 @@ def rotate_signing_key(path: Path | None = None) -> AuditKeyRotation:
     new_public_pem = signing.public_key_pem(new_private.public_key())
     new_key_id = signing.key_id_of(new_private.public_key())
     pending = _next_path(path)
-    _write_private(pending, new_private)
+    write_private(pending, signing.private_pem(new_private))
     using = router.db_for_write(AuditRecord)
     try:
         # Durable: the handover is committed when the block ends, before the key file changes.
@@ -75,15 +66,12 @@ def rotate_signing_key(path: Path | None = None) -> AuditKeyRotation:
             # Seal the log as it is under the old key, unless a checkpoint already does.
             if tree_size and not AuditCheckpoint.objects.using(using).filter(tree_size=tree_size).exists():
                 checkpoint_tip(tree_size, head.hash, now, using=using)
-                ChainHead.objects.using(using).filter(pk=1).update(last_checkpoint_sequence=tree_size,
-                                                                   last_checkpoint_at=now)
             rotation = AuditKeyRotation(old_key_id=old.key_id, old_public_key=old.public_pem(), new_key_id=new_key_id,
                                         new_public_key=new_public_pem, tree_size=tree_size, timestamp=now)
             message = chain.signed_statement(rotation.statement())
             rotation.old_signature = old.sign(message)
             rotation.new_signature = new_private.sign(message).hex()
             rotation.save(using=using)
-            services.forget_tip(using)
             services.record("audit.key.rotate", target=rotation, details={
                 "old_key_id": old.key_id, "new_key_id": new_key_id, "tree_size": tree_size})
     except BaseException:

@@ -152,8 +152,6 @@ class _Statements:
                           f"WHERE id = 1 AND sequence = %s AND hash = %s")
         self.insert_head = (f"INSERT INTO {head_table} (id, sequence, hash, last_checkpoint_sequence, "
                             f"last_checkpoint_at) VALUES (1, 0, %s, 0, NULL) ON CONFLICT (id) DO NOTHING")
-        self.mark_checkpoint = (f"UPDATE {head_table} SET last_checkpoint_sequence = %s, last_checkpoint_at = %s "
-                                f"WHERE id = 1")
         # On PostgreSQL the head moves and the record goes in with one statement, and the insert
         # happens only if the head moved: one round trip per record.
         self.combined = connection.vendor == "postgresql"
@@ -161,7 +159,6 @@ class _Statements:
         if self.combined:
             self.move_head_and_insert = (f"WITH moved AS ({self.move_head} RETURNING 1) "
                                          f"INSERT INTO {record_table} ({columns}) SELECT {marks} FROM moved")
-        self.datetime_field = head_model._meta.get_field("last_checkpoint_at")
         # Only these fields need adapting for the database; the others go as they are.
         self.columns = [(f.attname, f.get_db_prep_save if f.get_internal_type() in ("UUIDField", "DateTimeField",
                                                                                    "JSONField") else None)
@@ -262,8 +259,6 @@ def append(entry) -> None:
             from .checkpoints import checkpoint_tip
 
             checkpoint_tip(entry.sequence, entry.hash, entry.timestamp, using=using)
-            cursor.execute(sql.mark_checkpoint,
-                           [entry.sequence, sql.datetime_field.get_db_prep_save(entry.timestamp, connection)])
             checkpoint_sequence, checkpoint_at = entry.sequence, entry.timestamp
         setattr(connection, _TIP_ATTRIBUTE, _Tip(entry.sequence, entry.hash, checkpoint_sequence, checkpoint_at,
                                                  contended=tip.contended))
@@ -367,8 +362,6 @@ def _append_many(connection, entries: list) -> None:
                 merkle.frontier_extend(frontier, leaves[folded - tip.sequence:entry.sequence - tip.sequence])
                 folded = entry.sequence
                 sign_checkpoint(entry.sequence, frontier, entry.hash, now, using=using)
-            cursor.execute(sql.mark_checkpoint,
-                           [checkpoint_sequence, sql.datetime_field.get_db_prep_save(checkpoint_at, connection)])
     for entry in entries:
         entry._state.adding = False
         entry._state.db = using

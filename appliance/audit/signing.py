@@ -63,7 +63,7 @@ def rotation_problem(statement: dict) -> str | None:
     if not isinstance(statement, dict) or statement.get("type") != chain.KEY_ROTATION_TYPE:
         return "not a key rotation statement"
     try:
-        message = chain.signed_statement(chain.unsigned(statement))
+        message = chain.signed_statement(chain.unsigned_rotation(statement))
     except (TypeError, ValueError) as exc:
         return f"cannot be canonicalized ({exc})"
     for side in ("old", "new"):
@@ -118,12 +118,16 @@ _cache: dict[tuple[str, int, int], SigningKey] = {}
 _lock = threading.Lock()
 
 
+def private_pem(private_key: Ed25519PrivateKey) -> bytes:
+    """The private key as the key file holds it (unencrypted PKCS#8 PEM, kept mode 0600)."""
+    return private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption())
+
+
 def _create(path: Path) -> None:
     """Write a new key so that no reader ever sees a half-written file and two processes starting
     at once end up with the same key: write a temporary file, then link it into place."""
-    pem = Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    create_once(path, pem)
+    create_once(path, private_pem(Ed25519PrivateKey.generate()))
 
 
 def load_signing_key(path: Path | str | None = None) -> SigningKey:

@@ -187,20 +187,22 @@ def site_view(appliance) -> SiteView:
                     networks=networks, filesystems=filesystems, pools=tuple(pools))
 
 
+def _by_node(rows, node_id) -> dict[int, list]:
+    grouped: dict[int, list] = {}
+    for row in rows:
+        grouped.setdefault(node_id(row), []).append(row)
+    return grouped
+
+
 def _gpus_by_node(appliance) -> dict[int, list]:
     from appliance.inventory.models import GPU
 
-    grouped: dict[int, list] = {}
-    for gpu in GPU.objects.filter(node__appliance=appliance).order_by("node_id", "index"):
-        grouped.setdefault(gpu.node_id, []).append(gpu)
-    return grouped
+    return _by_node(GPU.objects.filter(node__appliance=appliance).order_by("node_id", "index"),
+                    lambda gpu: gpu.node_id)
 
 
 def _ports_by_node(appliance) -> dict[int, list]:
     from appliance.inventory.models import HCAPort
 
-    grouped: dict[int, list] = {}
-    for port in (HCAPort.objects.filter(hca__node__appliance=appliance).select_related("hca", "closest_gpu")
-                 .order_by("hca__node_id", "hca__device", "port")):
-        grouped.setdefault(port.hca.node_id, []).append(port)
-    return grouped
+    return _by_node(HCAPort.objects.filter(hca__node__appliance=appliance).select_related("hca", "closest_gpu")
+                    .order_by("hca__node_id", "hca__device", "port"), lambda port: port.hca.node_id)
