@@ -59,7 +59,8 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
+# Debug pages show settings and code to whoever triggers an error: only a developer turns them on.
+DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
@@ -207,6 +208,9 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = not PRODUCTION
 MEDIA_ROOT = STATE_DIR / "media"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+# API request bodies are untrusted: JSON beyond these limits is refused with a 400.
+API_JSON_MAX_BYTES = env_int("APPLIANCE_API_JSON_MAX_BYTES", 1024 * 1024)
+API_JSON_MAX_DEPTH = env_int("APPLIANCE_API_JSON_MAX_DEPTH", 32)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -223,6 +227,11 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "appliance.core.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "appliance.core.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
 }
 SPECTACULAR_SETTINGS = {

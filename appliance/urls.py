@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from appliance.core import views as core_views
 from appliance.core.views import health
 
 api_patterns = [
@@ -24,3 +25,8 @@ urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("health/", health, name="health"),
 ]
+
+handler400 = core_views.bad_request
+handler403 = core_views.permission_denied
+handler404 = core_views.page_not_found
+handler500 = core_views.server_error

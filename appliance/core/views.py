@@ -1,5 +1,15 @@
+"""Pages every app shares: the health probe and the appliance's own error pages.
+
+Error pages never show code, settings or tracebacks (DEBUG is off unless a developer turns it on).
+Under /api/ an error is the API's one error body; elsewhere it is a page inside the portal frame.
+"""
+
 from django.db import connection
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.template import loader
+
+API_PREFIX = "/api/"
 
 
 def health(request):
@@ -7,3 +17,44 @@ def health(request):
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith(API_PREFIX)
+
+
+def _api_error(request, status: int, code: str, message: str) -> JsonResponse:
+    body = {"error": {"status": status, "code": code, "message": message},
+            "request_id": getattr(request, "request_id", "")}
+    return JsonResponse(body, status=status)
+
+
+def bad_request(request, exception):
+    message = "The request could not be understood."
+    if _is_api(request):
+        return _api_error(request, 400, "bad_request", message)
+    return render(request, "400.html", {"message": message}, status=400)
+
+
+def permission_denied(request, exception):
+    # The message says why (the views raise PermissionDenied("Your role does not allow this.")).
+    message = str(exception) or "You may not see this page."
+    if _is_api(request):
+        return _api_error(request, 403, "permission_denied", message)
+    return render(request, "403.html", {"message": message}, status=403)
+
+
+def page_not_found(request, exception):
+    if _is_api(request):
+        return _api_error(request, 404, "not_found", "Not found.")
+    return render(request, "404.html", {"request_path": request.path}, status=404)
+
+
+def server_error(request):
+    """Rendered without the request's context: whatever failed (the database, a context
+    processor) must not fail the error page too."""
+    if _is_api(request):
+        return _api_error(request, 500, "server_error",
+                          "The appliance failed to answer this request; the error is in its log.")
+    return HttpResponse(loader.get_template("500.html").render(
+        {"request_id": getattr(request, "request_id", "")}), status=500)

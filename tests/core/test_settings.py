@@ -44,3 +44,14 @@ def test_database_url_switches_to_postgresql(tmp_path):
                     tmp_path=tmp_path, env_extra={"DATABASE_URL": "postgres://u@127.0.0.1:5432/x"})
     assert result.returncode == 0, result.stderr
     assert "django.db.backends.postgresql" in result.stdout
+
+
+def test_debug_is_off_unless_a_developer_turns_it_on(tmp_path):
+    show = "from django.conf import settings as s; print('DEBUG', s.DEBUG)"
+    default = manage("shell", "-c", show, tmp_path=tmp_path, env_extra={})
+    assert default.returncode == 0, default.stderr
+    assert "DEBUG False" in default.stdout
+    development = manage("shell", "-c", show, tmp_path=tmp_path, env_extra={"APPLIANCE_ENV": "development"})
+    assert "DEBUG False" in development.stdout
+    developer = manage("shell", "-c", show, tmp_path=tmp_path, env_extra={"DJANGO_DEBUG": "1"})
+    assert "DEBUG True" in developer.stdout
