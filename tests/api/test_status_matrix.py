@@ -1,0 +1,79 @@
+"""Literal status codes, per role, for at least one endpoint of every capability that has one.
+
+Nothing here is computed from the roles table: each row is what a role must get from that request.
+Capabilities without an endpoint yet (partitioning.*, telemetry.view, models.*, audit.retention,
+which is the CLI's) are covered by tests/core/test_role_matrix.py.
+"""
+
+import json
+
+import pytest
+from django.test import Client
+
+from appliance.core.roles import Role
+from appliance.provisioning.models import Run
+from tests.api.sites import site_body
+
+pytestmark = pytest.mark.django_db
+
+ROLES_AND_ANONYMOUS = ("administrator", "operator", "ml_engineer", "auditor", "viewer", "anonymous")
+
+
+def codes(administrator, operator, ml_engineer, auditor, viewer, anonymous):
+    return dict(zip(ROLES_AND_ANONYMOUS, (administrator, operator, ml_engineer, auditor, viewer, anonymous), strict=True))
+
+
+# (capability, method, url, body, {role: status})
+ROWS = [
+    ("portal.view", "get", "/", None, codes(200, 200, 200, 200, 200, 302)),
+    ("portal.view", "get", "/api/accounts/me/", None, codes(200, 200, 200, 200, 200, 401)),
+    ("inventory.view", "get", "/api/inventory/nodes/", None, codes(200, 200, 200, 200, 200, 401)),
+    ("inventory.view", "get", "/inventory/nodes/", None, codes(200, 200, 200, 200, 200, 302)),
+    ("inventory.change", "post", "/api/inventory/nodes/{node}/transition/",
+     {"state": "maintenance", "reason": "fan replacement"}, codes(200, 200, 403, 403, 403, 401)),
+    ("inventory.change", "post", "/api/inventory/site/validate/", site_body, codes(200, 200, 403, 403, 403, 401)),
+    ("inventory.change", "get", "/inventory/site/import/", None, codes(200, 200, 403, 403, 403, 302)),
+    ("provisioning.view", "get", "/api/provisioning/runs/", None, codes(200, 200, 403, 200, 200, 401)),
+    ("provisioning.view", "get", "/provisioning/", None, codes(200, 200, 403, 200, 200, 302)),
+    ("provisioning.run", "post", "/api/provisioning/runs/{run}/cancel/", {}, codes(200, 200, 403, 403, 403, 401)),
+    ("provisioning.run", "post", "/provisioning/runs/{run}/cancel/", {}, codes(302, 302, 403, 403, 403, 302)),
+    ("audit.view", "get", "/api/audit/records/", None, codes(200, 403, 403, 200, 403, 401)),
+    ("audit.view", "get", "/audit/", None, codes(200, 403, 403, 200, 403, 302)),
+    ("audit.export", "post", "/api/audit/exports/", {"format": "jsonl"}, codes(200, 403, 403, 200, 403, 401)),
+    ("audit.export", "get", "/audit/export/", None, codes(200, 403, 403, 200, 403, 302)),
+    ("accounts.view", "get", "/api/accounts/users/", None, codes(200, 403, 403, 200, 403, 401)),
+    ("accounts.view", "get", "/accounts/users/", None, codes(200, 403, 403, 200, 403, 302)),
+    ("accounts.manage", "post", "/api/accounts/users/",
+     {"username": "new-operator", "role": "operator", "password": "long-enough-passphrase-71"},
+     codes(201, 403, 403, 403, 403, 401)),
+    ("accounts.manage", "patch", "/api/accounts/users/{target_user}/", {"role": "operator"},
+     codes(200, 403, 403, 403, 403, 401)),
+    ("accounts.manage", "get", "/accounts/users/new/", None, codes(200, 403, 403, 403, 403, 302)),
+]
+CASES = [(row, role) for row in ROWS for role in ROLES_AND_ANONYMOUS]
+
+
+@pytest.fixture
+def url_values(inventory, make_user, site_credentials):
+    run = Run.objects.create(appliance=inventory.appliance, kind=Run.Kind.STAGES, stages=["os"])
+    return {**inventory.ids(), "run": run.pk, "target_user": make_user(Role.VIEWER, "target-user").pk}
+
+
+@pytest.mark.parametrize(("row", "role"), CASES, ids=[f"{r[1].upper()} {r[2]}-{role}" for r, role in CASES])
+def test_each_role_gets_the_status_written_down(row, role, users, url_values):
+    _, method, url, body, expected = row
+    client = Client()
+    if role != "anonymous":
+        client.force_login(users[role])
+    url = url.format(**url_values)
+    if callable(body):
+        data, content_type = body()
+        response = client.generic(method.upper(), url, data=data, content_type=content_type)
+    elif method == "get":
+        response = client.get(url)
+    elif url.startswith("/api/"):
+        response = getattr(client, method)(url, data=json.dumps(body), content_type="application/json")
+    else:
+        response = getattr(client, method)(url, data=body)
+    assert response.status_code == expected[role], (
+        f"{method.upper()} {url} as {role}: {response.status_code} {response.content[:500]!r}")
