@@ -12,6 +12,7 @@ import django_filters
 from django import forms
 
 from appliance import audit
+from appliance.core.filters import FilterSet, IntegerFilter
 
 from . import catalogue
 from .models import AuditRecord, Channel, Outcome
@@ -20,9 +21,9 @@ COUNT_CAP = 10_000
 PAGE_SIZE = 50
 
 
-class AuditRecordFilter(django_filters.FilterSet):
+class AuditRecordFilter(FilterSet):
     actor = django_filters.CharFilter(field_name="actor_username", label="Actor (username)")
-    actor_id = django_filters.NumberFilter(field_name="actor_id", label="Actor id")
+    actor_id = IntegerFilter(field_name="actor_id", label="Actor id")
     # An event name, or a prefix ending in "." or "*" (auth.*): the event index serves both.
     event = django_filters.CharFilter(method="filter_event", label="Event", widget=forms.TextInput(
         attrs={"list": "audit-event-names", "placeholder": "auth.login.failure or auth.*"}))

@@ -5,22 +5,24 @@ Related objects filter NetBox-style by name (`appliance=demo`) or by id (`applia
 
 import django_filters
 
+from appliance.core.filters import FilterSet, IntegerFilter
+
 from .models import GPU, HCA, Appliance, Filesystem, HCAPort, Network, Node, Platform, Pool, Switch
 from .states import NodeState
 
 
-class ApplianceScopedFilterSet(django_filters.FilterSet):
+class ApplianceScopedFilterSet(FilterSet):
     appliance = django_filters.CharFilter(field_name="appliance__name", label="Appliance (name)")
-    appliance_id = django_filters.NumberFilter(field_name="appliance_id", label="Appliance (id)")
+    appliance_id = IntegerFilter(field_name="appliance_id", label="Appliance (id)")
 
 
-class ApplianceFilterSet(django_filters.FilterSet):
+class ApplianceFilterSet(FilterSet):
     class Meta:
         model = Appliance
         fields = ["name", "simulated"]
 
 
-class PlatformFilterSet(django_filters.FilterSet):
+class PlatformFilterSet(FilterSet):
     class Meta:
         model = Platform
         fields = ["slug", "gpu_model", "gpu_count"]
@@ -30,7 +32,7 @@ class NodeFilterSet(ApplianceScopedFilterSet):
     role = django_filters.MultipleChoiceFilter(choices=Node.Role.choices)
     state = django_filters.MultipleChoiceFilter(choices=NodeState.choices)
     pool = django_filters.CharFilter(field_name="pool_membership__pool__name", label="Pool (name)")
-    pool_id = django_filters.NumberFilter(field_name="pool_membership__pool_id", label="Pool (id)")
+    pool_id = IntegerFilter(field_name="pool_membership__pool_id", label="Pool (id)")
     platform = django_filters.CharFilter(field_name="platform__slug", label="Platform (slug)")
 
     class Meta:
@@ -38,9 +40,9 @@ class NodeFilterSet(ApplianceScopedFilterSet):
         fields = ["name", "role", "state", "appliance", "appliance_id", "pool", "pool_id", "platform"]
 
 
-class GPUFilterSet(django_filters.FilterSet):
+class GPUFilterSet(FilterSet):
     node = django_filters.CharFilter(field_name="node__name", label="Node (name)")
-    node_id = django_filters.NumberFilter(field_name="node_id", label="Node (id)")
+    node_id = IntegerFilter(field_name="node_id", label="Node (id)")
     model = django_filters.CharFilter(lookup_expr="iexact")
     mig_mode = django_filters.MultipleChoiceFilter(choices=GPU.MigMode.choices)
 
@@ -49,19 +51,19 @@ class GPUFilterSet(django_filters.FilterSet):
         fields = ["node", "node_id", "index", "uuid", "model", "mig_capable", "mig_mode"]
 
 
-class HCAFilterSet(django_filters.FilterSet):
+class HCAFilterSet(FilterSet):
     node = django_filters.CharFilter(field_name="node__name", label="Node (name)")
-    node_id = django_filters.NumberFilter(field_name="node_id", label="Node (id)")
+    node_id = IntegerFilter(field_name="node_id", label="Node (id)")
 
     class Meta:
         model = HCA
         fields = ["node", "node_id", "device", "model"]
 
 
-class HCAPortFilterSet(django_filters.FilterSet):
+class HCAPortFilterSet(FilterSet):
     node = django_filters.CharFilter(field_name="hca__node__name", label="Node (name)")
-    node_id = django_filters.NumberFilter(field_name="hca__node_id", label="Node (id)")
-    hca_id = django_filters.NumberFilter(field_name="hca_id", label="HCA (id)")
+    node_id = IntegerFilter(field_name="hca__node_id", label="Node (id)")
+    hca_id = IntegerFilter(field_name="hca_id", label="HCA (id)")
 
     class Meta:
         model = HCAPort

@@ -16,6 +16,7 @@ from appliance.core.api import error_response
 from appliance.inventory.models import Appliance
 
 from . import acceptance, services
+from .filtersets import TaskEventFilterSet
 from .models import AcceptanceCheck, AcceptanceReport, HostResult, Run, StageRun, TaskEvent
 
 
@@ -159,19 +160,11 @@ class TaskEventViewSet(viewsets.ReadOnlyModelViewSet):
 
     capability = "provisioning.view"
     serializer_class = TaskEventSerializer
-    filterset_fields = ["stage_run", "stage_run__run", "host", "event", "failed", "changed"]
+    filterset_class = TaskEventFilterSet
     ordering_fields = ["counter", "id"]
 
-    @extend_schema(parameters=[OpenApiParameter("after", int, description="only events after this counter")])
-    def list(self, request, *args, **kwargs):
-        return super().list(request, *args, **kwargs)
-
     def get_queryset(self):
-        events = TaskEvent.objects.order_by("stage_run_id", "counter")
-        after = self.request.query_params.get("after")
-        if after and after.isdigit():
-            events = events.filter(counter__gt=int(after))
-        return events
+        return TaskEvent.objects.order_by("stage_run_id", "counter")
 
 
 REPORT_FILTERS = [
