@@ -21,4 +21,9 @@ app.conf.beat_schedule = {
         "task": "provisioning.watchdog",
         "schedule": max(5, settings.PROVISIONING_HEARTBEAT_TIMEOUT // 2),
     },
+    # Refused anonymous requests are counted per source and minute; this writes the finished minutes.
+    "audit-refused-requests": {
+        "task": "audit.flush_refused_requests",
+        "schedule": 30,
+    },
 }

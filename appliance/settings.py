@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from appliance.core.files import create_once
 
@@ -270,6 +271,22 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TRACK_STARTED = True
 EMBEDDED_WORKERS = env_int("APPLIANCE_EMBEDDED_WORKERS", 2)
+
+# The cache holds rate-limit counters and the counts of refused anonymous requests. CACHE_URL
+# (redis://host:6379/1) shares them between every process of the appliance; unset, each process
+# keeps its own in memory (enough for one process, e.g. the embedded mode's single server).
+CACHE_URL = os.environ.get("CACHE_URL", "")
+if CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+elif CACHE_URL:
+    raise ImproperlyConfigured(f"CACHE_URL: expected redis://, rediss:// or unix://, got {CACHE_URL.split(':')[0]}:")
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "appliance",
+                          "OPTIONS": {"MAX_ENTRIES": 100_000}}}
+# Refused anonymous requests are counted in this cache per source and minute, and one record per
+# source and minute is written once the minute is over (appliance/audit/capture/refusals.py).
+REFUSAL_COUNTER_CACHE = "default"
+REFUSAL_COUNTER_RETENTION_MINUTES = env_int("AUDIT_REFUSAL_COUNTER_RETENTION_MINUTES", 24 * 60)
 
 # Provisioning watchdog: a running run whose heartbeat is older than this is failed (its worker died);
 # a run no worker picked up within the pending timeout is failed too.

@@ -64,6 +64,8 @@ _BASE = [
     EventType("accounts.password.change", "account", "medium", "A password was changed or set.", 3001, 3, _ACCOUNT),
     EventType("accounts.role.change", "account", "high", "A user's role was changed.", 3005, 1, _ACCOUNT),
     EventType("access.denied", "access", "medium", "A request was refused (401 or 403).", 6003, 99, _ACCESS),
+    EventType("access.anonymous.denied", "access", "medium", "Anonymous requests from one source address were "
+              "refused in one minute (401 or 403): one record with their count per source and minute.", 6003, 99, _ACCESS),
     EventType("api.request", "access", "informational", "A state-changing web or API request completed.", 6003, 99, _ACCESS),
     EventType("cli.command", "operation", "low", "A management command ran.", 1007, 1, _OPERATION),
     EventType("task.run", "operation", "low", "A background task ran.", 1007, 1, _OPERATION),

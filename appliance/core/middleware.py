@@ -8,7 +8,7 @@ from django.contrib.auth import logout
 
 from . import context
 
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{8,128}$")
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def client_address(request) -> str:
@@ -16,14 +16,18 @@ def client_address(request) -> str:
 
 
 class RequestContextMiddleware:
-    """Gives every request an id (echoed as X-Request-ID) and opens its action context."""
+    """Gives every request an id of the server's own (echoed as X-Request-ID) and opens its action
+    context. A client's X-Request-ID is the client's correlation id: kept beside the server's id
+    (request.client_request_id, in the request's audit record), never used as it, so that no client
+    can choose or reuse the id that ties audit records to a request."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
         incoming = request.headers.get("X-Request-ID", "")
-        request_id = incoming if _REQUEST_ID.match(incoming) else str(uuid.uuid4())
+        request.client_request_id = incoming if _CLIENT_REQUEST_ID.match(incoming) else ""
+        request_id = str(uuid.uuid4())
         request.request_id = request_id
         channel = "api" if request.path.startswith("/api/") else "web"
         ctx = context.ActionContext(

@@ -1,6 +1,9 @@
 """Web and API requests: state-changing requests and every 401/403 leave records with the
 request's id, actor, source address and user agent."""
 
+import re
+import time
+
 import pytest
 from django.test import Client
 
@@ -61,21 +64,34 @@ def test_api_403_is_recorded_as_denied_with_the_reason(client_for):
     assert not records("api.request", request_id=response["X-Request-ID"])
 
 
-def test_api_401_is_recorded_as_denied_for_an_anonymous_caller():
+def flush_finished_minutes():
+    """Write the counts of refused anonymous requests as if their minutes were over."""
+    from appliance.audit.capture import refusals
+
+    return refusals.flush(now=time.time() + 120)
+
+
+def test_api_401_of_an_anonymous_caller_is_counted_then_recorded_for_its_source():
     response = Client().delete("/api/audit/records/1/")
     assert response.status_code == 401
-    [rec] = records("access.denied", request_id=response["X-Request-ID"])
+    assert not records("access.denied")  # not one record per refusal
+    assert flush_finished_minutes() == 1
+    [rec] = records("access.anonymous.denied", request_id=response["X-Request-ID"])
     assert rec.outcome == "denied"
     assert rec.actor_id is None and rec.actor_username == ""
-    assert "Authentication credentials were not provided" in rec.reason
-    assert rec.details["method"] == "DELETE"
+    assert rec.source_address == "127.0.0.1"
+    assert rec.reason.startswith("1 anonymous request(s) refused from 127.0.0.1 in the minute from ")
+    assert rec.reason.endswith("; the first: Authentication credentials were not provided.")
+    assert rec.details["count"] == 1 and rec.details["statuses"] == {"401": 1}
+    assert rec.details["first"]["method"] == "DELETE" and rec.details["first"]["path"] == "/api/audit/records/1/"
 
 
-def test_invalid_token_is_recorded_as_denied():
+def test_invalid_token_is_counted_as_an_anonymous_refusal():
     response = Client().get("/api/audit/records/", headers={"Authorization": "Token not-a-real-token"})
     assert response.status_code == 401
-    [rec] = records("access.denied", request_id=response["X-Request-ID"])
-    assert rec.reason == "Invalid token."
+    flush_finished_minutes()
+    [rec] = records("access.anonymous.denied", request_id=response["X-Request-ID"])
+    assert rec.details["first"]["reason"] == "Invalid token."
 
 
 def test_portal_403_keeps_the_permission_denied_message(client_for):
@@ -95,11 +111,31 @@ def test_reads_other_than_the_audit_log_are_not_recorded(client_for):
     assert AuditRecord.objects.count() == before
 
 
-def test_incoming_request_id_is_kept(client_for):
+def test_client_request_id_is_its_correlation_id_not_the_record_request_id(client_for):
     client = client_for(Role.VIEWER)
     response = client.get("/api/audit/catalogue/", headers={"X-Request-ID": "trace-0123456789"})
-    assert response["X-Request-ID"] == "trace-0123456789"
-    assert records("access.denied", request_id="trace-0123456789")
+    assert response.status_code == 403
+    server_id = response["X-Request-ID"]
+    assert server_id != "trace-0123456789"
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", server_id)
+    assert not records("access.denied", request_id="trace-0123456789")
+    [rec] = records("access.denied", request_id=server_id)
+    assert rec.details["client_request_id"] == "trace-0123456789"
+
+
+def test_two_requests_with_the_same_client_id_get_records_of_their_own(client_for):
+    client = client_for(Role.VIEWER)
+    first = client.get("/api/audit/catalogue/", headers={"X-Request-ID": "same-id-every-time"})
+    second = client.get("/api/audit/catalogue/", headers={"X-Request-ID": "same-id-every-time"})
+    assert first["X-Request-ID"] != second["X-Request-ID"]
+    for response in (first, second):
+        assert len(records("access.denied", request_id=response["X-Request-ID"])) == 1
+
+
+def test_a_malformed_client_request_id_is_dropped(client_for):
+    response = client_for(Role.VIEWER).get("/api/audit/catalogue/", headers={"X-Request-ID": "bad id; forged"})
+    [rec] = records("access.denied", request_id=response["X-Request-ID"])
+    assert "client_request_id" not in rec.details
 
 
 def test_inventory_edit_through_the_api_records_the_request_and_the_change(users):

@@ -10,7 +10,7 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from . import auth, commands, tasks
+    from . import auth, commands, refusals, tasks  # noqa: F401 (refusals: registers its Celery task)
 
     auth.connect()
     tasks.connect()

@@ -1,5 +1,10 @@
 """Web and API requests: every state-changing request, and every refusal, leaves a record.
 
+A refused request of a signed-in user is recorded as it happens (`access.denied`). A refused
+anonymous request is counted instead, per source address and minute, and each source's count is
+recorded once its minute is over (capture/refusals.py): anyone may send anonymous requests, and
+one permanent record for each would let anyone flood the log.
+
 Listed right after appliance.core.middleware.RequestContextMiddleware, so that it runs inside the
 request's action context (request id, source address, user agent) and sees the final response
 after authentication, the views and every other middleware have had their say.
@@ -8,6 +13,8 @@ after authentication, the views and every other middleware have had their say.
 from django.core.exceptions import PermissionDenied
 
 from appliance import audit
+
+from . import refusals
 
 STATE_CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DENIAL_STATUSES = {401: "authentication required", 403: "permission denied"}
@@ -38,8 +45,12 @@ def denial_reason(request, response) -> str:
 
 def _details(request, response) -> dict:
     # The query string stays out: it is where clients put tokens they should not.
-    return {"method": request.method, "path": request.path[:MAX_PATH], "status": response.status_code,
-            "view": _view_name(request)}
+    details = {"method": request.method, "path": request.path[:MAX_PATH], "status": response.status_code,
+               "view": _view_name(request)}
+    client_request_id = getattr(request, "client_request_id", "")
+    if client_request_id:  # the client's own correlation id (X-Request-ID), beside the server's
+        details["client_request_id"] = client_request_id
+    return details
 
 
 def _authenticated(user):
@@ -59,14 +70,19 @@ class AuditRequestMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         status = response.status_code
-        common = {"actor": request_actor(request), "target_type": "url", "target_name": request.path[:255],
-                  "details": _details(request, response)}
-        if status in DENIAL_STATUSES:
-            audit.record("access.denied", outcome="denied", reason=denial_reason(request, response), **common)
+        actor = request_actor(request)
+        common = {"actor": actor, "target_type": "url", "target_name": request.path[:255]}
+        if status in DENIAL_STATUSES and actor is None:
+            refusals.count(request, response, denial_reason(request, response))
+        elif status in DENIAL_STATUSES:
+            audit.record("access.denied", outcome="denied", reason=denial_reason(request, response),
+                         details=_details(request, response), **common)
         elif request.method in STATE_CHANGING_METHODS:
             failed = status >= 400
             reason = (_api_error_message(response) or f"HTTP {status}") if failed else ""
-            audit.record("api.request", outcome="failure" if failed else "success", reason=reason, **common)
+            audit.record("api.request", outcome="failure" if failed else "success", reason=reason,
+                         details=_details(request, response), **common)
+        refusals.flush_at_minute_boundary()
         return response
 
     def process_view(self, request, view_func, view_args, view_kwargs):
