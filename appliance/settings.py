@@ -313,6 +313,11 @@ SIMULATION_DIR = STATE_DIR / "simulation"
 PLAYBOOKS_DIR = BASE_DIR / "playbooks"
 FIRMWARE_DIR = BASE_DIR / "firmware"
 DEMO_SITE = BASE_DIR / "appliance" / "inventory" / "sites" / "demo.yml"
+# Limits on a site definition (and a platform file), checked before anything is built from it: bytes,
+# nesting depth, and nodes once every alias is expanded (a few KB of aliases can name billions of nodes).
+SITE_MAX_BYTES = env_int("APPLIANCE_SITE_MAX_BYTES", 1024 * 1024)
+SITE_MAX_DEPTH = env_int("APPLIANCE_SITE_MAX_DEPTH", 20)
+SITE_MAX_NODES = env_int("APPLIANCE_SITE_MAX_NODES", 50_000)
 
 LOGGING = {
     "version": 1,

@@ -18,6 +18,8 @@ from django.conf import settings
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError
 
+from . import sitevalues, tunables, yamllimits
+
 # --------------------------------------------------------------------------------------------------
 # Errors
 
@@ -272,7 +274,11 @@ def _is_http_url(value: str) -> bool:
 
 
 def load_yaml(text: str, collector: ErrorCollector) -> Cursor | None:
-    """Parse `text`; a syntax error is reported with its line and yields None."""
+    """Parse `text`; a syntax error or a document over the limits (yamllimits) is reported with its line
+    and yields None. A control character in any key or text is reported too (the document is still
+    returned, so that its other errors are reported at once)."""
+    if not yamllimits.check_limits(text, lambda line, message: collector.add(line, "", message)):
+        return None
     yaml = YAML(typ="rt")
     try:
         data = yaml.load(text)
@@ -284,6 +290,8 @@ def load_yaml(text: str, collector: ErrorCollector) -> Cursor | None:
     if data is None:
         collector.add(1, "", "the file is empty")
         return None
+    for line, path, message in yamllimits.control_characters(data):
+        collector.add(line, path, message)
     return Cursor(data, "", 1, collector)
 
 
@@ -693,12 +701,23 @@ class _Parser:
                     seen["bmc"][bmc.url] = where
 
             ipoib = self.node_ipoib(fields.get("ipoib"), networks, seen["ipoib"], where)
-            labels = (fields["labels"].scalar_mapping() if "labels" in fields else {}) or {}
+            labels = (self.labels(fields["labels"]) if "labels" in fields else {}) or {}
             if None in (name, role, spec, address, bmc, ipoib):
                 continue
             nodes.append(NodeDef(name=name, role=role, platform=spec.slug, management_address=str(address),
                                  bmc=bmc, ipoib=ipoib, labels=labels, line=item.line))
         return nodes
+
+    @staticmethod
+    def labels(cursor: Cursor) -> dict | None:
+        values = cursor.scalar_mapping()
+        if values is None:
+            return None
+        problems = {key: sitevalues.label_problem(key, value) for key, value in values.items()}
+        for key, value_cursor in (cursor.mapping() or {}).items():
+            if problems.get(key):
+                value_cursor.error(problems[key])
+        return None if any(problems.values()) else values
 
     def node_bmc(self, cursor: Cursor | None, bmc_defaults: dict) -> BMCDef | None:
         if cursor is None:
@@ -829,13 +848,14 @@ class _Parser:
                 names[name] = fields["name"].line
             fs_type = fields["type"].choice(FILESYSTEM_TYPES) if "type" in fields else None
             source = fields["source"].text() if "source" in fields else None
+            if source is not None and fs_type is not None:
+                source = self.checked(fields["source"], source, sitevalues.source_problem(fs_type, source))
             mount = None
             if "mount_point" in fields:
                 mount = fields["mount_point"].text()
-                if mount is not None and not mount.startswith("/"):
-                    fields["mount_point"].error(f"{mount!r} is not an absolute path")
-                    mount = None
-                elif mount in mounts:
+                if mount is not None:
+                    mount = self.checked(fields["mount_point"], mount, sitevalues.mount_point_problem(mount))
+                if mount in mounts:
                     fields["mount_point"].error(f"mount point {mount} is already used (line {mounts[mount]})")
                     mount = None
                 elif mount is not None:
@@ -848,12 +868,44 @@ class _Parser:
                         fields["servers"].child(i).error(f"unknown node {server!r}")
                         servers = None
                         break
-            options = fields["options"].text_list(split_commas=True) if "options" in fields else []
-            tunables = fields["tunables"].scalar_mapping() if "tunables" in fields else {}
+            options = self.mount_options(fields["options"], fs_type) if "options" in fields else []
+            tunables = self.fs_tunables(fields["tunables"], fs_type) if "tunables" in fields else {}
             if None in (name, fs_type, source, mount, servers, options, tunables):
                 continue
             result.append(FilesystemDef(name, fs_type, servers, source, mount, options, tunables))
         return result
+
+    @staticmethod
+    def checked(cursor: Cursor, value, problem: str | None):
+        """`value`, or None after reporting `problem` against `cursor`."""
+        if problem:
+            cursor.error(problem)
+            return None
+        return value
+
+    def mount_options(self, cursor: Cursor, fs_type: str | None) -> list[str] | None:
+        """Mount options (a list, or "a,b,c") each known to the filesystem type's catalogue (tunables.py)."""
+        options = cursor.text_list(split_commas=True)
+        if options is None or fs_type is None:
+            return options
+        # A list reports each option on its own line; "a,b,c" reports them against the field.
+        cursors = cursor.sequence() if isinstance(cursor.value, list) else [cursor] * len(options)
+        problems = [(c, tunables.mount_option_problem(fs_type, o)) for c, o in zip(cursors, options, strict=True)]
+        for option_cursor, problem in problems:
+            if problem:
+                option_cursor.error(problem)
+        return None if any(problem for _, problem in problems) else options
+
+    def fs_tunables(self, cursor: Cursor, fs_type: str | None) -> dict | None:
+        """Tunables by name, each from the filesystem type's catalogue with a value of its type (tunables.py)."""
+        values = cursor.scalar_mapping()
+        if values is None or fs_type is None:
+            return values
+        problems = {key: tunables.tunable_problem(fs_type, key, value) for key, value in values.items()}
+        for key, value_cursor in (cursor.mapping() or {}).items():
+            if problems.get(key):
+                value_cursor.error(problems[key])
+        return None if any(problems.values()) else values
 
     def pools(self, cursor: Cursor | None, nodes: dict[str, dict]) -> list[PoolDef]:
         result: list[PoolDef] = []
@@ -893,22 +945,33 @@ class _Parser:
         return result
 
     def pool_settings(self, cursor: Cursor | None, kind: str | None) -> dict | None:
-        """Free-form scheduler settings, with the few keys the suite acts on checked."""
+        """Scheduler settings: the keys the suite renders (sitevalues.POOL_SETTINGS), each of its type."""
         if cursor is None:
             return {}
-        fields = cursor.mapping()
+        fields = cursor.mapping(sitevalues.POOL_SETTINGS)
         if fields is None:
             return None
-        ok = True
+        ok = len(fields) == len(cursor.value)
         if "partition" in fields and fields["partition"].text(NAME, "a Slurm partition name") is None:
+            ok = False
+        if "max_time" in fields:
+            max_time = fields["max_time"]
+            if isinstance(max_time.value, int) and not isinstance(max_time.value, bool):
+                ok = max_time.integer(1, 10**6) is not None and ok  # minutes
+            elif max_time.text(sitevalues.SLURM_TIME, "a Slurm time limit (minutes, [D-]HH:MM:SS or INFINITE)") is None:
+                ok = False
+        if "mig_strategy" in fields and fields["mig_strategy"].choice(sitevalues.MIG_STRATEGIES) is None:
+            ok = False
+        if "mig_config" in fields and fields["mig_config"].text(
+                sitevalues.MIG_CONFIG, "a mig-parted configuration name (e.g. all-1g.10gb)") is None:
             ok = False
         if "time_slicing" in fields:
             if kind == "training":
                 fields["time_slicing"].error("training pools give whole GPUs to one job; time-slicing is for inference pools")
                 ok = False
             else:
-                slicing = fields["time_slicing"].mapping()
-                if slicing is None:
+                slicing = fields["time_slicing"].mapping(("replicas",))
+                if slicing is None or len(slicing) != len(fields["time_slicing"].value):
                     ok = False
                 elif "replicas" not in slicing:
                     fields["time_slicing"].missing("replicas")
