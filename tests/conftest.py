@@ -112,7 +112,9 @@ def inventory(db):
 
 
 @pytest.fixture
-def site_credentials(monkeypatch):
-    from tests.api.sites import PASSWORD_VARIABLE, SITE_BMC_PASSWORD
+def site_credentials(db):
+    from appliance.inventory import credentials
+    from tests.api.sites import SITE_BMC_ENDPOINTS, SITE_BMC_PASSWORD, SITE_CREDENTIAL
 
-    monkeypatch.setenv(PASSWORD_VARIABLE, SITE_BMC_PASSWORD)
+    return credentials.create(SITE_CREDENTIAL, username="admin", secret=SITE_BMC_PASSWORD,
+                              endpoints=SITE_BMC_ENDPOINTS)

@@ -11,6 +11,7 @@ from appliance.inventory.models import (
     GPU,
     HCA,
     Appliance,
+    Credential,
     Filesystem,
     HCAPort,
     Network,
@@ -52,8 +53,10 @@ class SampleInventory:
 def _gpu_node(appliance, platform, name: str, address: str, bmc_port: int) -> Node:
     node = Node.objects.create(appliance=appliance, name=name, role=Node.Role.GPU, platform=platform,
                                management_address=address, ipoib_addresses={"ib0": address.replace("10.0", "10.10")})
-    BMC.objects.create(node=node, url=f"https://127.0.0.1:{bmc_port}/redfish/v1/", username="root",
-                       password=BMC_PASSWORD, password_ref=f"env:{name.upper().replace('-', '_')}_BMC_PASSWORD",
+    credential, _ = Credential.objects.get_or_create(name="sample-bmc", defaults={
+        "username": "root", "secret": BMC_PASSWORD,
+        "endpoints": ["https://127.0.0.1:8001", "https://127.0.0.1:8002"]})
+    BMC.objects.create(node=node, url=f"https://127.0.0.1:{bmc_port}/redfish/v1/", credential=credential,
                        verify_tls=False)
     gpus = [GPU.objects.create(node=node, index=i, uuid=f"GPU-{name}-{i:04d}-5f3a-9c1e", model=platform.gpu_model,
                                memory_mib=platform.gpu_memory_mib, pci_bus_id=f"0000:{0x18 + i * 0x10:02x}:00.0",

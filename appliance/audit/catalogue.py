@@ -71,6 +71,11 @@ _BASE = [
     EventType("task.run", "operation", "low", "A background task ran.", 1007, 1, _OPERATION),
     EventType("inventory.site.import", "configuration", "medium", "A site definition was imported.", 3004, 3, _CHANGE),
     EventType("inventory.node.transition", "configuration", "low", "A node changed provisioning state.", 3004, 3, _CHANGE),
+    # Credentials: a BMC login created, changed (secret, user, CA, the endpoints it may be sent to) or deleted;
+    # the record shows what changed, a secret only as "[REDACTED] (changed)".
+    EventType("inventory.credential.create", "configuration", "high", "A credential (BMC login) was created.", 3004, 1, _ACCESS),
+    EventType("inventory.credential.update", "configuration", "high", "A credential was changed: its secret, user, CA or the endpoints it is bound to.", 3004, 3, _ACCESS),
+    EventType("inventory.credential.delete", "configuration", "high", "A credential was deleted.", 3004, 4, _ACCESS),
     EventType("provisioning.run.start", "provisioning", "medium", "A provisioning run started.", 6002, 3, _OPERATION),
     EventType("provisioning.run.end", "provisioning", "medium", "A provisioning run ended.", 6002, 4, _OPERATION),
     EventType("provisioning.run.cancel", "provisioning", "medium", "A provisioning run was cancelled.", 6002, 4, _OPERATION),

@@ -7,19 +7,20 @@ nested in another, and a full one for the object's own endpoint. A BMC's passwor
 from django.db.models import Count, Prefetch
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
-from rest_framework import parsers, serializers, viewsets
+from rest_framework import mixins, parsers, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance.core.api import error_response
 
-from . import filtersets
+from . import credentials, filtersets
 from .models import (
     BMC,
     GPU,
     HCA,
     Appliance,
+    Credential,
     Filesystem,
     HCAPort,
     Network,
@@ -115,11 +116,13 @@ class PlatformSerializer(serializers.ModelSerializer):
 
 
 class BMCSerializer(serializers.ModelSerializer):
-    """Where and how to reach a BMC. The password stays in the database, encrypted, and nowhere else."""
+    """Where and how to reach a BMC, and the name of its credential (whose secret is never a field)."""
+
+    credential = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:
         model = BMC
-        fields = ["url", "username", "password_ref", "verify_tls", "ca_file", "system_id"]
+        fields = ["url", "credential", "verify_tls", "system_id"]
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -345,6 +348,78 @@ class PoolViewSet(InventoryViewSet):
     search_fields = ["name"]
 
 
+# --- credentials (Administrators only; the secret is write-only) ---------------------------------
+
+
+class CredentialSerializer(serializers.ModelSerializer):
+    """A BMC login. `secret` is accepted on create and update and never returned."""
+
+    secret = serializers.CharField(write_only=True, required=False, trim_whitespace=False,
+                                   style={"input_type": "password"}, help_text="write-only; required on create")
+    secret_set = serializers.SerializerMethodField()
+    endpoints = serializers.ListField(child=serializers.CharField(max_length=300), required=False, max_length=256,
+                                      help_text="BMC endpoints it may be sent to: https://host[:port] (normalized)")
+    used_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Credential
+        fields = ["name", "kind", "username", "secret", "secret_set", "description", "endpoints", "ca_file",
+                  "used_by", "created", "updated"]
+        read_only_fields = ["kind", "created", "updated"]
+        extra_kwargs = {"name": {"validators": []}, "username": {"required": False}}
+
+    def get_secret_set(self, credential) -> bool:
+        return bool(credential.secret)
+
+    def get_used_by(self, credential) -> list[str]:
+        return sorted(credential.bmcs.values_list("node__name", flat=True))
+
+
+def _credential_error(exc: credentials.CredentialError) -> serializers.ValidationError:
+    return serializers.ValidationError({exc.field or "non_field_errors": [str(exc)]})
+
+
+class CredentialViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                        mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
+    """BMC credentials, by name. Only Administrators see or change them; no response holds a secret."""
+
+    capability = write_capability = "credentials.manage"
+    queryset = Credential.objects.order_by("name")
+    serializer_class = CredentialSerializer
+    lookup_field = "name"
+    search_fields = ["name", "description"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        missing = {key: ["this field is required"] for key in ("name", "username", "secret") if not data.get(key)}
+        if missing:
+            raise serializers.ValidationError(missing)
+        try:
+            serializer.instance = credentials.create(
+                data["name"], username=data["username"], secret=data["secret"], endpoints=data.get("endpoints", []),
+                description=data.get("description", ""), ca_file=data.get("ca_file", ""))
+        except credentials.CredentialError as exc:
+            raise _credential_error(exc) from None
+
+    def perform_update(self, serializer):
+        data = serializer.validated_data
+        if "name" in data and data["name"] != serializer.instance.name:
+            raise serializers.ValidationError({"name": ["a credential is not renamed: create another one"]})
+        try:
+            serializer.instance = credentials.update(
+                serializer.instance.name, username=data.get("username"), secret=data.get("secret"),
+                description=data.get("description"), ca_file=data.get("ca_file"), endpoints=data.get("endpoints"))
+        except credentials.CredentialError as exc:
+            raise _credential_error(exc) from None
+
+    def destroy(self, request, *args, **kwargs):
+        try:
+            credentials.delete(self.get_object().name)
+        except credentials.CredentialError as exc:
+            return error_response(409, "in_use", str(exc), request)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 # --- site import by upload -----------------------------------------------------------------------
 
 
@@ -461,7 +536,7 @@ class SiteImportView(SiteDefinitionView):
         text, filename = self.read_site(request)
         dry_run = self.dry_run_requested(request)
         try:
-            report = import_site(text, filename, dry_run=dry_run)
+            report = import_site(text, filename, dry_run=dry_run, user=request.user)
         except SiteValidationError as exc:
             return self.invalid(request, exc)
         return Response(import_report(report, filename))

@@ -22,6 +22,7 @@ router.register("switches", api.SwitchViewSet, basename="inventory-switch")
 router.register("networks", api.NetworkViewSet, basename="inventory-network")
 router.register("filesystems", api.FilesystemViewSet, basename="inventory-filesystem")
 router.register("pools", api.PoolViewSet, basename="inventory-pool")
+router.register("credentials", api.CredentialViewSet, basename="inventory-credential")
 
 urlpatterns = [
     path("site/import/", api.SiteImportView.as_view(), name="inventory-site-import"),

@@ -106,17 +106,52 @@ class Node(AuditedModel, TimestampedModel):
                details={"from": previous, "to": target, "reason": reason})
 
 
+class Credential(AuditedModel, TimestampedModel):
+    """A login that Administrators keep for the appliance, sent only to the endpoints it is bound to.
+
+    A site definition names a credential; it never holds a secret or says where to read one. The
+    secret is stored encrypted and is handed to a run only for a BMC whose URL is one of `endpoints`
+    (checked when the run's variables are built, whatever the inventory says).
+    """
+
+    class Kind(models.TextChoices):
+        BMC = "bmc", "BMC login (Redfish user name and password)"
+
+    name = models.SlugField(max_length=63, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.BMC)
+    description = models.TextField(blank=True)
+    username = models.CharField(max_length=100)
+    # Blank only for a credential carried over from an older inventory without a stored password:
+    # such a credential is never handed to a run until an Administrator sets its secret.
+    secret = EncryptedTextField(blank=True)
+    endpoints = models.JSONField(default=list, blank=True,
+                                 help_text="the endpoints (scheme://host:port) the secret may be sent to")
+    ca_file = models.CharField(max_length=500, blank=True,
+                               help_text="CA bundle that verifies the endpoints' TLS certificates (default: the system's)")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def is_bound_to(self, url: str) -> bool:
+        from .endpoints import endpoint_of
+
+        try:
+            return endpoint_of(url) in self.endpoints
+        except ValueError:
+            return False
+
+
 class BMC(AuditedModel, TimestampedModel):
-    """A node's baseboard management controller, reached over Redfish."""
+    """A node's baseboard management controller, reached over Redfish with a named credential."""
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="bmc")
     url = models.URLField(max_length=300)
-    username = models.CharField(max_length=100)
-    password = EncryptedTextField(blank=True)
-    password_ref = models.CharField(max_length=300, blank=True,
-                                    help_text="where the password comes from: env:NAME or file:PATH")
+    # PROTECT: a credential in use cannot disappear from under the nodes that name it.
+    credential = models.ForeignKey(Credential, on_delete=models.PROTECT, related_name="bmcs")
     verify_tls = models.BooleanField(default=True)
-    ca_file = models.CharField(max_length=500, blank=True)
     system_id = models.CharField(max_length=100, blank=True, help_text="Redfish ComputerSystem id, discovered")
 
     class Meta:

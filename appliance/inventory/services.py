@@ -1,4 +1,4 @@
-"""Site definition services: validate a file, import it into the inventory, resolve BMC passwords.
+"""Site definition services: validate a file, import it into the inventory.
 
 The import brings the inventory in line with the file in one transaction: it applies only the
 differences, returns them as Change objects, and records one `inventory.site.import` event next to
@@ -10,6 +10,10 @@ A node removed from the file is retired, not deleted: its provisioning runs, fac
 stay attached to it; it leaves its pool and gives up its management address so that a replacement
 can take it. A node that never left `new` has no history and is deleted. A retired node that comes
 back into the file returns to `new`.
+
+BMCs name credentials (appliance.inventory.credentials) bound to their endpoints. Whoever may import
+a site may add nodes whose BMC and credential are bound already; changing an existing node's BMC
+address or credential, or turning its TLS verification off, needs an Administrator.
 """
 
 from dataclasses import dataclass, field
@@ -21,11 +25,14 @@ from django.db import models
 from appliance import audit
 from appliance.core.secrets import MASK
 
+from . import credentials
+from .endpoints import endpoint_of
 from .models import (
     BMC,
     GPU,
     HCA,
     Appliance,
+    Credential,
     Filesystem,
     HCAPort,
     Network,
@@ -39,7 +46,6 @@ from .sitedef import (
     SiteDefinition,
     SiteError,
     SiteValidationError,
-    parse_reference,
     parse_site,
 )
 from .states import NodeState
@@ -91,13 +97,14 @@ class _DryRunRollback(Exception):
     pass
 
 
-def import_site(text: str, filename: str, *, dry_run: bool = False) -> ImportResult:
+def import_site(text: str, filename: str, *, dry_run: bool = False, user=None) -> ImportResult:
     """Bring the inventory in line with the site definition, all or nothing.
 
-    With dry_run the same work runs inside a transaction that is rolled back, so the changes shown
-    are exactly those a real import would make."""
+    `user` is who imports (the portal's or the API's user; None on the command line): changes of
+    BMC bindings need `credentials.manage`. With dry_run the same work runs inside a transaction
+    that is rolled back, so the changes shown are exactly those a real import would make."""
     site = parse_site(text, filename)
-    importer = _Importer(site)
+    importer = _Importer(site, may_change_bmc=credentials.may_manage(user))
     try:
         # One transaction; its records (one per node, GPU, link... changed) are written together.
         with audit.batch():
@@ -115,16 +122,14 @@ def _counts(changes: list[Change]) -> dict[str, int]:
     return {action: sum(1 for c in changes if c.action == action) for action in ("create", "update", "delete")}
 
 
-def bmc_password(bmc: BMC) -> str:
-    """The BMC's password: the one stored (encrypted) at import, else read from its reference."""
-    if bmc.password:
-        return bmc.password
-    if bmc.password_ref:
-        return parse_reference(bmc.password_ref).read()
-    raise ValueError(f"the BMC of node {bmc.node.name} has no password and no credential reference")
-
-
 # --------------------------------------------------------------------------------------------------
+
+
+def _endpoint_or_url(url: str) -> str:
+    try:
+        return endpoint_of(url)
+    except ValueError:
+        return url
 
 
 def _display(field_name: str, value):
@@ -146,8 +151,9 @@ def _is_relation(obj, field_name: str) -> bool:
 
 
 class _Importer:
-    def __init__(self, site: SiteDefinition):
+    def __init__(self, site: SiteDefinition, may_change_bmc: bool):
         self.site = site
+        self.may_change_bmc = may_change_bmc
         self.changes: list[Change] = []
         self.appliance: Appliance | None = None
         self.original_addresses: dict[str, str | None] = {}
@@ -243,13 +249,33 @@ class _Importer:
             errors.append(self.error(self.site.lines.get("nodes", 1), "nodes",
                                      f"node {node.name} is being provisioned and cannot be removed now; "
                                      "keep it in the file until its run ends"))
-        for index, node_def in enumerate(self.site.nodes):
-            try:
-                node_def.bmc.password.read()
-            except ValueError as exc:
-                errors.append(self.error(node_def.line, f"nodes[{index}].bmc.password", str(exc)))
+        if not self.may_change_bmc:
+            errors.extend(self.bmc_changes_needing_an_administrator())
         if errors:
             raise SiteValidationError(errors)
+
+    def bmc_changes_needing_an_administrator(self) -> list[SiteError]:
+        """An existing node's BMC address, credential or TLS verification changed by the file."""
+        errors = []
+        rows = BMC.objects.filter(node__appliance__name=self.site.name, node__name__in=[n.name for n in self.site.nodes])
+        current = {bmc.node.name: bmc for bmc in rows.select_related("node", "credential")}
+        for index, node_def in enumerate(self.site.nodes):
+            bmc, wanted, where = current.get(node_def.name), node_def.bmc, f"nodes[{index}].bmc"
+            if bmc is None:
+                continue
+            old_endpoint, new_endpoint = _endpoint_or_url(bmc.url), _endpoint_or_url(wanted.url)
+            if old_endpoint != new_endpoint:
+                errors.append(self.error(wanted.line, f"{where}.url", f"changing the BMC address of {node_def.name} "
+                                         f"needs an Administrator ({old_endpoint} -> {new_endpoint})"))
+            if bmc.credential.name != wanted.credential:
+                errors.append(self.error(wanted.line, f"{where}.credential",
+                                         f"changing the BMC credential of {node_def.name} needs an Administrator "
+                                         f"({bmc.credential.name} -> {wanted.credential})"))
+            if bmc.verify_tls and not wanted.verify_tls:
+                errors.append(self.error(wanted.line, f"{where}.verify_tls",
+                                         f"turning off TLS verification of the BMC of {node_def.name} needs an "
+                                         "Administrator"))
+        return errors
 
     def sync_appliance(self) -> None:
         site = self.site
@@ -313,8 +339,7 @@ class _Importer:
     def sync_bmc(self, node: Node, node_def) -> None:
         bmc = node_def.bmc
         self.sync(BMC, {"node": node}, {
-            "url": bmc.url, "username": bmc.username, "password": bmc.password.read(),
-            "password_ref": bmc.password.reference, "verify_tls": bmc.verify_tls, "ca_file": bmc.ca_file,
+            "url": bmc.url, "credential": Credential.objects.get(name=bmc.credential), "verify_tls": bmc.verify_tls,
         }, node.name)
 
     def sync_hardware(self, node: Node, spec) -> None:

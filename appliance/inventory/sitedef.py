@@ -8,17 +8,15 @@ field path. It writes nothing: the import (services.import_site) works from the 
 
 import hashlib
 import ipaddress
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError
 
 from . import sitevalues, tunables, yamllimits
+from .endpoints import endpoint_of
 
 # --------------------------------------------------------------------------------------------------
 # Errors
@@ -301,8 +299,6 @@ def load_yaml(text: str, collector: ErrorCollector) -> Cursor | None:
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 NAME_WHAT = "a name (lower-case letters, digits and '-', at most 63 characters)"
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-VARIABLE = re.compile(r"\$\{([^}]*)\}")
 PKEY = re.compile(r"^0x[0-9a-fA-F]{1,4}$")
 
 NODE_ROLES = ("gpu", "storage", "management", "login")
@@ -313,68 +309,25 @@ SWITCH_KINDS = ("infiniband", "ethernet")
 SUBNET_MANAGERS = ("opensm", "external")
 
 
-@dataclass(frozen=True)
-class CredentialRef:
-    """Where a secret comes from: an environment variable or a file. Holds no secret itself."""
-
-    kind: str  # "env" or "file"
-    source: str  # as written in the site file
-    location: str  # variable name, or the file path with ${APPLIANCE_STATE_DIR} expanded
-
-    @property
-    def reference(self) -> str:
-        return f"{self.kind}:{self.source}"
-
-    def problem(self) -> str | None:
-        """Why the secret cannot be read now, or None."""
-        if self.kind == "env":
-            if self.location not in os.environ:
-                return f"environment variable {self.location} is not set"
-            if not os.environ[self.location]:
-                return f"environment variable {self.location} is empty"
-            return None
-        path = Path(self.location)
-        if not path.exists():
-            return f"credential file {path} does not exist"
-        if not path.is_file():
-            return f"credential file {path} is not a file"
-        try:
-            content = path.read_text()
-        except OSError as exc:
-            return f"credential file {path} cannot be read ({exc.strerror})"
-        if not content.strip():
-            return f"credential file {path} is empty"
-        return None
-
-    def read(self) -> str:
-        problem = self.problem()
-        if problem:
-            raise ValueError(problem)
-        if self.kind == "env":
-            return os.environ[self.location]
-        # The secret is the first line: files written by editors end with a newline.
-        return Path(self.location).read_text().splitlines()[0].strip()
-
-
-def parse_reference(reference: str) -> CredentialRef:
-    """The CredentialRef of a stored reference ("env:NAME" or "file:PATH")."""
-    kind, _, source = reference.partition(":")
-    if kind not in ("env", "file") or not source:
-        raise ValueError(f"not a credential reference: {reference!r} (expected env:NAME or file:PATH)")
-    return CredentialRef(kind, source, source if kind == "env" else expand_path(source))
-
-
-def expand_path(raw: str) -> str:
-    return raw.replace("${APPLIANCE_STATE_DIR}", str(settings.STATE_DIR))
+# Keys of a BMC that once held a login or a path to one: each gets its own answer, the same whatever
+# its value, so that no error tells anything about a file or a variable (see README, "Credentials").
+RETIRED_BMC_KEYS = {
+    "password": "a site definition holds no password and names no file or variable to read one from: "
+                "an Administrator creates a credential (manage.py credential create NAME) bound to this "
+                "BMC's URL, and the site names it (credential: NAME)",
+    "username": "the BMC user name belongs to the credential (manage.py credential create NAME --username USER); "
+                "name the credential here (credential: NAME)",
+    "ca_file": "the CA that verifies a BMC's certificate belongs to its credential "
+               "(manage.py credential create NAME --ca-file FILE); remove it here",
+}
 
 
 @dataclass(frozen=True)
 class BMCDef:
     url: str
-    username: str
-    password: CredentialRef
+    credential: str  # the name of a Credential bound to the URL's endpoint
     verify_tls: bool
-    ca_file: str
+    line: int = 0  # the line of the url
 
 
 @dataclass(frozen=True)
@@ -473,6 +426,8 @@ class _Parser:
         self.collector = collector
         self.platform_cache: dict[str, object] = {}
         self.declared_nodes: dict[str, dict] = {}  # name -> {"role", "platform"}, None where invalid
+        self.simulation = False
+        self.credential_endpoints: dict[str, list[str] | None] = {}  # name -> bound endpoints, None if unknown
 
     def parse(self, root: Cursor, text: str, filename: str) -> SiteDefinition | None:
         top = root.mapping(self.TOP, required=("appliance", "nodes"))
@@ -480,6 +435,7 @@ class _Parser:
             return None
         name, description = self.appliance(top.get("appliance"))
         simulation = top["simulation"].boolean() if "simulation" in top else False
+        self.simulation = bool(simulation)
         bmc_defaults = self.defaults(top.get("defaults"))
         networks = self.networks(top.get("networks"))
         nodes = self.nodes(top.get("nodes"), bmc_defaults, networks)
@@ -518,72 +474,64 @@ class _Parser:
         fields = cursor.mapping(("bmc",))
         if not fields or "bmc" not in fields:
             return {}
-        bmc = fields["bmc"].mapping(("username", "password", "verify_tls", "ca_file")) or {}
+        bmc = self.bmc_mapping(fields["bmc"], ("credential", "verify_tls")) or {}
         values = self.bmc_values(bmc)
         # A default given with an error was reported once, here: nodes relying on it stay quiet.
         return {key: values.get(key, _MISSING) for key in bmc}
+
+    @staticmethod
+    def bmc_mapping(cursor: Cursor, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict | None:
+        """Like Cursor.mapping, keeping the retired keys (for their own error) out of the allowed list shown."""
+        fields = cursor.mapping()
+        if fields is None:
+            return None
+        for key in list(fields):
+            if key not in allowed and key not in RETIRED_BMC_KEYS:
+                fields.pop(key).error(f"unknown key (allowed here: {', '.join(allowed)})")
+        for key in required:
+            if key not in fields:
+                cursor.missing(key)
+        return fields
 
     def bmc_values(self, fields: dict) -> dict:
         """The checked BMC settings present in `fields` (errors reported, bad values left out)."""
         values = {}
         if "url" in fields:
-            values["url"] = fields["url"].url()
-        if "username" in fields:
-            values["username"] = fields["username"].text()
-        if "password" in fields:
-            values["password"] = self.credential(fields["password"])
+            values["url"] = self.bmc_url(fields["url"])
+        if "credential" in fields:
+            values["credential"] = self.credential(fields["credential"])
         if "verify_tls" in fields:
             values["verify_tls"] = fields["verify_tls"].boolean()
-        if "ca_file" in fields:
-            values["ca_file"] = self.path(fields["ca_file"], must_exist=True)
+            if values["verify_tls"] is False and not self.simulation:
+                fields["verify_tls"].error("TLS verification of a BMC is turned off only on a simulated appliance "
+                                           "(simulation: true)")
+                values["verify_tls"] = None
+        for key, message in RETIRED_BMC_KEYS.items():
+            if key in fields:
+                fields[key].error(message)
         return {k: v for k, v in values.items() if v is not None}
 
-    def credential(self, cursor: Cursor) -> CredentialRef | None:
-        if not isinstance(cursor.value, dict):
-            if isinstance(cursor.value, str | int) and not isinstance(cursor.value, bool):
-                cursor.error("inline passwords are not allowed: use {env: VARIABLE} or {file: PATH}")
-            else:
-                cursor.error(f"expected {{env: VARIABLE}} or {{file: PATH}}, got {_type_name(cursor.value)}")
+    def bmc_url(self, cursor: Cursor) -> str | None:
+        url = cursor.url()
+        if url is not None and urlsplit(url).scheme != "https" and not self.simulation:
+            cursor.error(f"{url!r}: a BMC is reached over https on a real appliance (http only with simulation: true)")
             return None
-        fields = cursor.mapping(("env", "file"))
-        if fields is None:
-            return None
-        if len(fields) != 1:
-            cursor.error("give exactly one of env or file")
-            return None
-        kind, source_cursor = next(iter(fields.items()))
-        if kind == "env":
-            source = source_cursor.text(ENV_NAME, "an environment variable name")
-            if source is None:
-                return None
-            ref = CredentialRef("env", source, source)
-        else:
-            location = self.path(source_cursor)
-            if location is None:
-                return None
-            ref = CredentialRef("file", str(source_cursor.value).strip(), location)
-        problem = ref.problem()
-        if problem:
-            source_cursor.error(problem)
-            return None
-        return ref
+        return url
 
-    def path(self, cursor: Cursor, must_exist: bool = False) -> str | None:
-        raw = cursor.text()
-        if raw is None:
+    def credential(self, cursor: Cursor) -> str | None:
+        """The name of an existing BMC credential (the store is read, never a file or a variable)."""
+        name = cursor.text(NAME, "a credential name")
+        if name is None:
             return None
-        unknown = [v for v in VARIABLE.findall(raw) if v != "APPLIANCE_STATE_DIR"]
-        if unknown:
-            cursor.error(f"unknown variable ${{{unknown[0]}}} (only ${{APPLIANCE_STATE_DIR}} is expanded)")
+        if name not in self.credential_endpoints:
+            from .models import Credential
+
+            self.credential_endpoints[name] = (Credential.objects.filter(name=name, kind=Credential.Kind.BMC)
+                                               .values_list("endpoints", flat=True).first())
+        if self.credential_endpoints[name] is None:
+            cursor.error(f"unknown credential {name!r} (an Administrator creates it: manage.py credential create)")
             return None
-        expanded = expand_path(raw)
-        if not os.path.isabs(expanded):
-            cursor.error(f"{raw!r} is not an absolute path")
-            return None
-        if must_exist and not Path(expanded).is_file():
-            cursor.error(f"file {expanded} does not exist")
-            return None
-        return expanded
+        return name
 
     def networks(self, cursor: Cursor | None) -> dict[str, tuple[NetworkDef, object]]:
         """name -> (definition, ip_network)."""
@@ -722,20 +670,23 @@ class _Parser:
     def node_bmc(self, cursor: Cursor | None, bmc_defaults: dict) -> BMCDef | None:
         if cursor is None:
             return None
-        fields = cursor.mapping(("url", "username", "password", "verify_tls", "ca_file"), required=("url",))
+        fields = self.bmc_mapping(cursor, ("url", "credential", "verify_tls"), required=("url",))
         if fields is None:
             return None
         given = self.bmc_values(fields)
         values = {**bmc_defaults, **given}
         complete = all(key in given for key in fields)
-        for key in ("username", "password"):
-            if key not in fields and key not in bmc_defaults:
-                cursor.missing(key, " (give it here or in defaults.bmc)")
-                complete = False
+        if "credential" not in fields and "credential" not in bmc_defaults:
+            cursor.missing("credential", " (give it here or in defaults.bmc)")
+            complete = False
         if not complete or _MISSING in values.values():
             return None
-        return BMCDef(url=values["url"], username=values["username"], password=values["password"],
-                      verify_tls=values.get("verify_tls", True), ca_file=values.get("ca_file", ""))
+        url, credential = values["url"], values["credential"]
+        if endpoint_of(url) not in self.credential_endpoints[credential]:
+            fields["url"].error(f"credential {credential} is not bound to {endpoint_of(url)} (an Administrator "
+                                f"binds it: manage.py credential bind {credential} {endpoint_of(url)})")
+            return None
+        return BMCDef(url=url, credential=credential, verify_tls=values.get("verify_tls", True), line=fields["url"].line)
 
     def node_ipoib(self, cursor: Cursor | None, networks: dict, seen: dict, where: str) -> dict | None:
         if cursor is None:

@@ -129,7 +129,7 @@ class SiteImportView(CapabilityMixin, TemplateView):
             return self.render_to_response(self.get_context_data(
                 upload_error=f"{upload.name}: not UTF-8 text (byte {exc.start})."))
         filename = upload.name.replace("\\", "/").rsplit("/", 1)[-1] or "site.yml"
-        outcome = self.run_import(text, filename, dry_run=True)
+        outcome = self.run_import(text, filename, dry_run=True, user=request.user)
         if "errors" not in outcome:
             digest = hashlib.sha256(text.encode()).hexdigest()
             request.session[self.session_key] = {"text": text, "filename": filename, "digest": digest}
@@ -141,19 +141,19 @@ class SiteImportView(CapabilityMixin, TemplateView):
         if not pending or pending.get("digest") != request.POST.get("digest"):
             return self.render_to_response(self.get_context_data(
                 upload_error="The previewed file is no longer pending; upload it again."))
-        outcome = self.run_import(pending["text"], pending["filename"], dry_run=False)
+        outcome = self.run_import(pending["text"], pending["filename"], dry_run=False, user=request.user)
         if "errors" not in outcome:
             del request.session[self.session_key]
         return self.render_to_response(self.get_context_data(stage="imported", filename=pending["filename"],
                                                              **outcome))
 
     @staticmethod
-    def run_import(text: str, filename: str, dry_run: bool) -> dict:
+    def run_import(text: str, filename: str, dry_run: bool, user) -> dict:
         from .services import import_site
         from .sitedef import SiteValidationError
 
         try:
-            report = import_site(text, filename, dry_run=dry_run)
+            report = import_site(text, filename, dry_run=dry_run, user=user)
         except SiteValidationError as exc:
             return {"errors": exc.errors}
         return {"report": report}

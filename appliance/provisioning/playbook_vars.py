@@ -4,6 +4,10 @@ variables, and the secrets (interfaces contract, section 2).
 Secrets are rendered twice, as AWX does: once for real into a vars file only the run can read, and
 once masked for display. The inventory itself holds no secret: each host's `bmc_password` is a
 template pointing into the secrets file, so the inventory can be kept and shown as it was used.
+
+A BMC's login comes from its credential through appliance.inventory.credentials.login_for_run, the
+one gate that refuses a credential to an endpoint it is not bound to: a stage whose BMC was pointed
+elsewhere fails before anything is sent.
 """
 
 import sys
@@ -32,19 +36,14 @@ class PlaybookInput:
         return {SECRETS_VAR: {host: MASK for host in self.secrets.get(SECRETS_VAR, {})}}
 
 
-def bmc_password(bmc) -> str:
-    """The BMC's password, from where the site says it is kept (inventory service) or the encrypted field."""
+def bmc_login(bmc):
+    """The BMC's login for this run (user name, password, CA file), if its credential may be sent there."""
+    from appliance.inventory.credentials import CredentialRefused, login_for_run
+
     try:
-        from appliance.inventory.services import bmc_password as resolve
-    except ImportError:
-        resolve = None
-    try:
-        password = resolve(bmc) if resolve is not None else bmc.password
-    except Exception as exc:  # the resolver names the missing file or variable
-        raise SecretUnavailable(f"{bmc.node.name}: BMC password: {exc}") from exc
-    if not password:
-        raise SecretUnavailable(f"{bmc.node.name}: BMC password is not set (site definition, bmc.password)")
-    return password
+        return login_for_run(bmc)
+    except CredentialRefused as exc:
+        raise SecretUnavailable(f"{bmc.node.name}: BMC credential refused: {exc}") from None
 
 
 def node_environment(node: Node) -> dict:
@@ -77,9 +76,10 @@ def host_vars(node: Node) -> tuple[dict, str | None]:
     password = None
     bmc = getattr(node, "bmc", None) if hasattr(node, "bmc") else None
     if bmc is not None:
-        variables["bmc"] = {"url": bmc.url, "username": bmc.username, "verify_tls": bmc.verify_tls,
-                            "ca_file": bmc.ca_file, "system_id": bmc.system_id}
-        password = bmc_password(bmc)
+        login = bmc_login(bmc)
+        variables["bmc"] = {"url": bmc.url, "username": login.username, "verify_tls": bmc.verify_tls,
+                            "ca_file": login.ca_file, "system_id": bmc.system_id}
+        password = login.password
         variables["bmc_password"] = "{{ " + SECRETS_VAR + "[inventory_hostname] }}"
     else:
         variables["bmc"] = {}

@@ -64,6 +64,34 @@ def ensure_credentials() -> None:
     bmc.ensure_credentials()
 
 
+DEMO_CREDENTIAL = "demo-bmc"
+
+
+def demo_bmc_endpoints() -> list[str]:
+    """The BMC endpoints the bundled demo site names (its emulators' https://127.0.0.1:<port>)."""
+    from appliance.inventory.endpoints import endpoint_of
+
+    site = YAML(typ="safe").load(Path(settings.DEMO_SITE).read_text())
+    return [endpoint_of(node["bmc"]["url"]) for node in site["nodes"]]
+
+
+def ensure_demo_credential():
+    """The credential the demo site names, as an Administrator's first run makes it: user `admin` with
+    the simulation's BMC password, verified with the simulation's CA, bound to the demo's emulators.
+    Run again, it keeps endpoints an Administrator added and changes only what differs (recorded)."""
+    from appliance.inventory import credentials
+    from appliance.inventory.models import Credential
+
+    bmc.ensure_credentials()
+    wanted = {"username": bmc.USERNAME, "secret": bmc.password(), "ca_file": str(bmc.ca_path())}
+    existing = Credential.objects.filter(name=DEMO_CREDENTIAL).first()
+    if existing is None:
+        return credentials.create(DEMO_CREDENTIAL, endpoints=demo_bmc_endpoints(),
+                                  description="the simulated demo appliance's BMC emulators", **wanted)
+    endpoints = existing.endpoints + [e for e in demo_bmc_endpoints() if e not in existing.endpoints]
+    return credentials.update(DEMO_CREDENTIAL, endpoints=endpoints, **wanted)
+
+
 def _registry(spec: dict, node) -> dict:
     registry_name = (spec.get("bios") or {}).get("registry")
     if not registry_name:

@@ -85,7 +85,7 @@ class RedfishClient:
                 warnings.simplefilter("ignore")
                 response = self.session.request(method, url, json=body, timeout=self.timeout, verify=self.verify)
         except SSLError as exc:
-            self._fail(f"TLS verification failed ({_reason(exc)}); check bmc.ca_file or bmc.verify_tls")
+            self._fail(f"TLS verification failed ({_reason(exc)}); check the CA file of the BMC's credential or bmc.verify_tls")
         except Timeout:
             self._fail(f"is unreachable (no answer within {self.timeout} s to {method} {path})")
         except RequestsConnectionError as exc:

@@ -1,7 +1,9 @@
-"""Small site definitions for the upload tests: one valid, one with several errors."""
+"""Small site definitions for the upload tests: one valid, one with several errors. Their BMCs name the
+credential `upload-bmc`, which the `site_credentials` fixture creates as an Administrator would."""
 
-PASSWORD_VARIABLE = "TEST_SITE_BMC_PASSWORD"
+SITE_CREDENTIAL = "upload-bmc"
 SITE_BMC_PASSWORD = "Site-bmc-Pw-7r2Kq-not-for-output"
+SITE_BMC_ENDPOINTS = ["https://127.0.0.1:19441", "https://127.0.0.1:19442"]
 
 VALID_SITE = f"""\
 appliance:
@@ -10,8 +12,7 @@ appliance:
 simulation: true
 defaults:
   bmc:
-    username: admin
-    password: {{env: {PASSWORD_VARIABLE}}}
+    credential: {SITE_CREDENTIAL}
     verify_tls: false
 networks:
   - {{name: ib0, kind: ipoib, cidr: 10.20.0.0/16, pkey: "0x7fff", mtu: 4092}}

@@ -36,6 +36,13 @@ INVENTORY_ENDPOINTS = [
     Endpoint("/api/inventory/pools/{pool}/", READ),
     Endpoint("/api/inventory/site/validate/", "inventory.change", "post", body=site_body),
     Endpoint("/api/inventory/site/import/?dry_run=true", "inventory.change", "post", body=site_body),
+    Endpoint("/api/inventory/credentials/", "credentials.manage"),
+    Endpoint("/api/inventory/credentials/sample-bmc/", "credentials.manage"),
+    Endpoint("/api/inventory/credentials/", "credentials.manage", "post",
+             {"name": "new-bmc", "username": "root", "secret": "New-bmc-secret-1", "endpoints": ["https://10.9.9.9"]},
+             success=(201,)),
+    Endpoint("/api/inventory/credentials/sample-bmc/", "credentials.manage", "patch", {"description": "rack r01"}),
+    Endpoint("/api/inventory/credentials/upload-bmc/", "credentials.manage", "delete", success=(204,)),
 ]
 ACCOUNTS_ENDPOINTS = [
     Endpoint("/api/accounts/", "accounts.view"),

@@ -28,10 +28,10 @@ def every_inventory_url(inventory) -> list[str]:
     return urls
 
 
-def test_no_response_page_log_or_audit_record_holds_a_bmc_password(client_for, inventory, caplog, monkeypatch):
+def test_no_response_page_log_or_audit_record_holds_a_bmc_password(client_for, inventory, caplog, site_credentials):
     from appliance.inventory.models import BMC
 
-    assert BMC.objects.get(node=inventory.gpu_node).password == BMC_PASSWORD  # stored, and readable by code
+    assert BMC.objects.get(node=inventory.gpu_node).credential.secret == BMC_PASSWORD  # stored, readable by code
     caplog.set_level(logging.DEBUG)
     operator = client_for(Role.OPERATOR)
     seen = []
@@ -39,8 +39,7 @@ def test_no_response_page_log_or_audit_record_holds_a_bmc_password(client_for, i
         response = operator.get(url)
         assert response.status_code == 200, url
         seen.append(response.content.decode())
-    # A site import resolves a password from its reference: the value must not come back either.
-    monkeypatch.setenv("TEST_SITE_BMC_PASSWORD", SITE_BMC_PASSWORD)
+    # A site import names a credential whose secret is stored: the value must not come back either.
     for dry_run in ("true", "false"):
         response = operator.post(f"/api/inventory/site/import/?dry_run={dry_run}", VALID_SITE,
                                  content_type="application/yaml")
@@ -61,13 +60,13 @@ def test_no_response_page_log_or_audit_record_holds_a_bmc_password(client_for, i
     for text in seen:
         assert BMC_PASSWORD not in text
         assert SITE_BMC_PASSWORD not in text
-    # The imported BMC holds its password, so the search above had something to leak.
-    assert BMC.objects.get(node__name="up-gpu01").password == SITE_BMC_PASSWORD
+    # The imported BMC's credential holds its password, so the search above had something to leak.
+    assert BMC.objects.get(node__name="up-gpu01").credential.secret == SITE_BMC_PASSWORD
 
 
 def test_node_page_shows_no_password_not_even_masked(client_for, inventory):
     html = client_for(Role.ADMINISTRATOR).get(f"/inventory/nodes/{inventory.gpu_node.name}/").content.decode()
-    assert "env:GPU_01_BMC_PASSWORD" in html  # where it comes from is shown ...
+    assert "<code>sample-bmc</code>" in html  # the credential is named ...
     assert "*" * 4 not in html and "•" not in html  # ... but no mask, whose length would hint at it
 
 
@@ -82,7 +81,10 @@ def test_openapi_schema_validates(client_for):
                  "/api/inventory/site/validate/", "/api/accounts/users/", "/api/accounts/token/"]:
         assert path in paths, path
     bmc = spec["components"]["schemas"]["BMC"]["properties"]
-    assert "password" not in bmc and "password_ref" in bmc
+    assert "password" not in bmc and "secret" not in bmc and "credential" in bmc
+    # A credential's secret is part of a request, never of a response.
+    assert "secret" not in spec["components"]["schemas"]["Credential"]["properties"]
+    assert "secret" in spec["components"]["schemas"]["CredentialRequest"]["properties"]
     node_filters = {p["name"] for p in paths["/api/inventory/nodes/"]["get"]["parameters"]}
     assert {"appliance", "role", "state", "pool", "page", "search"} <= node_filters
 

@@ -40,9 +40,8 @@ def test_node_detail_nests_brief_gpus_ports_pool_and_a_bmc_without_password(view
     assert body["gpus"][7]["mig_mode"] == "enabled"
     assert [(p["device"], p["rate_gbps"], p["closest_gpu_index"]) for p in body["hca_ports"]][:2] == [
         ("mlx5_0", 400, 0), ("mlx5_1", 400, 1)]
-    assert body["bmc"] == {"url": "https://127.0.0.1:8001/redfish/v1/", "username": "root",
-                           "password_ref": "env:GPU_01_BMC_PASSWORD", "verify_tls": False, "ca_file": "",
-                           "system_id": ""}
+    assert body["bmc"] == {"url": "https://127.0.0.1:8001/redfish/v1/", "credential": "sample-bmc",
+                           "verify_tls": False, "system_id": ""}
     assert body["state"] == "new"
     assert body["allowed_transitions"] == ["maintenance", "provisioning", "retired"]
 

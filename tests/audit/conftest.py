@@ -24,6 +24,7 @@ def real_session(db, make_user, settings, tmp_path):
     inventory edits, a denied request, a logout."""
     from appliance.inventory.models import Appliance
     from appliance.inventory.services import import_site
+    from appliance.simulation.services import ensure_demo_credential
 
     admin = make_user("administrator", "alice")
     make_user("viewer", "victor")
@@ -35,7 +36,7 @@ def real_session(db, make_user, settings, tmp_path):
     settings.SIMULATION_DIR = settings.STATE_DIR / "simulation"
     (settings.SIMULATION_DIR / "ca").mkdir(parents=True)
     (settings.SIMULATION_DIR / "bmc-password").write_text(DEMO_BMC_PASSWORD + "\n")
-    (settings.SIMULATION_DIR / "ca" / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    ensure_demo_credential()
     import_site(Path(settings.DEMO_SITE).read_text(), "demo.yml")
 
     appliance = Appliance.objects.first()

@@ -8,6 +8,7 @@ import pytest
 from appliance.core.roles import Role
 from appliance.inventory.models import HCAPort, Node
 from appliance.inventory.services import import_site
+from appliance.simulation.services import ensure_demo_credential
 from tests.e2e.conftest import screenshot
 
 pytestmark = pytest.mark.e2e
@@ -20,7 +21,7 @@ def demo(settings, tmp_path, db):
     settings.KEYS_DIR = settings.STATE_DIR / "keys"
     (settings.SIMULATION_DIR / "ca").mkdir(parents=True)
     (settings.SIMULATION_DIR / "bmc-password").write_text("Demo-bmc-Pw-e2e-fabric\n")
-    (settings.SIMULATION_DIR / "ca" / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    ensure_demo_credential()
     appliance = import_site(Path(settings.DEMO_SITE).read_text(), "demo.yml").appliance
     for port in HCAPort.objects.select_related("hca__node"):
         port.state, port.physical_state, port.rate_gbps = "Active", "LinkUp", 400

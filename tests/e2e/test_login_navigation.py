@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from appliance.core.roles import CAPABILITIES, Role
 from appliance.portal.navigation import NAVIGATION
@@ -58,10 +59,17 @@ def test_auditor_is_refused_the_site_import_page(page, log_in):
     page.wait_for_url(re.compile(r"/$"))
     response = page.goto("/inventory/site/import/")
     assert response.status == 403
+    # The appliance's own 403 page, in the portal frame, keeping the reason.
+    assert page.get_by_test_id("error-message").inner_text() == "Your role does not allow this."
+    assert page.get_by_test_id("current-role").inner_text() == Role(Role.AUDITOR).label
 
 
 def test_node_list_with_data_filters_live_and_opens_a_node(page, log_in, transactional_db):
     build_sample_inventory()
+    # The portal works under its Content-Security-Policy: htmx swaps and styles, nothing refused.
+    refused = []
+    page.on("console", lambda message: refused.append(message.text)
+            if "Content Security Policy" in message.text else None)
     log_in(Role.OPERATOR)
     page.wait_for_url(re.compile(r"/$"))
     page.get_by_role("link", name="Nodes").click()
@@ -71,10 +79,10 @@ def test_node_list_with_data_filters_live_and_opens_a_node(page, log_in, transac
     screenshot(page, "node-list")
     page.select_option("select[name=role]", "storage")  # htmx swaps the table in place
     page.wait_for_url(re.compile(r"role=storage"))
-    page.wait_for_function("document.querySelectorAll('#node-table tbody tr').length === 1")
+    expect(page.locator("#node-table tbody tr")).to_have_count(1)
     assert page.locator("#node-table tbody tr").get_attribute("data-node") == "storage-01"
     page.select_option("select[name=role]", "")
-    page.wait_for_function("document.querySelectorAll('#node-table tbody tr').length === 3")
+    expect(page.locator("#node-table tbody tr")).to_have_count(3)
 
     page.get_by_role("link", name="gpu-01").click()
     page.wait_for_url(re.compile(r"/inventory/nodes/gpu-01/$"))
@@ -85,12 +93,14 @@ def test_node_list_with_data_filters_live_and_opens_a_node(page, log_in, transac
     page.click("button[data-transition=maintenance]")
     page.wait_for_url(re.compile(r"/inventory/nodes/gpu-01/$"))
     assert page.get_by_test_id("node-state").inner_text() == "Maintenance"
+    assert "script-src 'self';" in page.goto("/inventory/nodes/").headers["content-security-policy"]
+    assert page.evaluate("getComputedStyle(document.querySelector('.topbar')).display") == "flex"
+    assert refused == []
 
 
-def test_site_import_preview_then_confirm(page, log_in, tmp_path, monkeypatch):
-    from tests.api.sites import PASSWORD_VARIABLE, SITE_BMC_PASSWORD, VALID_SITE
+def test_site_import_preview_then_confirm(page, log_in, tmp_path, site_credentials):
+    from tests.api.sites import SITE_BMC_PASSWORD, VALID_SITE
 
-    monkeypatch.setenv(PASSWORD_VARIABLE, SITE_BMC_PASSWORD)  # the live server runs in this process
     site = tmp_path / "site-a.yml"
     site.write_text(VALID_SITE)
     log_in(Role.OPERATOR)

@@ -3,16 +3,23 @@ from pathlib import Path
 import pytest
 
 DEMO_PASSWORD = "Demo-bmc-Pw-7Kq2-plaintext"
+LAB_PASSWORD = "Lab-bmc-Pw-3xQ9-plaintext"
+LAB_ENDPOINTS = ["https://10.0.0.1", "https://10.0.0.2", "https://10.0.0.4", "https://bmc-n1"]
 
 
 @pytest.fixture
-def site_env(settings, tmp_path):
-    """A state directory holding what the simulation writes before the demo site is imported."""
+def site_env(settings, tmp_path, db):
+    """A state directory holding what the simulation writes before the demo site is imported, and the
+    credentials the test sites name: `demo-bmc` (made as the bootstrap makes it) and `lab-bmc`."""
+    from appliance.inventory import credentials
+    from appliance.simulation.services import ensure_demo_credential
+
     settings.STATE_DIR = tmp_path / "state"
     settings.SIMULATION_DIR = settings.STATE_DIR / "simulation"
     (settings.SIMULATION_DIR / "ca").mkdir(parents=True)
     (settings.SIMULATION_DIR / "bmc-password").write_text(DEMO_PASSWORD + "\n")
-    (settings.SIMULATION_DIR / "ca" / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    ensure_demo_credential()
+    credentials.create("lab-bmc", username="root", secret=LAB_PASSWORD, endpoints=LAB_ENDPOINTS)
     return settings
 
 

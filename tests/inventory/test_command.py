@@ -82,6 +82,15 @@ def test_exit_status_of_the_real_command(site_env, tmp_path):
     assert done.returncode == 1, done.stderr
     assert f"{broken}:3: nodes[0].platform: required field missing" in done.stderr
     assert f"{broken}:3: nodes[0].bmc: required field missing" in done.stderr
+    # The demo site names the credential demo-bmc: an Administrator creates it first (the secret on stdin).
+    endpoints = [f"--endpoint=https://127.0.0.1:{port}" for port in range(18441, 18448)]
+    for command, stdin in ((["migrate", "-v0"], ""),
+                           (["credential", "create", "demo-bmc", "--username", "admin", "--secret-file", "-", *endpoints],
+                            "Cli-secret-9\n")):
+        done = subprocess.run([sys.executable, str(manage), *command], input=stdin,
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+    assert "Cli-secret-9" not in done.stdout + done.stderr
     done = subprocess.run([sys.executable, str(manage), "site", "validate", str(site_env.DEMO_SITE)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

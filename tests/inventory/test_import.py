@@ -4,7 +4,7 @@ import pytest
 from django.db import connection
 
 from appliance.audit.models import AuditRecord
-from appliance.inventory import services
+from appliance.inventory import credentials, services
 from appliance.inventory.models import (
     BMC,
     GPU,
@@ -19,7 +19,7 @@ from appliance.inventory.models import (
     PoolMembership,
     Switch,
 )
-from appliance.inventory.services import bmc_password, import_site
+from appliance.inventory.services import import_site
 from appliance.inventory.sitedef import SiteValidationError
 from appliance.inventory.states import NodeState
 
@@ -66,9 +66,8 @@ def test_import_creates_the_whole_demo_appliance(demo_text, site_env):
     assert nodes["stor01"].platform.slug == "storage-server" and nodes["mgmt01"].role == "management"
 
     bmc = gpu01.bmc
-    assert (bmc.url, bmc.username, bmc.verify_tls) == ("https://127.0.0.1:18441", "admin", True)
-    assert bmc.ca_file == str(site_env.SIMULATION_DIR / "ca" / "ca.pem")
-    assert bmc.password_ref == "file:${APPLIANCE_STATE_DIR}/simulation/bmc-password"
+    assert (bmc.url, bmc.credential.name, bmc.verify_tls) == ("https://127.0.0.1:18441", "demo-bmc", True)
+    assert (bmc.credential.username, bmc.credential.ca_file) == ("admin", str(site_env.SIMULATION_DIR / "ca" / "ca.pem"))
     assert [n.bmc.url for n in Node.objects.order_by("management_address")][:1]  # every node has its BMC
     assert BMC.objects.count() == 7
 
@@ -180,7 +179,8 @@ def test_removed_provisioned_node_is_retired_and_can_come_back(demo_text, site_e
     assert node.gpus.get(index=0).uuid == "GPU-kept-after-retire"
     assert import_site(without_gpu04(demo_text), "demo.yml").changes == []
 
-    # A replacement server takes the retired node's address.
+    # A replacement server takes the retired node's address (its BMC bound to the credential first).
+    credentials.bind("demo-bmc", ["https://127.0.0.1:18448"])
     replacement = without_gpu04(demo_text).replace("  - name: stor01", GPU04.replace("gpu04", "gpu05").replace(
         "18444", "18448") + "  - name: stor01")
     import_site(replacement, "demo.yml")
@@ -236,36 +236,24 @@ def test_swapping_addresses_between_nodes(demo_text, site_env):
 def test_bmc_password_is_encrypted_at_rest_and_never_recorded(demo_text, site_env):
     import_site(demo_text, "demo.yml")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT password FROM inventory_bmc")
+        cursor.execute("SELECT secret FROM inventory_credential WHERE name = 'demo-bmc'")
         stored = [row[0] for row in cursor.fetchall()]
-    assert len(stored) == 7
-    assert all(value.startswith("enc:v1:") and DEMO_PASSWORD not in value for value in stored)
-    bmc = BMC.objects.get(node__name="gpu01")
-    assert bmc.password == DEMO_PASSWORD and bmc_password(bmc) == DEMO_PASSWORD
+    assert len(stored) == 1
+    assert stored[0].startswith("enc:v1:") and DEMO_PASSWORD not in stored[0]
+    assert BMC.objects.get(node__name="gpu01").credential.secret == DEMO_PASSWORD
     for record in AuditRecord.objects.all():
         assert DEMO_PASSWORD not in str(record.details)
 
 
-def test_changed_password_is_an_update_shown_masked(demo_text, site_env):
+def test_a_new_secret_is_a_credential_change_not_a_site_change(demo_text, site_env):
     result = import_site(demo_text, "demo.yml")
     assert DEMO_PASSWORD not in "\n".join(str(c) + str(c.fields) for c in result.changes)
-    (site_env.SIMULATION_DIR / "bmc-password").write_text("Rotated-pw-2\n")
-    result = import_site(demo_text, "demo.yml")
-    assert {(c.model, c.action) for c in result.changes} == {("bmc", "update")} and len(result.changes) == 7
-    assert result.changes[0].fields == {"password": ["********", "******** (changed)"]}
-    assert "Rotated-pw-2" not in "\n".join(str(c) for c in result.changes)
-    assert bmc_password(BMC.objects.get(node__name="stor02")) == "Rotated-pw-2"
-
-
-def test_bmc_password_falls_back_to_the_reference(site_env, monkeypatch):
-    monkeypatch.setenv("SITE_TEST_BMC_PASSWORD", "from-the-environment")
-    appliance = Appliance.objects.create(name="lab")
-    node = Node.objects.create(appliance=appliance, name="n1", role="login", management_address="10.0.0.1")
-    bmc = BMC.objects.create(node=node, url="https://10.0.0.2", username="root", password_ref="env:SITE_TEST_BMC_PASSWORD")
-    assert bmc_password(bmc) == "from-the-environment"
-    bmc.password_ref = ""
-    with pytest.raises(ValueError, match="no password and no credential reference"):
-        bmc_password(bmc)
+    records = AuditRecord.objects.count()
+    credentials.update("demo-bmc", secret="Rotated-pw-2")
+    update = AuditRecord.objects.get(sequence__gt=records, event="inventory.credential.update")
+    assert update.details == {"changes": {"secret": "[redacted]"}}
+    assert import_site(demo_text, "demo.yml").changes == []
+    assert BMC.objects.get(node__name="stor02").credential.secret == "Rotated-pw-2"
 
 
 def test_import_records_one_site_event_with_counts(demo_text, site_env):

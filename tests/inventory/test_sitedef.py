@@ -12,7 +12,7 @@ BROKEN = """\
 appliance: {name: lab}
 simulation: yes
 defaults:
-  bmc: {username: admin, password: {file: "${APPLIANCE_STATE_DIR}/simulation/bmc-password"}}
+  bmc: {credential: lab-bmc}
 networks:
   - {name: mgmt, kind: management, cidr: 192.168.0.0/24}
   - {name: ib0, kind: ipoib, cidr: 10.10.0.1/16, pkey: "0x7fff"}
@@ -68,9 +68,7 @@ def test_demo_site_is_valid(demo_text, site_env):
     assert site.name == "demo" and site.simulation is True
     assert [n.name for n in site.nodes] == ["gpu01", "gpu02", "gpu03", "gpu04", "stor01", "stor02", "mgmt01"]
     assert [n.bmc.url for n in site.nodes] == [f"https://127.0.0.1:{port}" for port in range(18441, 18448)]
-    assert {n.bmc.username for n in site.nodes} == {"admin"}
-    assert site.nodes[0].bmc.ca_file == str(site_env.SIMULATION_DIR / "ca" / "ca.pem")
-    assert site.nodes[0].bmc.password.reference == "file:${APPLIANCE_STATE_DIR}/simulation/bmc-password"
+    assert {(n.bmc.credential, n.bmc.verify_tls) for n in site.nodes} == {("demo-bmc", True)}
     assert site.fabric == {"subnet_manager": {"kind": "opensm", "node": "mgmt01", "priority": 15}}
     ib0 = next(n for n in site.networks if n.name == "ib0")
     assert (ib0.cidr, ib0.pkey, ib0.mtu) == ("10.10.0.0/16", "0x7fff", 4092)
@@ -98,10 +96,9 @@ def test_every_error_is_reported_at_once_with_line_and_path(site_env):
         (line_of(BROKEN, "192.168.0.300"), "nodes[2].management_address"): "is not an IP address",
         (line_of(BROKEN, "colour: red"), "nodes[2].colour"): "unknown key",
         (line_of(BROKEN, "url: not-a-url"), "nodes[2].bmc.url"): "not a URL",
-        (line_of(BROKEN, "password: hunter2"), "nodes[2].bmc.password"): "inline passwords are not allowed",
+        (line_of(BROKEN, "password: hunter2"), "nodes[2].bmc.password"): "a site definition holds no password",
         (line_of(BROKEN, "10.99.0.4"), "nodes[3].management_address"): "outside the management network",
-        (line_of(BROKEN, "SITE_TEST_UNSET_VARIABLE"), "nodes[3].bmc.password.env"):
-            "environment variable SITE_TEST_UNSET_VARIABLE is not set",
+        (line_of(BROKEN, "SITE_TEST_UNSET_VARIABLE"), "nodes[3].bmc.password"): "a site definition holds no password",
         (line_of(BROKEN, "name: inference"), "pools[1].nodes[0]"): "already in pool training",
         (line_of(BROKEN, "name: inference"), "pools[1].nodes[1]"): "unknown node 'gpu09'",
     }
@@ -131,16 +128,15 @@ def test_duplicate_yaml_keys_are_an_error(site_env):
     assert errors[0].line == 3 and "duplicate key" in errors[0].message
 
 
-def test_missing_credential_file_names_the_file(site_env):
-    (site_env.SIMULATION_DIR / "bmc-password").unlink()
-    text = (site_env.DEMO_SITE).read_text()
+def test_unknown_credential_is_named_once(site_env):
+    text = (site_env.DEMO_SITE).read_text().replace("credential: demo-bmc", "credential: nobody-made-it")
     errors = errors_of(text, "demo.yml")
-    assert len(errors) == 1
-    assert errors[0].path == "defaults.bmc.password.file"
-    assert f"credential file {site_env.SIMULATION_DIR / 'bmc-password'} does not exist" == errors[0].message
+    assert [(e.path, e.message) for e in errors] == [
+        ("defaults.bmc.credential", "unknown credential 'nobody-made-it' (an Administrator creates it: "
+                                    "manage.py credential create)")]
 
 
-def test_missing_ca_file_and_required_fields(site_env):
+def test_retired_bmc_keys_and_required_credential(site_env):
     text = """\
 appliance: {name: lab}
 nodes:
@@ -152,26 +148,27 @@ nodes:
 """
     errors = {(e.path, e.line): e.message for e in errors_of(text)}
     assert errors == {
-        ("nodes[0].bmc.password", 7): "required field missing (give it here or in defaults.bmc)",
-        ("nodes[0].bmc.ca_file", 7): "file /nonexistent/ca.pem does not exist",
+        ("nodes[0].bmc.credential", 7): "required field missing (give it here or in defaults.bmc)",
+        ("nodes[0].bmc.username", 7): "the BMC user name belongs to the credential (manage.py credential create "
+                                      "NAME --username USER); name the credential here (credential: NAME)",
+        ("nodes[0].bmc.ca_file", 7): "the CA that verifies a BMC's certificate belongs to its credential "
+                                     "(manage.py credential create NAME --ca-file FILE); remove it here",
     }
 
 
-def test_environment_credential_is_accepted(site_env, monkeypatch):
-    monkeypatch.setenv("SITE_TEST_BMC_PASSWORD", "from-env")
+def test_a_node_names_its_credential_and_may_turn_tls_off_on_a_simulated_site(site_env):
     text = """\
 appliance: {name: lab}
+simulation: true
 nodes:
   - name: n1
     role: storage
     platform: storage-server
     management_address: 10.0.0.1
-    bmc: {url: "https://bmc-n1", username: root, password: {env: SITE_TEST_BMC_PASSWORD}, verify_tls: false}
+    bmc: {url: "https://bmc-n1", credential: lab-bmc, verify_tls: false}
 """
     site = validate_site(text, "lab.yml")
-    assert site.nodes[0].bmc.password.reference == "env:SITE_TEST_BMC_PASSWORD"
-    assert site.nodes[0].bmc.password.read() == "from-env"
-    assert site.nodes[0].bmc.verify_tls is False
+    assert (site.nodes[0].bmc.credential, site.nodes[0].bmc.verify_tls) == ("lab-bmc", False)
 
 
 def test_pool_and_fabric_cross_checks(site_env, demo_text):
@@ -215,7 +212,7 @@ def test_broken_platform_file_reports_its_own_lines(settings, tmp_path, site_env
     settings.FIRMWARE_DIR = tmp_path / "firmware"
     text = """\
 appliance: {name: lab}
-defaults: {bmc: {username: root, password: {file: "${APPLIANCE_STATE_DIR}/simulation/bmc-password"}}}
+defaults: {bmc: {credential: lab-bmc}}
 nodes:
   - {name: n1, role: login, platform: odd-box, management_address: 10.0.0.1, bmc: {url: "https://10.0.0.2"}}
 """

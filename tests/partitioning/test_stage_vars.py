@@ -12,17 +12,14 @@ from appliance.audit.models import AuditRecord
 from appliance.inventory.models import Appliance
 from appliance.inventory.services import import_site
 from appliance.partitioning.renderers import site_view, stage_vars
+from appliance.simulation.services import ensure_demo_credential
 
 
 @pytest.fixture
 def demo(db, tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "KEYS_DIR", tmp_path / "keys")
-    # The demo site names the simulation's BMC credential files; the import only checks they exist.
-    simulation = settings.STATE_DIR / "simulation"
-    for path, text in ((simulation / "bmc-password", "not-used-here\n"), (simulation / "ca" / "ca.pem", "")):
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+    # The demo site names the credential demo-bmc, which the bootstrap creates before importing it.
+    ensure_demo_credential()
     import_site(settings.DEMO_SITE.read_text(), str(settings.DEMO_SITE))
     return Appliance.objects.get(name="demo")
 

@@ -138,7 +138,7 @@ class SimulatedAppliance:
 
 @pytest.fixture(scope="module")
 def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
-    from appliance.inventory.models import BMC, Appliance, Node, Platform
+    from appliance.inventory.models import BMC, Appliance, Credential, Node, Platform
     from appliance.inventory.platforms import load_platform
     from appliance.simulation import services
 
@@ -158,8 +158,9 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
             password = (simulation_dir / "bmc-password").read_text().strip()
             bmc_url = f"https://127.0.0.1:{free_port()}"
             ca_file = str(simulation_dir / "ca" / "ca.pem")
-            BMC.objects.create(node=node, url=bmc_url, username="admin", password=password, verify_tls=True,
-                               ca_file=ca_file)
+            credential = Credential.objects.create(name="pbtest-bmc", username="admin", secret=password,
+                                                   endpoints=[f"{bmc_url}"], ca_file=ca_file)
+            BMC.objects.create(node=node, url=bmc_url, credential=credential, verify_tls=True)
             services.prepare_appliance(appliance)
             services.start_bmcs(appliance)
             try:

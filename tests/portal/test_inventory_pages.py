@@ -51,7 +51,7 @@ def test_node_detail_shows_gpus_ports_bmc_and_pool(client_for, inventory):
     assert "GPU-gpu-01-0007-5f3a-9c1e" in html and "NVIDIA H100 80GB HBM3" in html and "81559 MiB" in html
     assert html.count('class="state state-mig-enabled"') == 2
     assert "mlx5_7" in html and "400 Gb/s" in html and "GPU 7" in html and "Active" in html
-    assert "https://127.0.0.1:8001/redfish/v1/" in html and ">root<" in html
+    assert "https://127.0.0.1:8001/redfish/v1/" in html and "<code>sample-bmc</code> (user root)" in html
     assert 'TLS verification</th><td><span class="state state-failed">off</span>' in html
     assert 'data-testid="node-pool">training <span class="muted">(training: slurm, exclusive GPUs)' in html
 

@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from appliance.inventory.models import BMC, Appliance, Node, Platform
+from appliance.inventory.models import BMC, Appliance, Credential, Node, Platform
 from tests.provisioning import catalogue as test_catalogue
 
 BMC_PASSWORD = "s3cret-Bmc-Pa55word"
@@ -46,6 +46,8 @@ def appliance(db, platform, tmp_path):
         node = Node.objects.create(appliance=appliance, name=name, role=role,
                                    platform=platform if role == "gpu" else None,
                                    management_address=f"192.168.50.{index}", sysroot=str(sysroot))
-        BMC.objects.create(node=node, url=f"https://127.0.0.1:{18500 + index}", username="admin",
-                           password=BMC_PASSWORD, verify_tls=False)
+        credential, _ = Credential.objects.get_or_create(name="lab-bmc", defaults={
+            "username": "admin", "secret": BMC_PASSWORD,
+            "endpoints": [f"https://127.0.0.1:{18500 + n}" for n in (1, 2, 3)]})
+        BMC.objects.create(node=node, url=f"https://127.0.0.1:{18500 + index}", credential=credential)
     return appliance

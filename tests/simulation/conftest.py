@@ -4,7 +4,8 @@ import subprocess
 
 import pytest
 
-from appliance.inventory.models import BMC, Appliance, Node, Platform
+from appliance.inventory.endpoints import endpoint_of
+from appliance.inventory.models import BMC, Appliance, Credential, Node, Platform
 from appliance.inventory.platforms import load_platform
 
 
@@ -25,6 +26,16 @@ def sim_settings(settings, tmp_path):
 
 @pytest.fixture
 def make_appliance(db, sim_settings):
+    def sim_credential(url: str) -> Credential:
+        """The simulation's BMC login (its password and CA), bound to one more emulator."""
+        from appliance.simulation import bmc
+
+        credential, _ = Credential.objects.get_or_create(name="sim-bmc", defaults={
+            "username": bmc.USERNAME, "secret": bmc.password(), "ca_file": str(bmc.ca_path())})
+        credential.endpoints = [*credential.endpoints, endpoint_of(url)]
+        credential.save()
+        return credential
+
     def make(nodes=(("gpu01", "hgx-h100-8gpu"),), name="sim"):
         appliance = Appliance.objects.create(name=name, simulated=True)
         created = []
@@ -35,9 +46,8 @@ def make_appliance(db, sim_settings):
                 appliance=appliance, name=node_name, role=spec.spec.get("role", "gpu"), platform=platform,
                 management_address=f"10.99.0.{position + 10}",
                 sysroot=str(sim_settings.SIMULATION_DIR / "nodes" / node_name))
-            BMC.objects.create(node=node, url=f"https://127.0.0.1:{free_port()}", username="admin",
-                               password_ref=f"file:{sim_settings.SIMULATION_DIR / 'bmc-password'}",
-                               ca_file=str(sim_settings.SIMULATION_DIR / "ca" / "ca.pem"))
+            url = f"https://127.0.0.1:{free_port()}"
+            BMC.objects.create(node=node, url=url, credential=sim_credential(url))
             created.append(node)
         return appliance, created
 

@@ -59,7 +59,8 @@ class Command(BaseCommand):
         if demo:
             from appliance.simulation import services as simulation
 
-            simulation.ensure_credentials()
+            # The Administrator's first run: the simulation's BMC login, as the credential demo.yml names.
+            simulation.ensure_demo_credential()
         appliance = self._import_site(site_path)
 
         stopped = services.watchdog()

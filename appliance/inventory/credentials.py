@@ -1,0 +1,216 @@
+"""Credentials: the BMC logins Administrators keep, and the one place a secret is handed to a run.
+
+A credential is created, changed, rebound and deleted only by an Administrator (the API checks the
+`credentials.manage` capability; the management command is the Administrator's shell, like every
+other command). Each change is a `inventory.credential.*` audit record, the secret redacted.
+
+`login_for_run` is the gate: a BMC's user name and password are handed out only for a BMC whose URL
+is one of the endpoints its credential is bound to, over https with TLS verified unless the appliance
+is simulated. It does not trust the inventory: a BMC row changed behind the site import is refused too.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from django.db import transaction
+from django.db.models import ProtectedError
+
+from appliance.core import context
+from appliance.core.roles import can
+
+from .endpoints import endpoint_of
+from .models import BMC, Credential
+from .sitedef import NAME, NAME_WHAT
+
+MAX_SECRET_LENGTH = 1024
+
+
+class CredentialError(ValueError):
+    """A request about a credential that cannot be done; `field` names the offending input."""
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.field = field
+
+
+class CredentialRefused(RuntimeError):
+    """A BMC's credential may not be handed to a run (unbound endpoint, TLS off on a real appliance...)."""
+
+
+def may_manage(user=None) -> bool:
+    """Whether the actor may manage credentials and change BMC bindings: a user with
+    `credentials.manage`, or, with no user, the appliance's own command line (its shell is the
+    Administrator's: every management command acts without a role, the keys are its files)."""
+    if user is not None:
+        return can(user, "credentials.manage")
+    return context.current().channel in ("cli", "system")
+
+
+# --------------------------------------------------------------------------------------------------
+# Checked inputs
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise CredentialError(f"{name!r} is not {NAME_WHAT}", "name")
+    return name
+
+
+def check_secret(secret: str) -> str:
+    if not isinstance(secret, str) or not secret:
+        raise CredentialError("the secret is empty", "secret")
+    if len(secret) > MAX_SECRET_LENGTH:
+        raise CredentialError(f"the secret is longer than {MAX_SECRET_LENGTH} characters", "secret")
+    if any(ord(c) < 32 or ord(c) == 127 for c in secret):
+        raise CredentialError("the secret holds a control character (a line break?)", "secret")
+    return secret
+
+
+def check_username(username: str) -> str:
+    if not isinstance(username, str) or not username.strip():
+        raise CredentialError("the user name is empty", "username")
+    username = username.strip()
+    if len(username) > 100 or any(ord(c) < 32 or ord(c) == 127 or c == ":" for c in username):
+        raise CredentialError(f"{username!r} is not a user name (at most 100 characters, no ':' or control "
+                              "characters)", "username")
+    return username
+
+
+def check_endpoint(value: str) -> str:
+    try:
+        return endpoint_of(value)
+    except ValueError as exc:
+        raise CredentialError(str(exc), "endpoints") from None
+
+
+def check_ca_file(path: str) -> str:
+    """An absolute path to a PEM file holding at least one certificate (given by an Administrator)."""
+    if not path:
+        return ""
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        raise CredentialError(f"{path!r} is not an absolute path", "ca_file")
+    try:
+        x509.load_pem_x509_certificates(candidate.read_bytes())
+    except OSError as exc:
+        raise CredentialError(f"{path}: {exc.strerror}", "ca_file") from None
+    except ValueError:
+        raise CredentialError(f"{path} holds no PEM certificate", "ca_file") from None
+    return str(candidate)
+
+
+# --------------------------------------------------------------------------------------------------
+# Changes (each saved through AuditedModel: one audit record, the secret redacted)
+
+
+def get(name: str) -> Credential:
+    credential = Credential.objects.filter(name=name).first()
+    if credential is None:
+        raise CredentialError(f"no credential named {name!r}", "name")
+    return credential
+
+
+@transaction.atomic
+def create(name: str, *, username: str, secret: str, endpoints: list[str] = (), description: str = "",
+           ca_file: str = "") -> Credential:
+    name = check_name(name)
+    if Credential.objects.filter(name=name).exists():
+        raise CredentialError(f"a credential named {name!r} exists already", "name")
+    bound = []
+    for value in endpoints:
+        endpoint = check_endpoint(value)
+        if endpoint not in bound:
+            bound.append(endpoint)
+    credential = Credential(name=name, kind=Credential.Kind.BMC, username=check_username(username),
+                            secret=check_secret(secret), endpoints=bound, description=description.strip(),
+                            ca_file=check_ca_file(ca_file))
+    credential.save()
+    return credential
+
+
+@transaction.atomic
+def update(name: str, *, username: str | None = None, secret: str | None = None, description: str | None = None,
+           ca_file: str | None = None, endpoints: list[str] | None = None) -> Credential:
+    """Change the given fields (None: keep); `endpoints` replaces the whole binding."""
+    credential = Credential.objects.select_for_update().filter(name=name).first()
+    if credential is None:
+        raise CredentialError(f"no credential named {name!r}", "name")
+    if username is not None:
+        credential.username = check_username(username)
+    if secret is not None:
+        credential.secret = check_secret(secret)
+    if description is not None:
+        credential.description = description.strip()
+    if ca_file is not None:
+        credential.ca_file = check_ca_file(ca_file)
+    if endpoints is not None:
+        bound = []
+        for value in endpoints:
+            endpoint = check_endpoint(value)
+            if endpoint not in bound:
+                bound.append(endpoint)
+        credential.endpoints = bound
+    credential.save()
+    return credential
+
+
+def bind(name: str, endpoints: list[str]) -> Credential:
+    credential = get(name)
+    added = [check_endpoint(value) for value in endpoints]
+    return update(name, endpoints=[*credential.endpoints, *[e for e in added if e not in credential.endpoints]])
+
+
+def unbind(name: str, endpoints: list[str]) -> Credential:
+    credential = get(name)
+    removed = {check_endpoint(value) for value in endpoints}
+    missing = sorted(removed - set(credential.endpoints))
+    if missing:
+        raise CredentialError(f"credential {name} is not bound to {', '.join(missing)}", "endpoints")
+    return update(name, endpoints=[e for e in credential.endpoints if e not in removed])
+
+
+@transaction.atomic
+def delete(name: str) -> None:
+    credential = get(name)
+    try:
+        credential.delete()
+    except ProtectedError:
+        users = sorted(BMC.objects.filter(credential=credential).values_list("node__name", flat=True))
+        raise CredentialError(f"credential {name} is used by the BMC of {', '.join(users)}: change the site "
+                              "definition first", "name") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Handing a secret to a run
+
+
+@dataclass(frozen=True)
+class BMCLogin:
+    username: str
+    password: str
+    ca_file: str
+
+
+def login_for_run(bmc: BMC) -> BMCLogin:
+    """The login of a BMC for a run, refused unless the BMC's endpoint is one its credential is bound to."""
+    node = bmc.node
+    credential = bmc.credential
+    try:
+        endpoint = endpoint_of(bmc.url)
+    except ValueError:
+        raise CredentialRefused(f"the BMC URL of {node.name} ({bmc.url!r}) names no endpoint") from None
+    if endpoint not in credential.endpoints:
+        raise CredentialRefused(f"credential {credential.name} is not bound to {endpoint}, the BMC of "
+                                f"{node.name}: it is not sent there (an Administrator binds it: "
+                                f"manage.py credential bind {credential.name} {endpoint})")
+    if not node.appliance.simulated:
+        if not endpoint.startswith("https://"):
+            raise CredentialRefused(f"the BMC of {node.name} is not reached over https: its credential is not sent")
+        if not bmc.verify_tls:
+            raise CredentialRefused(f"TLS verification of the BMC of {node.name} is off on a real appliance: "
+                                    "its credential is not sent")
+    if not credential.secret:
+        raise CredentialRefused(f"credential {credential.name} has no secret (an Administrator sets it: "
+                                f"manage.py credential set-secret {credential.name})")
+    return BMCLogin(credential.username, credential.secret, credential.ca_file)
