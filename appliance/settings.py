@@ -91,6 +91,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "appliance.core.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "appliance.core.middleware.RequestContextMiddleware",
     "appliance.audit.capture.requests.AuditRequestMiddleware",

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from appliance.core import views as core_views
 from appliance.core.views import health
@@ -11,8 +11,9 @@ api_patterns = [
     path("audit/", include("appliance.audit.api_urls")),
     path("provisioning/", include("appliance.provisioning.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("schema/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="schema-docs"),
-    path("schema/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="schema-redoc"),
+    # The split view serves Swagger UI's start script as a file: the Content-Security-Policy forbids inline scripts.
+    path("schema/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="schema-docs"),
+    path("schema/redoc/", core_views.ApiReferenceView.as_view(url_name="schema"), name="schema-redoc"),
 ]
 
 urlpatterns = [

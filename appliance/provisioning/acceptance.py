@@ -131,8 +131,10 @@ def report_dict(report: Report) -> dict:
     }
 
 
-def export(report: Report, form: str) -> tuple[str, str, str]:
-    """(content, content type, file name) of the report in `form`, after recording the export."""
+def export(report: Report, form: str, style_nonce: str = "") -> tuple[str, str, str]:
+    """(content, content type, file name) of the report in `form`, after recording the export.
+    The HTML page keeps its style inline (it is a standalone file); served by the appliance, the
+    style carries the request's Content-Security-Policy nonce."""
     if form not in FORMATS:
         raise ReportRefused(f"format: {form!r} is not one of {', '.join(FORMATS)}")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
@@ -141,7 +143,7 @@ def export(report: Report, form: str) -> tuple[str, str, str]:
         content, content_type = json.dumps(report_dict(report), indent=2, default=str), "application/json"
     else:
         content = render_to_string("provisioning/acceptance_export.html",
-                                   {"report": report, "generated": timezone.now()})
+                                   {"report": report, "generated": timezone.now(), "style_nonce": style_nonce})
         content_type = "text/html; charset=utf-8"
     target = {"target": report.appliance} if report.appliance else {"target_type": "appliance", "target_name": "none"}
     audit.record("provisioning.acceptance.export", **target, details={

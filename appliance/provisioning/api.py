@@ -188,7 +188,7 @@ class AcceptanceReportAPIView(APIView):
             report = acceptance.latest_report(request.query_params.get("appliance") or None,
                                               request.query_params.get("node", ""),
                                               request.query_params.get("result", ""))
-            content, content_type, name = acceptance.export(report, self.form)
+            content, content_type, name = acceptance.export(report, self.form, style_nonce=request.csp_nonce)
         except acceptance.ReportRefused as exc:
             return error_response(400, "invalid", str(exc), request)
         if self.form == "json":

@@ -179,7 +179,7 @@ class AcceptanceExportView(CapabilityMixin, View):
     def get(self, request, form):
         try:
             report = acceptance.latest_report(**_report_filters(request))
-            content, content_type, name = acceptance.export(report, form)
+            content, content_type, name = acceptance.export(report, form, style_nonce=request.csp_nonce)
         except acceptance.ReportRefused as exc:
             messages.error(request, str(exc))
             return redirect("provisioning:acceptance")

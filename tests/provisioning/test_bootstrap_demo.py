@@ -130,6 +130,8 @@ def test_bootstrap_the_demo_appliance(demo):
     assert "Administrator 'admin' created. Password: " in first.stdout
     assert str(fresh_state / "keys" / "admin-password") in first.stdout
     assert "http://127.0.0.1:8000/provisioning/" in first.stdout
+    # Installing collected the portal's static files: a production server (DEBUG off) serves them from there.
+    assert (fresh_state / "static" / "css" / "appliance.css").is_file()
     for stage in ("firmware", "os", "gpu", "fabric", "gpudirect", "storage", "workloads", "acceptance"):
         assert any(line.strip().startswith(f"{stage} ") and " ok · " in line for line in first.stdout.splitlines()), stage
 

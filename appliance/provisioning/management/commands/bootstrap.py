@@ -52,6 +52,9 @@ class Command(BaseCommand):
         say = self.console.print
         call_command("migrate", interactive=False, verbosity=0)
         say("[bold]Database[/bold] ready.")
+        # Installing collects the portal's styles and scripts into STATIC_ROOT, where a production
+        # server (DEBUG off, APPLIANCE_ENV=production) serves them from (whitenoise).
+        call_command("collectstatic", interactive=False, verbosity=0)
         self._administrator()
 
         site_path = Path(site).resolve() if site else Path(settings.DEMO_SITE)
