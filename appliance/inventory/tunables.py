@@ -141,7 +141,7 @@ MOUNT_OPTIONS: dict[str, dict[str, Value]] = {
         "checksum", "nochecksum", "acl", "noacl")}},
     "nfs-rdma": {
         **COMMON_MOUNT_OPTIONS,
-        "proto": choice("rdma", "rdma6"),
+        "proto": choice("rdma"),
         "port": PORT,
         "nconnect": integer(1, 16),
         "max_connect": integer(1, 16),

@@ -94,7 +94,7 @@ def storage_vars(appliance) -> dict:
             "name": fs.name, "type": fs.type, "fstype": storage.mount_type(fs), "source": storage.mount_source(fs),
             "mount_point": fs.mount_point, "options": storage.mount_options(fs),
             "unit_name": storage.unit_name_for_path(fs.mount_point), "unit": storage.render_mount_unit(fs),
-            "tunables_unit_name": f"lustre-tunables-{fs.name}.service" if storage.lctl_tunables(fs) else "",
+            "tunables_unit_name": storage.tunables_unit_name(fs) if storage.lctl_tunables(fs) else "",
             "tunables_unit": storage.render_lustre_tunables_unit(fs) or "",
             "beegfs_conf_path": storage.beegfs_client_conf_path(fs) if fs.type == "beegfs" else "",
             "beegfs_conf": storage.render_beegfs_client_conf(fs) if fs.type == "beegfs" else "",

@@ -6,6 +6,9 @@ Mounts are systemd mount units rather than fstab lines so that their ordering ag
 
 from __future__ import annotations
 
+from appliance.inventory import sitevalues, tunables
+
+from . import quoting
 from .fabric import ipoib_interface
 from .site import FilesystemView, RenderError, SiteView
 
@@ -14,25 +17,32 @@ NFS_RDMA_PORT = 20049
 DEFAULT_NCONNECT = 8
 # Kernel-module parameters live in modprobe options, everything else is an lctl parameter.
 MODULE_TUNABLE_PREFIXES = ("lnet.", "ko2iblnd.")
-_UNIT_SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
 
 
 def unit_name_for_path(path: str, suffix: str = "mount") -> str:
     """systemd-escape --path: /mnt/lustre-a -> mnt-lustre\\x2da.mount (systemd requires this exact name)."""
-    if not path.startswith("/"):
-        raise RenderError(f"mount point {path!r} is not an absolute path")
-    trimmed = "/".join(part for part in path.split("/") if part)
-    if not trimmed:
-        return f"-.{suffix}"
-    escaped = []
-    for position, char in enumerate(trimmed):
-        if char == "/":
-            escaped.append("-")
-        elif char in _UNIT_SAFE and not (char == "." and position == 0):
-            escaped.append(char)
-        else:
-            escaped.append("".join(f"\\x{byte:02x}" for byte in char.encode()))
-    return "".join(escaped) + f".{suffix}"
+    return sitevalues.mount_unit_name(checked_mount_point(path), suffix)
+
+
+def checked_mount_point(path: str, where: str = "mount point") -> str:
+    """The mount point, refused (RenderError) unless a normalized absolute path outside the system
+    directories: the storage stage creates it as root on every client."""
+    problem = sitevalues.mount_point_problem(path)
+    if problem:
+        raise RenderError(f"{where}: {problem}")
+    return path
+
+
+def checked_filesystem(fs: FilesystemView) -> FilesystemView:
+    """`fs` with its source, mount point, options and tunables checked again as the site parser checks them."""
+    where = f"filesystems {fs.name}"
+    checked_mount_point(fs.mount_point, f"{where}: mount_point")
+    for problem in [sitevalues.source_problem(fs.type, fs.source)] + [
+            tunables.mount_option_problem(fs.type, option) for option in fs.options] + [
+            tunables.tunable_problem(fs.type, key, value) for key, value in fs.tunables.items()]:
+        if problem:
+            raise RenderError(f"{where}: {problem}")
+    return fs
 
 
 def lnet_network(site: SiteView) -> str:
@@ -56,13 +66,13 @@ def storage_network(site: SiteView):
 
 def render_lnet_conf(site: SiteView) -> str:
     interface = ipoib_interface(site, storage_network(site))
-    options = [f'networks="{lnet_network(site)}({interface})"']
-    module_options = _module_tunables(site, "lnet.")
-    options += [f"{k}={v}" for k, v in module_options.items()]
+    options = [quoting.modprobe_option("networks", f"{lnet_network(site)}({interface})", "settings.storage.lnet_network",
+                                       quoted=True)]
+    options += [quoting.modprobe_option(k, v, f"tunables.lnet.{k}") for k, v in _module_tunables(site, "lnet.").items()]
     text = HEADER + f"options lnet {' '.join(options)}\n"
     o2ib = _module_tunables(site, "ko2iblnd.")
     if o2ib:
-        text += f"options ko2iblnd {' '.join(f'{k}={v}' for k, v in o2ib.items())}\n"
+        text += f"options ko2iblnd {' '.join(quoting.modprobe_option(k, v, f'tunables.ko2iblnd.{k}') for k, v in o2ib.items())}\n"
     return text
 
 
@@ -71,7 +81,7 @@ def _module_tunables(site: SiteView, prefix: str) -> dict:
     for fs in site.filesystems:
         if fs.type != "lustre":
             continue
-        for key, value in fs.tunables.items():
+        for key, value in checked_filesystem(fs).tunables.items():
             if key.startswith(prefix):
                 name = key[len(prefix):]
                 if name in merged and merged[name] != value:
@@ -86,7 +96,11 @@ def lctl_tunables(fs: FilesystemView) -> dict:
 
 
 def beegfs_client_conf_path(fs: FilesystemView) -> str:
-    return f"/etc/beegfs/beegfs-client-{fs.name}.conf"
+    return f"/etc/beegfs/beegfs-client-{quoting.file_name(fs.name, f'filesystems {fs.name}')}.conf"
+
+
+def tunables_unit_name(fs: FilesystemView) -> str:
+    return f"lustre-tunables-{quoting.file_name(fs.name, f'filesystems {fs.name}')}.service"
 
 
 def mount_options(fs: FilesystemView) -> list[str]:
@@ -107,6 +121,7 @@ def mount_options(fs: FilesystemView) -> list[str]:
         required = [f"cfgFile={beegfs_client_conf_path(fs)}", "_netdev"]
     else:
         raise RenderError(f"filesystems {fs.name}: unknown type {fs.type!r}")
+    checked_filesystem(fs)
     ordered = list(dict.fromkeys(required + declared))
     return ordered
 
@@ -128,10 +143,12 @@ def render_mount_unit(fs: FilesystemView) -> str:
         requires.append("lnet.service")
     elif fs.type == "beegfs":
         after.append("beegfs-helperd.service")
+    options = mount_options(fs)  # checks the filesystem's values first
+    where = f"filesystems {fs.name}"
     lines = [
         HEADER.rstrip("\n"),
         "[Unit]",
-        f"Description={fs.name} ({fs.type}) at {fs.mount_point}",
+        quoting.systemd_value(f"Description={fs.name} ({fs.type}) at {fs.mount_point}", where),
         f"After={' '.join(after)}",
         "Wants=network-online.target",
     ]
@@ -140,10 +157,10 @@ def render_mount_unit(fs: FilesystemView) -> str:
     lines += [
         "",
         "[Mount]",
-        f"What={mount_source(fs)}",
-        f"Where={fs.mount_point}",
+        f"What={quoting.systemd_value(mount_source(fs), where + ': source')}",
+        f"Where={quoting.systemd_value(fs.mount_point, where + ': mount_point')}",
         f"Type={mount_type(fs)}",
-        f"Options={','.join(mount_options(fs))}",
+        f"Options={quoting.systemd_value(','.join(options), where + ': options')}",
         "TimeoutSec=300",
         "",
         "[Install]",
@@ -156,7 +173,7 @@ def render_mount_unit(fs: FilesystemView) -> str:
 def render_beegfs_client_conf(fs: FilesystemView) -> str:
     if fs.type != "beegfs":
         raise RenderError(f"filesystems {fs.name} is {fs.type}, not BeeGFS")
-    management = fs.source.split(":")[0]
+    management = checked_filesystem(fs).source.split(":")[0]
     settings = {
         "sysMgmtdHost": management,
         "connUseRDMA": "true",
@@ -168,20 +185,22 @@ def render_beegfs_client_conf(fs: FilesystemView) -> str:
     }
     for key, value in sorted(fs.tunables.items()):
         settings.setdefault(key, value)
-    return HEADER + "".join(f"{k} = {_text(v)}\n" for k, v in settings.items())
+    return HEADER + "".join(
+        quoting.beegfs_setting(k, _text(v), f"filesystems {fs.name}: tunables.{k}") + "\n" for k, v in settings.items())
 
 
 def render_lustre_tunables_unit(fs: FilesystemView) -> str | None:
     """A oneshot service applying the client's lctl parameters after the mount, or None when there are none."""
-    tunables = lctl_tunables(fs)
-    if not tunables:
+    settings = lctl_tunables(checked_filesystem(fs))
+    if not settings:
         return None
     mount_unit = unit_name_for_path(fs.mount_point)
-    params = " ".join(f"{k}={_text(v)}" for k, v in tunables.items())
+    params = " ".join(quoting.systemd_exec_argument(f"{k}={_text(v)}", f"filesystems {fs.name}: tunables.{k}")
+                      for k, v in settings.items())
     return "\n".join([
         HEADER.rstrip("\n"),
         "[Unit]",
-        f"Description=Lustre client tunables of {fs.name}",
+        quoting.systemd_value(f"Description=Lustre client tunables of {fs.name}", f"filesystems {fs.name}"),
         f"After={mount_unit}",
         f"Requires={mount_unit}",
         "",
