@@ -75,6 +75,10 @@ def _range(since: datetime | None, until: datetime | None) -> tuple[int, int]:
 
 
 def _prepare_directory(out: Path) -> Path:
+    # A link would send the bundle (the whole log) wherever it points, and the final rename cannot
+    # put a directory in its place: refused by name, before anything is written.
+    if out.is_symlink():
+        raise ExportError(f"out: {out} is a symbolic link; name a new or empty directory that is not a link")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"out: {out} exists and is not an empty directory")
     if not out.parent.is_dir():
