@@ -14,7 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from appliance.core.files import create_once
+from appliance.core.addresses import parse_trusted_proxies
+from appliance.core.files import create_once, make_private, private_directory
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -38,12 +39,10 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-STATE_DIR = Path(os.environ.get("APPLIANCE_STATE_DIR", BASE_DIR / "var")).resolve()
-STATE_DIR.mkdir(parents=True, exist_ok=True)
-KEYS_DIR = STATE_DIR / "keys"
-KEYS_DIR.mkdir(mode=0o700, exist_ok=True)
-LOG_DIR = STATE_DIR / "logs"
-LOG_DIR.mkdir(exist_ok=True)
+# The state directory holds the database, keys and logs: this OS user only (0700, files 0600).
+STATE_DIR = private_directory(Path(os.environ.get("APPLIANCE_STATE_DIR", BASE_DIR / "var")).resolve())
+KEYS_DIR = private_directory(STATE_DIR / "keys")
+LOG_DIR = private_directory(STATE_DIR / "logs")
 
 # "production" turns on the hardened transport and cookie settings that `check --deploy` asks for.
 APPLIANCE_ENV = os.environ.get("APPLIANCE_ENV", "development")
@@ -64,6 +63,8 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+# Reverse proxies whose X-Forwarded-For is believed (addresses or networks); nobody's by default.
+TRUSTED_PROXIES = parse_trusted_proxies(env_list("APPLIANCE_TRUSTED_PROXIES", []))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -73,7 +74,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -100,7 +100,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "appliance.core.middleware.SessionIdleTimeoutMiddleware",
+    "appliance.core.middleware.SessionLimitsMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "axes.middleware.AxesMiddleware",
@@ -135,6 +135,12 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # SQLite gives its WAL and shared-memory files the database file's mode: make that 0600 before the
+    # first connection (and tighten a database made before this rule); core.apps checks every connection.
+    if DATABASES["default"]["NAME"] not in ("", ":memory:"):
+        _sqlite_file = Path(DATABASES["default"]["NAME"])
+        create_once(_sqlite_file, b"")
+        make_private(_sqlite_file, Path(f"{_sqlite_file}-wal"), Path(f"{_sqlite_file}-shm"))
     # WAL and a busy timeout let the in-process workers write while the portal reads.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
@@ -154,6 +160,7 @@ AUTH_PASSWORD_VALIDATORS = [
      "OPTIONS": {"min_length": env_int("APPLIANCE_PASSWORD_MIN_LENGTH", 12)}},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    {"NAME": "appliance.accounts.passwords.RepeatedCharacterValidator"},
 ]
 LOGIN_URL = "accounts:login"
 LOGIN_REDIRECT_URL = "portal:overview"
@@ -166,16 +173,19 @@ AXES_LOCKOUT_PARAMETERS = ["username"]
 AXES_RESET_ON_SUCCESS = True
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
-AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+AXES_CLIENT_IP_CALLABLE = "appliance.core.addresses.client_address"
 AXES_VERBOSE = False
 # Lockout is per username on purpose: an appliance's operators share a few jump hosts, and locking
 # an address would lock all of them out at once. The username lock cannot be bypassed by rotating
 # user agents or cookies, which is what axes.W006 warns about for other parameter sets.
 SILENCED_SYSTEM_CHECKS = ["axes.W006"]
 
-# Sessions end after this many idle seconds and at browser close.
+# Sessions end after this many seconds without a request, this many seconds after their login however
+# busy (core.middleware.SessionLimitsMiddleware), and at browser close.
 SESSION_IDLE_TIMEOUT = env_int("APPLIANCE_SESSION_IDLE_TIMEOUT", 1800)
 SESSION_COOKIE_AGE = env_int("APPLIANCE_SESSION_MAX_AGE", 12 * 3600)
+# API tokens (appliance.accounts.tokens): stored as a SHA-256 digest, valid this many days.
+TOKEN_TTL_DAYS = env_int("APPLIANCE_TOKEN_TTL_DAYS", 90)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
@@ -216,7 +226,7 @@ API_JSON_MAX_DEPTH = env_int("APPLIANCE_API_JSON_MAX_DEPTH", 32)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "appliance.accounts.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["appliance.core.permissions.RolePermission"],
@@ -301,10 +311,10 @@ INFLUXDB = {
     "bucket": os.environ.get("INFLUXDB_BUCKET", "telemetry"),
 }
 
-# Audit log: signed checkpoints every N records or T seconds; retention before archiving.
+# Audit log: signed checkpoints every N records or T seconds. The retention floor is not here: it is
+# the appliance's setting in its database (appliance.audit.retention), whatever a caller exports.
 AUDIT_CHECKPOINT_EVERY_RECORDS = env_int("AUDIT_CHECKPOINT_EVERY_RECORDS", 1000)
 AUDIT_CHECKPOINT_EVERY_SECONDS = env_int("AUDIT_CHECKPOINT_EVERY_SECONDS", 300)
-AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 3 * 365)
 AUDIT_SIGNING_KEY_FILE = Path(os.environ.get("AUDIT_SIGNING_KEY_FILE", KEYS_DIR / "audit-signing.key"))
 
 # Encryption of secrets at rest (BMC passwords): a Fernet key file outside the database.
@@ -326,7 +336,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain"},
-        "file": {"class": "logging.handlers.RotatingFileHandler", "formatter": "plain",
+        "file": {"class": "appliance.core.files.PrivateRotatingFileHandler", "formatter": "plain",
                  "filename": str(LOG_DIR / "appliance.log"), "maxBytes": 10 * 1024 * 1024, "backupCount": 5},
     },
     "root": {"handlers": ["console", "file"], "level": os.environ.get("APPLIANCE_LOG_LEVEL", "WARNING")},

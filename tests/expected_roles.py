@@ -25,6 +25,7 @@ EXPECTED_MATRIX: dict[str, tuple[bool, bool, bool, bool, bool]] = {
     "audit.retention":      (True,  False, False, False, False),
     "accounts.view":        (True,  False, False, True,  False),
     "accounts.manage":      (True,  False, False, False, False),
+    "accounts.self":        (True,  True,  True,  True,  True),
     "credentials.manage":   (True,  False, False, False, False),
 }
 

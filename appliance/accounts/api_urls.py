@@ -13,9 +13,11 @@ class AccountsRootView(APIRootView):
 router = DefaultRouter()
 router.APIRootView = AccountsRootView
 router.register("users", api.UserViewSet, basename="accounts-user")
+router.register("tokens", api.ApiTokenViewSet, basename="accounts-token-item")
 
 urlpatterns = [
     path("me/", api.MeView.as_view(), name="accounts-me"),
+    path("me/password/", api.OwnPasswordView.as_view(), name="accounts-me-password"),
     path("token/", api.TokenView.as_view(), name="accounts-token"),
     *router.urls,
 ]

@@ -14,13 +14,14 @@ def generate_password() -> str:
 
 
 @transaction.atomic
-def create_user(username: str, role: str, password: str, email: str = ""):
+def create_user(username: str, role: str, password: str, email: str = "", created_by=None):
+    """`created_by`: the user making the account (None from the command line)."""
     User = get_user_model()
     if role not in Role.values:
         raise ValueError(f"role: {role!r} is not one of {', '.join(Role.values)}")
     if User.objects.filter(username=username).exists():
         raise ValueError(f"username: {username!r} already exists")
-    user = User(username=username, email=email, role=role)
+    user = User(username=username, email=email, role=role, created_by=created_by)
     validate_password(password, user)
     user.set_password(password)
     user.save()
@@ -69,5 +70,17 @@ def set_active(user, active: bool, acting_user=None):
         if user.role == Role.ADMINISTRATOR and not _other_active_administrators(user):
             raise ValueError("is_active: the last active Administrator cannot be deactivated")
     user.is_active = active
+    user.save()
+    return user
+
+
+@transaction.atomic
+def change_own_password(user, old_password: str, new_password: str):
+    """A user sets their own password, proving the current one. The User model records
+    accounts.password.change; the caller keeps its session (update_session_auth_hash)."""
+    if not user.check_password(old_password):
+        raise ValueError("old_password: this is not your current password")
+    validate_password(new_password, user)
+    user.set_password(new_password)
     user.save()
     return user

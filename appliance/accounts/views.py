@@ -2,22 +2,26 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
 from django.views import View
 from django.views.generic import FormView, ListView
 
 from appliance.core.permissions import CapabilityMixin
 from appliance.core.roles import Role
+from appliance.core.throttling import LoginThrottleMixin
 
-from . import services
+from . import services, tokens
 
 User = get_user_model()
 
 
-class LoginView(auth_views.LoginView):
+class LoginView(LoginThrottleMixin, auth_views.LoginView):
+    """Password attempts share the token endpoint's per-address rate limit, on top of the
+    per-username lockout."""
+
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
 
@@ -70,7 +74,8 @@ class UserCreateView(CapabilityMixin, FormView):
     def form_valid(self, form):
         data = form.cleaned_data
         try:
-            user = services.create_user(data["username"], data["role"], data["password1"], email=data["email"])
+            user = services.create_user(data["username"], data["role"], data["password1"], email=data["email"],
+                                        created_by=self.request.user)
         except ValidationError as exc:
             form.add_error("password1", exc)
             return self.form_invalid(form)
@@ -105,3 +110,64 @@ class UserUpdateView(CapabilityMixin, View):
             for message in done:
                 messages.success(request, message)
         return redirect("accounts:user-list")
+
+
+class OwnPasswordView(CapabilityMixin, auth_views.PasswordChangeView):
+    """Any user changes their own password (current password first; the password rules apply).
+    The User model records accounts.password.change; the session stays logged in."""
+
+    capability = write_capability = "accounts.self"
+    template_name = "accounts/password_change.html"
+    success_url = reverse_lazy("portal:overview")
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        messages.success(self.request, "Your password was changed.")
+        return response
+
+
+class TokenCreateForm(forms.Form):
+    name = forms.CharField(max_length=100, required=False, help_text="to recognise the token by later")
+
+
+class TokenListView(CapabilityMixin, View):
+    """API tokens: your own (Administrators and Auditors: everyone's). A new token's secret is shown in
+    the response to its creation, once; it is not kept anywhere to show again."""
+
+    capability = write_capability = "accounts.self"
+    template_name = "accounts/token_list.html"
+
+    def get(self, request, form=None, new_token=None):
+        return render(request, self.template_name, {
+            "tokens": tokens.visible_to(request.user), "form": form or TokenCreateForm(), "new_token": new_token,
+            "everyone": tokens.visible_to(request.user).exclude(user=request.user).exists()})
+
+    def post(self, request):
+        form = TokenCreateForm(request.POST)
+        if not form.is_valid():
+            return self.get(request, form=form)
+        try:
+            _token, text = tokens.issue_token(request.user, form.cleaned_data["name"], via="portal")
+        except tokens.TokenError as exc:
+            form.add_error("name", str(exc).partition(": ")[2] or str(exc))
+            return self.get(request, form=form)
+        response = self.get(request, new_token=text)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+class TokenRevokeView(CapabilityMixin, View):
+    write_capability = "accounts.self"
+    http_method_names = ["post"]
+
+    def post(self, request, pk):
+        token = get_object_or_404(tokens.visible_to(request.user), pk=pk)
+        try:
+            tokens.revoke_token(token, request.user)
+        except PermissionError as exc:
+            raise PermissionDenied(str(exc)) from None
+        except tokens.TokenError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Revoked {token} of {token.user.username}.")
+        return redirect("accounts:token-list")

@@ -61,8 +61,10 @@ _BASE = [
     EventType("auth.logout", "authentication", "informational", "A user logged out or the session expired.", 3002, 2, _AUTH),
     EventType("auth.lockout", "authentication", "high", "A username was locked after repeated failed logins.", 3002, 1, _AUTH),
     EventType("auth.token.create", "authentication", "medium", "An API token was issued.", 3002, 1, _AUTH),
+    EventType("auth.token.revoke", "authentication", "medium", "An API token was revoked (by its owner or an Administrator).", 3002, 99, _AUTH),
     EventType("accounts.password.change", "account", "medium", "A password was changed or set.", 3001, 3, _ACCOUNT),
     EventType("accounts.role.change", "account", "high", "A user's role was changed.", 3005, 1, _ACCOUNT),
+    EventType("admin.action", "configuration", "medium", "An object was added, changed or deleted through Django's admin site.", 3004, 99, _CHANGE),
     EventType("access.denied", "access", "medium", "A request was refused (401 or 403).", 6003, 99, _ACCESS),
     EventType("access.anonymous.denied", "access", "medium", "Anonymous requests from one source address were "
               "refused in one minute (401 or 403): one record with their count per source and minute.", 6003, 99, _ACCESS),
@@ -94,6 +96,7 @@ _BASE = [
     EventType("audit.verify", "audit", "low", "The audit log or a record was verified.", 6005, 2, _AUDIT_PROTECT),
     EventType("audit.checkpoint", "audit", "informational", "A signed checkpoint was made.", 6005, 3, _AUDIT_PROTECT),
     EventType("audit.key.rotate", "audit", "critical", "The audit signing key was replaced (the handover signed by both keys).", 6005, 3, _AUDIT_PROTECT),
+    EventType("audit.retention.floor", "audit", "high", "The retention floor (days records are kept at least) was changed.", 6005, 3, _AUDIT_PROTECT),
     EventType("audit.retention.request", "audit", "high", "Archiving of old records was requested.", 6005, 4, _AUDIT_PROTECT),
     EventType("audit.retention.approve", "audit", "high", "Archiving of old records was approved.", 6005, 4, _AUDIT_PROTECT),
     EventType("audit.retention.archive", "audit", "critical", "Old records were removed, leaving a signed tombstone.", 6005, 4, _AUDIT_PROTECT),

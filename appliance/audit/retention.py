@@ -1,12 +1,18 @@
 """Retention: archiving the oldest records, under dual control.
 
-1. An Administrator asks for records older than a cut-off (itself older than AUDIT_RETENTION_DAYS)
+1. An Administrator asks for records older than a cut-off (itself older than the retention floor)
    to be archived, and shows a bundle exported of exactly that range, which must verify.
-2. A different Administrator approves.
+2. A different Administrator approves: one whose account existed, as an Administrator, before the
+   request, and which the requester did not make (directly or through accounts they made), so that
+   one person holding one Administrator account cannot be both.
 3. Archiving re-verifies the bundle and the live log, signs a tombstone (range, count, Merkle root of
    the range, last hash, frontier of the tree) and removes the records, in one transaction: the one
    DELETE the database triggers let through, because the tombstone covering it now exists.
 Each step records its audit event.
+
+The retention floor (days records are kept at least) is the appliance's setting in its database
+(core.ApplianceSetting), changed by an Administrator with `audit retention floor`, recorded; it is
+never read from the environment of whoever calls, where anyone could lower it for one command.
 """
 
 import hashlib
@@ -14,10 +20,10 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from appliance.core.models import ApplianceSetting
 from appliance.core.roles import can
 
 from . import chain, merkle, services, signing, triggers
@@ -29,6 +35,31 @@ from .verify_database import verify_database
 
 class RetentionError(ValueError):
     pass
+
+
+FLOOR_SETTING = "audit.retention_days"
+DEFAULT_FLOOR_DAYS = 3 * 365
+MAX_FLOOR_DAYS = 100 * 365
+
+
+def retention_floor_days() -> int:
+    """Days a record is kept at least: the appliance's setting, or the default until one is set."""
+    stored = ApplianceSetting.objects.filter(name=FLOOR_SETTING).values_list("value", flat=True).first()
+    return DEFAULT_FLOOR_DAYS if stored is None else int(stored)
+
+
+def set_retention_floor(days: int, user) -> int:
+    """Set the retention floor (an Administrator; recorded with the old and new value)."""
+    _require_administrator(user, "user")
+    if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= MAX_FLOOR_DAYS:
+        raise RetentionError(f"days: a whole number from 0 to {MAX_FLOOR_DAYS}, not {days!r}")
+    with transaction.atomic():
+        setting = ApplianceSetting.objects.select_for_update().filter(name=FLOOR_SETTING).first()
+        old = DEFAULT_FLOOR_DAYS if setting is None else int(setting.value)
+        ApplianceSetting.objects.update_or_create(name=FLOOR_SETTING, defaults={"value": days})
+        services.record("audit.retention.floor", target_type="core.appliancesetting", target_id=FLOOR_SETTING,
+                        target_name=FLOOR_SETTING, actor=user, details={"days": [old, days]})
+    return days
 
 
 def _require_administrator(user, role: str) -> None:
@@ -63,9 +94,10 @@ def _check_bundle(bundle: Path, first: int, last: int) -> str:
 def request_retention(user, cutoff, bundle) -> RetentionRequest:
     """Ask to archive every remaining record older than `cutoff`, showing their verified export."""
     _require_administrator(user, "requester")
-    limit = timezone.now() - timedelta(days=settings.AUDIT_RETENTION_DAYS)
+    floor = retention_floor_days()
+    limit = timezone.now() - timedelta(days=floor)
     if cutoff > limit:
-        raise RetentionError(f"cutoff: records are kept {settings.AUDIT_RETENTION_DAYS} days; the cut-off must "
+        raise RetentionError(f"cutoff: records are kept {floor} days; the cut-off must "
                              f"be {chain.format_timestamp(limit)} or earlier")
     first = _first_remaining()
     last = (AuditRecord.objects.filter(sequence__gte=first, timestamp__lt=cutoff)
@@ -97,8 +129,7 @@ def approve_retention(request_id: int, user) -> RetentionRequest:
         request = _locked(request_id)
         if request.state != RetentionState.REQUESTED:
             raise RetentionError(f"{request} is {request.state}, not awaiting approval")
-        if request.requested_by_id == user.pk:
-            raise RetentionError("approver: archiving needs a second Administrator, not the one who asked")
+        _require_independent_approver(request, user)
         request.state = RetentionState.APPROVED
         request.approved_by, request.approved_by_username = user, user.get_username()
         request.approved_at = timezone.now()
@@ -107,6 +138,26 @@ def approve_retention(request_id: int, user) -> RetentionRequest:
             "first_sequence": request.first_sequence, "last_sequence": request.last_sequence,
             "requested_by": request.requested_by_username})
     return request
+
+
+def _require_independent_approver(request: RetentionRequest, user) -> None:
+    """The approver is a second person only if the requester could not have made or promoted the account."""
+    if request.requested_by_id == user.pk:
+        raise RetentionError("approver: archiving needs a second Administrator, not the one who asked")
+    name = user.get_username()
+    if user.date_joined >= request.requested_at:
+        raise RetentionError(f"approver: {name!r} was created after the request; the approver must be an "
+                             "account that existed before it")
+    if user.role_since >= request.requested_at:
+        raise RetentionError(f"approver: {name!r} became an Administrator after the request; the approver must "
+                             "have been one before it")
+    maker, seen = user.created_by, {user.pk}
+    while maker is not None and maker.pk not in seen:
+        if maker.pk == request.requested_by_id:
+            raise RetentionError(f"approver: {name!r} was created by {request.requested_by_username!r}, who asked; "
+                                 "the approver must be an account the requester did not make")
+        seen.add(maker.pk)
+        maker = maker.created_by
 
 
 def _locked(request_id: int) -> RetentionRequest:

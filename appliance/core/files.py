@@ -3,11 +3,14 @@
 `write_private` replaces a file atomically (readers see the old or the new content, never a mix).
 `create_once` makes a file that several processes may race to create (two workers starting at
 once): the content is written aside and linked into place, and whoever links first wins; it says
-whether this call created it. Neither imports Django, so settings.py can use them.
+whether this call created it. `private_directory`, `make_private` and `PrivateRotatingFileHandler`
+keep the state directory readable by the appliance's OS user only. None imports Django, so
+settings.py can use them.
 """
 
 import os
 import tempfile
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 
@@ -45,3 +48,32 @@ def create_once(path: Path, data: bytes | str, mode: int = 0o600) -> bool:
         return False  # another process won the race: its file is the file
     finally:
         os.unlink(temporary)
+
+
+def private_directory(path: Path) -> Path:
+    """Create `path` (and missing parents) readable by this OS user only; tighten it if it exists."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def make_private(*paths: Path) -> None:
+    """Take group and other permissions off files that exist (a database made before this rule, its WAL)."""
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            os.chmod(path, mode & 0o700)
+
+
+class PrivateRotatingFileHandler(RotatingFileHandler):
+    """A rotating log file created 0600: logs name users, addresses and hosts."""
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        make_private(Path(self.baseFilename))
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)

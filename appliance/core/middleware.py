@@ -7,12 +7,9 @@ from django.contrib import messages
 from django.contrib.auth import logout
 
 from . import context
+from .addresses import client_address
 
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-
-def client_address(request) -> str:
-    return request.META.get("REMOTE_ADDR", "")
 
 
 class RequestContextMiddleware:
@@ -40,10 +37,28 @@ class RequestContextMiddleware:
         return response
 
 
-class SessionIdleTimeoutMiddleware:
-    """Logs a browser session out after APPLIANCE_SESSION_IDLE_TIMEOUT seconds without a request."""
+LOGIN_TIME_KEY = "_authenticated_at"
 
-    KEY = "_last_activity"
+
+def stamp_login(sender, request, user, **kwargs):
+    """user_logged_in receiver: the session's maximum age counts from this moment."""
+    session = getattr(request, "session", None)
+    if session is not None:
+        now = int(time.time())
+        session[LOGIN_TIME_KEY] = now
+        session[SessionLimitsMiddleware.ACTIVITY_KEY] = now
+
+
+class SessionLimitsMiddleware:
+    """Ends a browser session after APPLIANCE_SESSION_IDLE_TIMEOUT seconds without a request, and in
+    any case APPLIANCE_SESSION_MAX_AGE seconds after its login, however busy it is.
+
+    Both clocks live in the session (server side), not in the cookie's expiry: a cookie expiry is
+    pushed forward whenever the session is saved, which would make the maximum age a sliding one.
+    A session without a login time (made before this rule existed) is ended too.
+    """
+
+    ACTIVITY_KEY = "_last_activity"
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -53,12 +68,28 @@ class SessionIdleTimeoutMiddleware:
         if user is not None and user.is_authenticated and hasattr(request, "session") \
                 and request.session.session_key is not None:
             now = int(time.time())
-            last = request.session.get(self.KEY)
-            if last is not None and now - last > settings.SESSION_IDLE_TIMEOUT:
-                request.session_expired = True
-                logout(request)
-                minutes = max(1, settings.SESSION_IDLE_TIMEOUT // 60)
-                messages.info(request, f"Your session ended after {minutes} minutes without activity; log in again.")
+            session = request.session
+            logged_in_at, last = session.get(LOGIN_TIME_KEY), session.get(self.ACTIVITY_KEY)
+            if logged_in_at is None or now - logged_in_at > settings.SESSION_COOKIE_AGE:
+                self._end(request, "max_age", "Your session reached its maximum length of "
+                          f"{_duration(settings.SESSION_COOKIE_AGE)}; log in again.")
+            elif last is not None and now - last > settings.SESSION_IDLE_TIMEOUT:
+                self._end(request, "idle", f"Your session ended after {_duration(settings.SESSION_IDLE_TIMEOUT)} "
+                          "without activity; log in again.")
             else:
-                request.session[self.KEY] = now
+                session[self.ACTIVITY_KEY] = now
         return self.get_response(request)
+
+    @staticmethod
+    def _end(request, cause: str, message: str) -> None:
+        request.session_expired = cause
+        logout(request)
+        messages.info(request, message)
+
+
+def _duration(seconds: int) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        hours = seconds // 3600
+        return f"{hours} hour{'s' if hours != 1 else ''}"
+    minutes = max(1, seconds // 60)
+    return f"{minutes} minute{'s' if minutes != 1 else ''}"

@@ -35,6 +35,8 @@ CAPABILITIES: dict[str, frozenset[Role]] = {
     "audit.retention": frozenset({_A}),
     "accounts.view": frozenset({_A, _U}),
     "accounts.manage": frozenset({_A}),
+    # One's own account: password and API tokens.
+    "accounts.self": _ALL,
     # BMC logins and the endpoints they may be sent to; also needed to change a node's BMC address.
     "credentials.manage": frozenset({_A}),
 }

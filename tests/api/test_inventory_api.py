@@ -128,10 +128,10 @@ def test_pagination(viewer, inventory):
 
 
 def test_token_authentication(inventory, users):
-    from rest_framework.authtoken.models import Token
+    from appliance.accounts.tokens import issue_token
 
-    token = Token.objects.create(user=users[Role.VIEWER])
-    client = Client(HTTP_AUTHORIZATION=f"Token {token.key}")
+    _token, key = issue_token(users[Role.VIEWER])
+    client = Client(HTTP_AUTHORIZATION=f"Token {key}")
     assert client.get("/api/inventory/nodes/").status_code == 200
     assert client.post(f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/",
                        {"state": "maintenance"}, content_type="application/json").status_code == 403

@@ -18,6 +18,12 @@ ALLOWED_FOR_EVERYONE = {
     "/accounts/login/": "starts the caller's own session",
     "/accounts/logout/": "ends the caller's own session",
     "/api/accounts/token/": "issues the caller's own API token",
+    "/api/accounts/tokens/": "issues the caller's own API token",
+    "/accounts/tokens/": "issues the caller's own API token",
+    "/api/accounts/tokens/1/revoke/": "revokes one of the caller's own tokens (others': 403 or 404)",
+    "/accounts/tokens/1/revoke/": "revokes one of the caller's own tokens (others': 403 or 404)",
+    "/api/accounts/me/password/": "changes the caller's own password",
+    "/accounts/password/": "changes the caller's own password",
     "/health/": "liveness probe, writes nothing",
 }
 AUDITOR_EXPORTS = {"/audit/export/", "/api/audit/exports/"}

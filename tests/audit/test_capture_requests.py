@@ -139,13 +139,12 @@ def test_a_malformed_client_request_id_is_dropped(client_for):
 
 
 def test_inventory_edit_through_the_api_records_the_request_and_the_change(users):
-    from rest_framework.authtoken.models import Token
-
+    from appliance.accounts.tokens import issue_token
     from appliance.inventory.models import Appliance, Node
 
     node = Node.objects.create(appliance=Appliance.objects.create(name="api-edit"), name="gpu-77", role="gpu")
-    token = Token.objects.create(user=users[Role.OPERATOR])
-    client = Client(headers={"Authorization": f"Token {token.key}", "User-Agent": AGENT})
+    _token, key = issue_token(users[Role.OPERATOR])
+    client = Client(headers={"Authorization": f"Token {key}", "User-Agent": AGENT})
     response = client.post(f"/api/inventory/nodes/{node.pk}/transition/", {"state": "maintenance", "reason": "fan"},
                            content_type="application/json")
     assert response.status_code == 200
@@ -159,7 +158,7 @@ def test_inventory_edit_through_the_api_records_the_request_and_the_change(users
     assert request_record.details["status"] == 200 and request_record.outcome == "success"
     assert change.sequence < request_record.sequence
 
-    refused = Client(headers={"Authorization": f"Token {Token.objects.create(user=users[Role.VIEWER]).key}"}).post(
+    refused = Client(headers={"Authorization": f"Token {issue_token(users[Role.VIEWER])[1]}"}).post(
         f"/api/inventory/nodes/{node.pk}/transition/", {"state": "ready"}, content_type="application/json")
     assert refused.status_code == 403
     [denied] = records("access.denied", request_id=refused["X-Request-ID"])

@@ -17,11 +17,18 @@ from appliance.audit.verify_database import verify_database
 pytestmark = pytest.mark.django_db
 
 
+def set_floor(days: int) -> None:
+    """The floor as the appliance stores it (set through the service: an Administrator, recorded)."""
+    from appliance.accounts.models import User
+
+    retention.set_retention_floor(days, User.objects.get(username="alice"))
+
+
 @pytest.fixture
-def old_log(make_user, audit_settings):
+def old_log(make_user):
     """Records of which the first ones are past the retention period."""
-    audit_settings.AUDIT_RETENTION_DAYS = 30
     admins = make_user("administrator", "alice"), make_user("administrator", "bob")
+    set_floor(30)
     for i in range(12):
         audit.record("task.run", details={"i": i})
     boundary = AuditRecord.objects.order_by("-sequence").first()
@@ -29,7 +36,7 @@ def old_log(make_user, audit_settings):
         audit.record("task.run", details={"late": i})
     # Time moves on: everything up to `boundary` is now older than the cut-off.
     cutoff = AuditRecord.objects.get(sequence=boundary.sequence + 1).timestamp
-    audit_settings.AUDIT_RETENTION_DAYS = 0
+    set_floor(0)
     return admins, cutoff, boundary.sequence
 
 
@@ -55,7 +62,8 @@ def test_archiving_takes_two_administrators_and_leaves_a_log_that_verifies(old_l
     assert (tombstone.first_sequence, tombstone.last_sequence, tombstone.count) == (1, last, last)
     assert AuditRecord.objects.get(sequence=last + 1).prev_hash == tombstone.last_hash
     events = list(AuditRecord.objects.filter(event__startswith="audit.retention.").values_list("event", flat=True))
-    assert events == ["audit.retention.request", "audit.retention.approve", "audit.retention.archive"]
+    assert events == ["audit.retention.floor", "audit.retention.request", "audit.retention.approve",
+                      "audit.retention.archive"]  # the fixture's last floor change is younger than the cut-off
 
     live = verify_database(record_event=False)
     assert live.ok and live.tombstones == 1, live.summary()
@@ -67,11 +75,88 @@ def test_archiving_takes_two_administrators_and_leaves_a_log_that_verifies(old_l
     assert verify_bundle(bundle).ok  # the archive itself still verifies offline
 
 
-def test_records_younger_than_the_retention_period_stay(old_log, tmp_path, audit_settings):
+def test_records_younger_than_the_retention_period_stay(old_log, tmp_path):
     (alice, _bob), cutoff, _last = old_log
-    audit_settings.AUDIT_RETENTION_DAYS = 365
+    set_floor(365)
     with pytest.raises(retention.RetentionError, match="365 days"):
         retention.request_retention(alice, cutoff, exported(tmp_path, cutoff))
+
+
+def test_the_floor_is_the_appliances_not_the_callers_environment(old_log, tmp_path, settings, monkeypatch):
+    """A caller exporting AUDIT_RETENTION_DAYS=0 (or a settings override) does not move the floor."""
+    (alice, bob), cutoff, _last = old_log
+    set_floor(365)
+    monkeypatch.setenv("AUDIT_RETENTION_DAYS", "0")
+    settings.AUDIT_RETENTION_DAYS = 0
+    with pytest.raises(retention.RetentionError, match="records are kept 365 days"):
+        retention.request_retention(alice, cutoff, exported(tmp_path, cutoff))
+    assert retention.retention_floor_days() == 365
+    change = AuditRecord.objects.filter(event="audit.retention.floor").latest("sequence")
+    assert change.actor_username == "alice" and change.details == {"days": [0, 365]}
+
+
+def test_only_an_administrator_sets_the_floor_within_bounds(old_log, make_user):
+    with pytest.raises(retention.RetentionError, match="not an active Administrator"):
+        retention.set_retention_floor(0, make_user("operator", "oscar"))
+    (alice, _bob), _cutoff, _last = old_log
+    for bad in (-1, 36501, "30", True):
+        with pytest.raises(retention.RetentionError, match="days: a whole number from 0 to 36500"):
+            retention.set_retention_floor(bad, alice)
+    assert retention.retention_floor_days() == 0
+
+
+def test_the_floor_command_shows_and_sets_it(old_log, tmp_path, capsys):
+    from django.core.management import call_command
+
+    from tests.conftest import PASSWORD
+
+    password = tmp_path / "pw"
+    password.write_text(PASSWORD + "\n")
+    call_command("audit", "retention", "floor", "400", "--user", "bob", "--password-file", str(password))
+    call_command("audit", "retention", "floor")
+    out = capsys.readouterr().out
+    assert "records are now kept at least 400 days" in out and "records are kept at least 400 days" in out
+    assert retention.retention_floor_days() == 400
+
+
+def test_an_approver_the_requester_created_after_the_request_is_refused(old_log, tmp_path):
+    from appliance.accounts.services import create_user
+    from tests.conftest import PASSWORD
+
+    (alice, _bob), cutoff, _last = old_log
+    request = retention.request_retention(alice, cutoff, exported(tmp_path, cutoff))
+    sock_puppet = create_user("alice-2", "administrator", PASSWORD, created_by=alice)
+    with pytest.raises(retention.RetentionError,
+                       match="'alice-2' was created after the request; the approver must be an account that "
+                             "existed before it"):
+        retention.approve_retention(request.pk, sock_puppet)
+    request.refresh_from_db()
+    assert request.state == RetentionState.REQUESTED
+    assert not AuditRecord.objects.filter(event="audit.retention.approve").exists()
+
+
+def test_an_approver_the_requester_created_before_the_request_is_refused(make_user, old_log, tmp_path):
+    from appliance.accounts.services import create_user
+    from tests.conftest import PASSWORD
+
+    (alice, _bob), cutoff, _last = old_log
+    made_by_alice = create_user("alice-helper", "administrator", PASSWORD, created_by=alice)
+    made_by_helper = create_user("alice-helper-2", "administrator", PASSWORD, created_by=made_by_alice)
+    request = retention.request_retention(alice, cutoff, exported(tmp_path, cutoff))
+    for account in (made_by_alice, made_by_helper):
+        with pytest.raises(retention.RetentionError, match="was created by 'alice', who asked"):
+            retention.approve_retention(request.pk, account)
+
+
+def test_an_approver_promoted_after_the_request_is_refused(make_user, old_log, tmp_path):
+    from appliance.accounts.services import set_role
+
+    (alice, _bob), cutoff, _last = old_log
+    viewer = make_user("viewer", "vera")
+    request = retention.request_retention(alice, cutoff, exported(tmp_path, cutoff))
+    set_role(viewer, "administrator")
+    with pytest.raises(retention.RetentionError, match="'vera' became an Administrator after the request"):
+        retention.approve_retention(request.pk, viewer)
 
 
 def test_the_export_must_be_of_exactly_the_range_and_intact(old_log, tmp_path):

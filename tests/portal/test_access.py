@@ -22,6 +22,12 @@ PAGES = [
              {"username": "new-viewer", "role": "viewer", "password1": "long-enough-passphrase-71",
               "password2": "long-enough-passphrase-71"}, success=(302,)),
     Endpoint("/accounts/users/{target_user}/", "accounts.manage", "post", {"role": "operator"}, success=(302,)),
+    Endpoint("/accounts/tokens/", "accounts.self"),
+    Endpoint("/accounts/tokens/", "accounts.self", "post", {"name": "laptop"}, success=(200,)),
+    Endpoint("/accounts/password/", "accounts.self"),
+    Endpoint("/accounts/password/", "accounts.self", "post",
+             {"old_password": "correct-horse-battery-9", "new_password1": "another-long-passphrase-58",
+              "new_password2": "another-long-passphrase-58"}, success=(302,)),
 ]
 
 

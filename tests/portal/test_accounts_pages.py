@@ -127,5 +127,5 @@ def test_session_ends_after_the_idle_timeout(users, settings):
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
     page = client.get(response["Location"])
     assert b"Log in" in page.content
-    assert b"Your session ended after 1 minutes without activity" in page.content
+    assert b"Your session ended after 1 minute without activity" in page.content
     assert client.get("/api/accounts/me/").status_code in (401, 403)

@@ -9,6 +9,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out, user_lo
 from appliance import audit
 
 IDLE_TIMEOUT_REASON = "session idle timeout"
+MAX_AGE_REASON = "session maximum age reached"
 
 
 def on_logged_in(sender, request, user, **kwargs):
@@ -52,12 +53,15 @@ def on_login_failed(sender, credentials, request=None, **kwargs):
                  details={"attempted_username": username})
 
 
+# request.session_expired (set by core.middleware.SessionLimitsMiddleware) -> (reason, cause)
+_EXPIRY = {"idle": (IDLE_TIMEOUT_REASON, "idle timeout"), "max_age": (MAX_AGE_REASON, "maximum age")}
+
+
 def on_logged_out(sender, request, user=None, **kwargs):
     if user is None:
         return
-    expired = bool(getattr(request, "session_expired", False))
-    audit.record("auth.logout", actor=user, target=user, reason=IDLE_TIMEOUT_REASON if expired else "",
-                 details={"cause": "idle timeout" if expired else "user"})
+    reason, cause = _EXPIRY.get(getattr(request, "session_expired", ""), ("", "user"))
+    audit.record("auth.logout", actor=user, target=user, reason=reason, details={"cause": cause})
 
 
 def on_locked_out(sender, request=None, username=None, ip_address=None, **kwargs):

@@ -64,6 +64,10 @@ class Command(BaseCommand):
             else:
                 action.add_argument("id", type=int, help="retention request number")
         actions.add_parser("list", help="list retention requests")
+        floor = actions.add_parser("floor", help="show the retention floor (days), or set it (an Administrator)")
+        floor.add_argument("days", nargs="?", type=int, help="new floor in days")
+        floor.add_argument("--user", help="the Administrator acting (to set it)")
+        floor.add_argument("--password-file", help="file holding the Administrator's password (first line)")
 
     @staticmethod
     def _offline(options) -> bool:
@@ -172,12 +176,20 @@ class Command(BaseCommand):
                                   f"#{request.last_sequence} ({request.count}) before {request.cutoff.isoformat()}, "
                                   f"asked by {request.requested_by_username}{approved}")
             return
+        if action == "floor" and options.get("days") is None:
+            self.stdout.write(f"records are kept at least {retention.retention_floor_days()} days")
+            return
+        if action == "floor" and not options.get("user"):
+            raise CommandError("floor: --user (an Administrator) is needed to change the floor")
         user = self._administrator(options["user"], options.get("password_file"))
         try:
             if action == "request":
                 request = retention.request_retention(user, options["cutoff"], options["bundle"])
                 self.stdout.write(f"retention request #{request.pk}: records #{request.first_sequence}.."
                                   f"#{request.last_sequence} ({request.count}); a second Administrator must approve")
+            elif action == "floor":
+                days = retention.set_retention_floor(options["days"], user)
+                self.stdout.write(f"records are now kept at least {days} days")
             elif action == "approve":
                 request = retention.approve_retention(options["id"], user)
                 self.stdout.write(f"retention request #{request.pk} approved")
