@@ -49,6 +49,9 @@ ROWS = [
     ("accounts.manage", "patch", "/api/accounts/users/{target_user}/", {"role": "operator"},
      codes(200, 403, 403, 403, 403, 401)),
     ("accounts.manage", "get", "/accounts/users/new/", None, codes(200, 403, 403, 403, 403, 302)),
+    ("accounts.self", "get", "/api/accounts/tokens/", None, codes(200, 200, 200, 200, 200, 401)),
+    ("accounts.self", "post", "/api/accounts/tokens/", {"name": "ci"}, codes(201, 201, 201, 201, 201, 401)),
+    ("credentials.manage", "get", "/api/inventory/credentials/", None, codes(200, 403, 403, 403, 403, 401)),
 ]
 CASES = [(row, role) for row in ROWS for role in ROLES_AND_ANONYMOUS]
 
