@@ -168,15 +168,18 @@ def test_inventory_edit_through_the_api_records_the_request_and_the_change(users
 
 def test_inventory_model_save_update_delete_are_recorded_with_the_actor(users):
     from appliance.core import context
-    from appliance.inventory.models import BMC, Appliance, Node
+    from appliance.inventory.models import BMC, Appliance, Credential, Node
 
     operator = users[Role.OPERATOR]
     with context.acting_as(operator, channel="web", request_id="req-inventory-edit"):
         node = Node.objects.create(appliance=Appliance.objects.create(name="edits"), name="gpu-88", role="gpu")
-        bmc = BMC.objects.create(node=node, url="https://127.0.0.1:9/redfish/v1/", username="root",
-                                 password="Old-bmc-secret-1")
+        credential = Credential.objects.create(name="edits-bmc", username="root", secret="Old-bmc-secret-1",
+                                               endpoints=["https://127.0.0.1:9"])
+        bmc = BMC.objects.create(node=node, url="https://127.0.0.1:9/redfish/v1/", credential=credential)
         Node.objects.filter(pk=node.pk).update(management_address="10.0.0.88")
-        bmc.password = "New-bmc-secret-2"
+        credential.secret = "New-bmc-secret-2"
+        credential.save()
+        bmc.url = "https://127.0.0.1:9"
         bmc.save()
         node.delete()
     edits = AuditRecord.objects.filter(request_id="req-inventory-edit")
@@ -186,5 +189,6 @@ def test_inventory_model_save_update_delete_are_recorded_with_the_actor(users):
     assert edits.filter(event="inventory.node.delete", target_name="gpu-88").exists()
     assert edits.filter(event="inventory.bmc.delete").exists()  # the cascade is recorded too
     assert edits.filter(event="inventory.bmc.update").exists()
+    assert edits.get(event="inventory.credential.update").details["changes"] == {"secret": "[redacted]"}
     dumped = str([r.payload() for r in edits])
     assert "Old-bmc-secret-1" not in dumped and "New-bmc-secret-2" not in dumped
