@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 STANDARDS = ("NIST SP 800-53", "PCI DSS 4.0", "ISO/IEC 27001:2022", "FSTEC")
 
-# OCSF classes used, with their uid (schema 1.x).
+# OCSF classes used, with their uid (schema 1.1.0). An event's activity id is one of its class's:
+# Datastore Activity (6005) 1 Read, 2 Update, 3 Connect, 4 Query, 5 Write, 6 Create, 7 Delete;
+# Entity Management (3004) 1 Create, 2 Read, 3 Update, 4 Delete; 99 Other in every class.
 OCSF_CLASSES = {
     1007: "Process Activity",
     3001: "Account Change",
@@ -83,23 +85,23 @@ _BASE = [
     EventType("provisioning.run.cancel", "provisioning", "medium", "A provisioning run was cancelled.", 6002, 4, _OPERATION),
     EventType("provisioning.stage.end", "provisioning", "low", "A stage of a run ended.", 6002, 4, _OPERATION),
     EventType("provisioning.bios.change", "provisioning", "high", "A BIOS attribute was changed on a node's BMC.", 3004, 3, _CHANGE),
-    EventType("provisioning.acceptance.export", "provisioning", "low", "An acceptance report was exported.", 6005, 2, _AUDIT_READ),
+    EventType("provisioning.acceptance.export", "provisioning", "low", "An acceptance report was exported.", 6005, 1, _AUDIT_READ),
     EventType("provisioning.secret.create", "provisioning", "high", "A cluster secret (the Slurm munge key) was generated.", 3004, 1, _CHANGE),
     EventType("simulation.appliance.prepare", "simulation", "low", "Simulated nodes were prepared (sysroots, state, tools).", 3004, 1, _OPERATION),
     EventType("simulation.bmc.start", "simulation", "low", "A simulated node's BMC emulator was started.", 1007, 1, _OPERATION),
     EventType("simulation.bmc.stop", "simulation", "low", "A simulated node's BMC emulator was stopped.", 1007, 2, _OPERATION),
     EventType("simulation.fault.inject", "simulation", "medium", "A fault was injected into a simulated node.", 3004, 3, _CHANGE),
     EventType("simulation.fault.clear", "simulation", "medium", "Injected faults were cleared from a simulated node.", 3004, 3, _CHANGE),
-    EventType("audit.view", "audit", "low", "The audit log was viewed.", 6005, 2, _AUDIT_READ),
-    EventType("audit.search", "audit", "low", "The audit log was searched.", 6005, 6, _AUDIT_READ),
-    EventType("audit.export", "audit", "medium", "The audit log was exported.", 6005, 2, _AUDIT_READ),
-    EventType("audit.verify", "audit", "low", "The audit log or a record was verified.", 6005, 2, _AUDIT_PROTECT),
-    EventType("audit.checkpoint", "audit", "informational", "A signed checkpoint was made.", 6005, 3, _AUDIT_PROTECT),
-    EventType("audit.key.rotate", "audit", "critical", "The audit signing key was replaced (the handover signed by both keys).", 6005, 3, _AUDIT_PROTECT),
-    EventType("audit.retention.floor", "audit", "high", "The retention floor (days records are kept at least) was changed.", 6005, 3, _AUDIT_PROTECT),
-    EventType("audit.retention.request", "audit", "high", "Archiving of old records was requested.", 6005, 4, _AUDIT_PROTECT),
-    EventType("audit.retention.approve", "audit", "high", "Archiving of old records was approved.", 6005, 4, _AUDIT_PROTECT),
-    EventType("audit.retention.archive", "audit", "critical", "Old records were removed, leaving a signed tombstone.", 6005, 4, _AUDIT_PROTECT),
+    EventType("audit.view", "audit", "low", "The audit log was viewed.", 6005, 1, _AUDIT_READ),
+    EventType("audit.search", "audit", "low", "The audit log was searched.", 6005, 4, _AUDIT_READ),
+    EventType("audit.export", "audit", "medium", "The audit log was exported.", 6005, 1, _AUDIT_READ),
+    EventType("audit.verify", "audit", "low", "The audit log or a record was verified.", 6005, 1, _AUDIT_PROTECT),
+    EventType("audit.checkpoint", "audit", "informational", "A signed checkpoint was made.", 6005, 6, _AUDIT_PROTECT),
+    EventType("audit.key.rotate", "audit", "critical", "The audit signing key was replaced (the handover signed by both keys).", 6005, 2, _AUDIT_PROTECT),
+    EventType("audit.retention.floor", "audit", "high", "The retention floor (days records are kept at least) was changed.", 6005, 2, _AUDIT_PROTECT),
+    EventType("audit.retention.request", "audit", "high", "Archiving of old records was requested.", 6005, 6, _AUDIT_PROTECT),
+    EventType("audit.retention.approve", "audit", "high", "Archiving of old records was approved.", 6005, 2, _AUDIT_PROTECT),
+    EventType("audit.retention.archive", "audit", "critical", "Old records were removed, leaving a signed tombstone.", 6005, 7, _AUDIT_PROTECT),
 ]
 
 CATALOGUE: dict[str, EventType] = {e.name: e for e in _BASE}

@@ -5,8 +5,8 @@ who asked travels with the work.
 """
 
 import contextvars
-import getpass
 import os
+import pwd
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 
@@ -78,7 +78,10 @@ def from_snapshot(data: dict, channel: str = "task") -> ActionContext:
 
 
 def os_user() -> str:
+    """The OS account of the process's real uid. Not $LOGNAME or $USER (what getpass.getuser()
+    reads first): whoever starts a process sets its environment, and could name any actor."""
+    uid = os.getuid()
     try:
-        return getpass.getuser()
-    except Exception:  # no passwd entry (containers): fall back to the uid
-        return f"uid:{os.getuid()}"
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # no passwd entry (containers): the uid itself
+        return f"uid:{uid}"

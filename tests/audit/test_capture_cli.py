@@ -3,6 +3,8 @@ command causes carries the same channel and request id."""
 
 import io
 import json
+import os
+import pwd
 
 import pytest
 from django.core.management import CommandError, ManagementUtility, call_command
@@ -39,6 +41,24 @@ def test_command_is_recorded_as_the_os_user_on_the_cli_channel(tmp_path, setting
     assert created.channel == "cli" and created.actor_username == context.os_user()
     assert created.request_id == rec.request_id
     assert created.sequence < rec.sequence
+
+
+def test_the_actor_is_the_account_of_the_real_uid_whatever_the_environment_says(tmp_path, settings, monkeypatch):
+    from appliance.audit.export import export_bundle
+
+    settings.KEYS_DIR = tmp_path
+    # Whoever starts a process sets its environment: none of these may name the actor.
+    for variable in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(variable, "admin\nforged")
+    call_command("create_admin", "--username", "env-admin")
+    [rec] = command_records("create_admin")
+    account = pwd.getpwuid(os.getuid()).pw_name
+    assert rec.actor_username == account
+    assert AuditRecord.objects.get(event="accounts.user.create", target_name="env-admin").actor_username == account
+
+    export_bundle(tmp_path / "bundle", "syslog")
+    lines = (tmp_path / "bundle" / "records.log").read_bytes().splitlines()
+    assert len(lines) == len((tmp_path / "bundle" / "records.jsonl").read_bytes().splitlines())
 
 
 def test_command_line_arguments_are_kept_with_secret_values_redacted(tmp_path, settings, monkeypatch):

@@ -12,10 +12,12 @@ from django.utils import timezone
 from py_ocsf_models.events.base_event import BaseEvent
 from syslog_rfc5424_parser import SyslogMessage
 
+from appliance.accounts.models import User
 from appliance.audit import catalogue, chain, signing
 from appliance.audit.export import ExportError, export_bundle
 from appliance.audit.models import AuditRecord
 from appliance.audit.verify import verify_bundle
+from tests.audit import ocsf_schema
 
 pytestmark = pytest.mark.django_db
 
@@ -106,8 +108,15 @@ def test_cef_lines_parse_with_pycef_and_keep_every_value(session_bundle):
         assert parsed["DeviceVendor"] == "AI Appliance" and parsed["CEFVersion"] == "0"
         assert cef_unescape(parsed["sequence"]) == str(record["sequence"])
         assert cef_unescape(parsed["hash"]) == entry["hash"]
-        assert json.loads(cef_unescape(parsed["details"])) == record["details"]
+        if "cs5" in parsed.get("truncated", "").split(","):
+            assert parsed["details"].endswith("; the full value is in records.jsonl]")
+            assert len(parsed["details"]) <= 4000
+        else:
+            assert json.loads(cef_unescape(parsed["details"])) == record["details"]
         assert cef_unescape(parsed["outcome"]) == record["outcome"]
+    failed = pycef.parse(lines[next(i for i, e in enumerate(records) if e["record"]["event"] == "auth.login.failure")])
+    # The attempted username, where SIEM rules on failed logins look for it.
+    assert (failed["suser"], failed["duser"], failed["src"]) == ("alice", "alice", "192.0.2.10")
     tricky = next(e for e in records if "Rack" in json.dumps(e["record"]["details"]))
     line = lines[records.index(tricky)]
     assert '\\=' in line and "\\\\" in line  # '=' and '\' escaped in the extension
@@ -118,6 +127,79 @@ def test_cef_escaping_follows_arcsight_rules():
 
     assert cef_header_escape("a|b\\c") == "a\\|b\\\\c"
     assert cef_extension_escape("a=b\\c\nd\re|f") == "a\\=b\\\\c\\nd\\re|f"
+    # CEF has no escape for other control characters or Unicode line separators: they are replaced.
+    assert cef_extension_escape("a\x00b\x0bc\x85d\u2028e") == "a\ufffdb\ufffdc\ufffdd\ufffde"
+    assert cef_header_escape("a\nb\x85c") == "a b c"
+
+
+def test_cef_puts_an_ipv6_source_in_c6a2_and_an_ipv4_mapped_one_in_src():
+    from appliance.audit.export.formats import Cef
+
+    line = Cef().line(_payload("api.request", **ACTORS["administrator over IPv6"]), "a" * 64, _context()).decode()
+    parsed = pycef.parse(line)
+    # CEF:0's src holds an IPv4 address only.
+    assert parsed["Source IPv6 Address"] == "2001:db8::7" and "src" not in parsed
+    assert " c6a2=2001:db8::7 c6a2Label=Source IPv6 Address" in line
+    mapped = Cef().line(_payload("api.request", source="::ffff:192.0.2.5"), "a" * 64, _context()).decode()
+    assert pycef.parse(mapped)["src"] == "192.0.2.5" and "c6a2" not in mapped
+    named = Cef().line(_payload("api.request", source="console"), "a" * 64, _context()).decode()
+    assert pycef.parse(named)["shost"] == "console"
+
+
+def test_cef_cuts_a_long_value_to_arcsights_limit_and_says_so(db, tmp_path):
+    from appliance import audit
+
+    long_details = {"nodes": [{"name": f"gpu{i:03d}", "note": "a=b\\c\n" * 20} for i in range(120)]}
+    audit.record("inventory.site.import", target_type="inventory.appliance", target_id="1", target_name="demo",
+                 reason="r" * 3000, details=long_details)
+    export_bundle(tmp_path / "b", "cef")
+    [line] = [line for line in (tmp_path / "b" / "records.cef").read_text().splitlines() if "site.import" in line]
+    parsed = pycef.parse(line)
+    head_fields = 8
+    extension = {key: value for key, value in list(parsed.items())[head_fields:]}
+    assert max(len(value) for value in extension.values()) <= 4000
+    assert parsed["truncated"] == "reason,cs5"
+    assert len(parsed["details"]) == 4000 and parsed["details"].endswith(
+        f"...[truncated: {len(json.dumps(long_details, sort_keys=True, separators=(',', ':')))} characters; "
+        "the full value is in records.jsonl]")
+    assert len(parsed["reason"]) <= 1023 and parsed["reason"].startswith("rrrr")
+    assert not parsed["details"][:-80].endswith("\\")  # never cut inside an escape
+    [full] = [r for r in canonical_records(tmp_path / "b") if r["record"]["event"] == "inventory.site.import"]
+    assert full["record"]["details"] == long_details and full["record"]["reason"] == "r" * 3000
+    assert verify_bundle(tmp_path / "b").ok
+
+
+FORGING = "admin\nforged\r<13>1 2026-01-01T00:00:00Z host app - - - fake\u2028x\x85y\x0bz\x00"
+
+
+@pytest.mark.parametrize("fmt", ["syslog", "cef", "ocsf"])
+def test_control_characters_in_any_field_never_make_a_second_line(db, tmp_path, fmt):
+    from appliance import audit
+    from appliance.core import context
+
+    forged_context = context.ActionContext(channel="web", actor_username=FORGING, source_address=FORGING,
+                                           user_agent=FORGING, request_id=FORGING)
+    with context.use(forged_context):
+        audit.record("api.request", outcome="failure", reason=FORGING, target_type=FORGING, target_id=FORGING,
+                     target_name=FORGING, details={FORGING: FORGING})
+    audit.record("task.run")
+    bundle = tmp_path / fmt
+    manifest = export_bundle(bundle, fmt)
+    data = (bundle / manifest["files"]["display"]["name"]).read_bytes()
+    records = canonical_records(bundle)
+    assert len(data.splitlines()) == len(data.decode().splitlines()) == len(records)
+    line = data.decode().splitlines()[[r["record"]["event"] for r in records].index("api.request")]
+    if fmt == "syslog":
+        message = SyslogMessage.parse(line)
+        assert message.sd["audit@32473"]["actor"] == (
+            "admin\\u000aforged\\u000d<13>1 2026-01-01T00:00:00Z host app - - - fake\\u2028x\\u0085y\\u000bz\\u0000")
+        assert json.loads(message.msg.lstrip("\ufeff"))["actor"]["username"] == FORGING
+    elif fmt == "cef":
+        assert pycef.parse(line)["suser"] == (
+            "admin\\nforged\\r<13>1 2026-01-01T00:00:00Z host app - - - fake\ufffdx\ufffdy\ufffdz\ufffd")
+    else:
+        assert json.loads(line)["actor"]["user"]["name"] == FORGING
+    assert verify_bundle(bundle).ok
 
 
 def test_syslog_lines_parse_as_rfc5424_with_structured_data(session_bundle):
@@ -153,17 +235,22 @@ def test_ocsf_events_validate_and_use_each_events_catalogue_class(session_bundle
     for event, entry in zip(events, records, strict=True):
         record = entry["record"]
         BaseEvent.model_validate(event)
+        assert ocsf_schema.problems_of(event) == [], (record["event"], event)
         event_type = catalogue.get(record["event"])
         assert event["class_uid"] == event_type.ocsf_class and event["activity_id"] == event_type.ocsf_activity
-        assert event["type_uid"] == event["class_uid"] * 100 + event["activity_id"]
-        assert event["category_uid"] == event["class_uid"] // 1000
         assert event["time"] == int(chain.parse_timestamp(record["timestamp"]).timestamp() * 1000)
-        assert event["actor"]["user"]["name"] == record["actor"]["username"]
-        assert event["metadata"]["product"]["name"] and event["metadata"]["version"]
+        if record["actor"]["username"]:
+            assert event["actor"]["user"]["name"] == record["actor"]["username"]
+        else:
+            assert event["actor"]["user"] == {"uid": "anonymous", "type_id": 99, "type": "Unauthenticated"}
+        assert event["metadata"]["product"]["name"] and event["metadata"]["version"] == "1.1.0"
         assert event["unmapped"]["hash"] == entry["hash"]
         assert event["status"] == ("Success" if record["outcome"] == "success" else "Failure")
     login = next(e for e, r in zip(events, records, strict=True) if r["record"]["event"] == "auth.login.failure")
-    assert login["class_uid"] == 3002 and login["src_endpoint"]["ip"] == "192.0.2.10"
+    assert login["class_uid"] == 3002 and login["src_endpoint"] == {"ip": "192.0.2.10"}
+    # The account the failed login tried, where OCSF puts it: the authentication's user.
+    assert login["user"] == {"name": "alice", "uid": str(User.objects.get(username="alice").pk)}
+    assert login["status_detail"] == "invalid credentials"
 
 
 def test_csv_reads_back_with_the_csv_module(session_bundle):
@@ -213,3 +300,150 @@ def test_the_command_writes_a_bundle(db, tmp_path, capsys):
     call_command("audit", "export", "--format", "syslog", "--out", str(tmp_path / "b"))
     assert "exported records #1.." in capsys.readouterr().out
     assert verify_bundle(tmp_path / "b").ok
+
+
+# -- OCSF 1.1.0: every event type, every kind of actor and source, against the schema's own data ------
+
+def _payload(event, *, actor=None, source="", user_agent="", target=None, details=None, request_id="req-1",
+             channel="web", outcome="success", reason=""):
+    event_type = catalogue.get(event)
+    return {
+        "sequence": 7, "uuid": "5f0c3a52-8a43-4f7e-9a1c-2b1d0c9e8f77", "timestamp": "2026-03-01T10:00:00.000000Z",
+        "event": event, "category": event_type.category, "severity": event_type.severity,
+        "actor": actor or {"id": None, "username": "", "roles": []}, "channel": channel,
+        "source_address": source, "user_agent": user_agent, "request_id": request_id,
+        "action": event_type.action, "target": target or {"type": "", "id": "", "name": ""},
+        "outcome": outcome, "reason": reason, "details": details or {}, "prev_hash": "0" * 64,
+    }
+
+
+ACTORS = {
+    "anonymous web client": dict(actor={"id": None, "username": "", "roles": []}, source="192.0.2.10",
+                                 user_agent="Mozilla/5.0", channel="web"),
+    "administrator over IPv6": dict(actor={"id": 1, "username": "alice", "roles": ["administrator"]},
+                                    source="2001:db8::7", user_agent="curl/8.5", channel="api"),
+    "operator": dict(actor={"id": 4, "username": "oscar", "roles": ["operator"]}, source="192.0.2.11", channel="web"),
+    "OS account at the console": dict(actor={"id": None, "username": "root", "roles": []}, channel="cli",
+                                      request_id="cli-3c9d"),
+    "scheduled task": dict(actor={"id": None, "username": "celery", "roles": []}, channel="task", request_id=""),
+}
+TARGETS = {
+    "none": None,
+    "a user account": {"type": "accounts.user", "id": "3", "name": "victor"},
+    "a node": {"type": "inventory.node", "id": "12", "name": "gpu01"},
+    "a command": {"type": "command", "id": "", "name": "create_admin"},
+}
+
+
+def _context():
+    from appliance.audit.export import _describe_event
+    from appliance.audit.export.formats import ExportContext
+
+    return ExportContext(product_version="0.1.0", host="mgmt01", resolve=_describe_event)
+
+
+@pytest.mark.parametrize("actor", sorted(ACTORS))
+def test_every_catalogue_event_is_valid_ocsf_1_1_0_for_every_kind_of_actor_and_target(actor):
+    from appliance.audit.export.formats import Ocsf
+
+    context, problems = _context(), {}
+    details = {"method": "PATCH", "path": "/api/inventory/nodes/12/", "status": 200, "view": "node-detail",
+               "role": ["viewer", "operator"], "command": "create_admin", "argv": ["--username", "x y"]}
+    for name in sorted(catalogue.CATALOGUE):
+        for target_name, target in TARGETS.items():
+            payload = _payload(name, target=target, details=details, **ACTORS[actor])
+            found = ocsf_schema.problems_of(Ocsf().event(payload, "a" * 64, context))
+            if found:
+                problems[f"{name} / {target_name}"] = found
+    assert problems == {}
+
+
+def test_every_catalogue_class_and_activity_is_in_the_ocsf_1_1_0_schema():
+    classes = ocsf_schema.schema()["classes"]
+    wrong = {}
+    for name, event_type in catalogue.CATALOGUE.items():
+        definition = classes.get(str(event_type.ocsf_class))
+        if definition is None:
+            wrong[name] = f"class {event_type.ocsf_class} is not in tests/audit/data/ocsf-1.1.0.json"
+        elif str(event_type.ocsf_activity) not in definition["attributes"]["activity_id"]["enum"]:
+            wrong[name] = f"activity {event_type.ocsf_activity} is not one of {definition['name']}'s"
+        elif event_type.ocsf_class_name != definition["caption"]:
+            wrong[name] = f"class name {event_type.ocsf_class_name!r} is not {definition['caption']!r}"
+    assert wrong == {}
+
+
+def test_datastore_activities_use_the_ocsf_1_1_0_activity_ids():
+    # Datastore Activity (6005) in OCSF 1.1.0: 1 Read, 2 Update, 3 Connect, 4 Query, 5 Write, 6 Create, 7 Delete.
+    expected = {"audit.view": 1, "audit.search": 4, "audit.export": 1, "audit.verify": 1, "audit.checkpoint": 6,
+                "audit.key.rotate": 2, "audit.retention.request": 6, "audit.retention.approve": 2,
+                "audit.retention.archive": 7, "provisioning.acceptance.export": 1}
+    assert {name: catalogue.get(name).ocsf_activity for name in expected} == expected
+    assert all(catalogue.get(name).ocsf_class == 6005 for name in expected)
+
+
+def test_the_identity_events_carry_the_account_they_are_about():
+    from appliance.audit.export.formats import Ocsf
+
+    context, ocsf = _context(), Ocsf()
+    attempt = _payload("auth.login.failure", source="192.0.2.10", outcome="failure", reason="invalid credentials",
+                       target={"type": "accounts.user", "id": "", "name": "no-such-user"})
+    event = ocsf.event(attempt, "a" * 64, context)
+    assert event["user"] == {"name": "no-such-user"} and event["service"] == {"name": "Appliance Management Suite"}
+    role = ocsf.event(_payload("accounts.role.change", actor={"id": 1, "username": "alice", "roles": ["administrator"]},
+                               target={"type": "accounts.user", "id": "3", "name": "victor"},
+                               details={"role": ["viewer", "operator"]}), "a" * 64, context)
+    assert (role["user"], role["privileges"]) == ({"name": "victor", "uid": "3"}, ["operator"])
+    assert role["actor"]["user"] == {"name": "alice", "uid": "1", "type_id": 2, "type": "Admin"}
+    command = ocsf.event(_payload("cli.command", actor={"id": None, "username": "root", "roles": []}, channel="cli",
+                                  request_id="cli-3c9d", target={"type": "command", "id": "", "name": "migrate"},
+                                  details={"command": "migrate", "argv": ["-v0", "a b"]}), "a" * 64, context)
+    assert command["process"] == {"uid": "cli-3c9d", "name": "manage.py migrate",
+                                  "cmd_line": "manage.py migrate -v0 'a b'"}
+    assert command["device"] == {"hostname": "mgmt01", "type_id": 1, "type": "Server"}
+    read = ocsf.event(_payload("audit.export", actor={"id": None, "username": "root", "roles": []}, channel="cli"),
+                      "a" * 64, context)
+    assert read["src_endpoint"] == {"hostname": "mgmt01"}
+    assert read["database"] == {"name": "audit", "type_id": 1, "type": "Relational"}
+
+
+def _valid_authentication_event():
+    return {
+        "activity_id": 1, "category_uid": 3, "category_name": "Identity & Access Management", "class_uid": 3002,
+        "class_name": "Authentication", "type_uid": 300201, "time": 1767225600000, "severity_id": 1,
+        "severity": "Informational", "status_id": 1, "status": "Success",
+        "metadata": {"product": {"name": "P", "vendor_name": "V"}, "version": "1.1.0"},
+        "user": {"name": "alice"}, "service": {"name": "portal"}, "src_endpoint": {"ip": "192.0.2.1"},
+        "actor": {"user": {"name": "alice", "type_id": 1, "type": "User"}},
+    }
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda e: e.pop("user"), "user: required attribute is missing"),
+    (lambda e: e["metadata"]["product"].pop("vendor_name"), "metadata.product.vendor_name: required attribute"),
+    (lambda e: e.update(activity_id=6, type_uid=300206), "activity_id: 6 is not one of"),
+    (lambda e: e.update(severity_id="1"), "severity_id: integer_t expects an integer"),
+    (lambda e: e.update(severity="High"), "severity: 'High' is not the caption of severity_id 1"),
+    (lambda e: e["actor"].update(user={}), "actor.user: needs at least one of"),
+    (lambda e: e.update(src_endpoint={"ip": "999.1.2.3"}), "src_endpoint.ip: '999.1.2.3' is not a valid ip_t"),
+    (lambda e: e.update(device={"hostname": "h", "type_id": 1}), "device: not an attribute of this class without"),
+    (lambda e: e.update(privileges=["admin"]), "privileges: not an attribute of this class"),
+    (lambda e: e.pop("service"), "event: needs at least one of ['service', 'dst_endpoint']"),
+    (lambda e: e.update(type_uid=300202), "type_uid: 300202 is not class_uid * 100 + activity_id"),
+    (lambda e: e.update(category_uid=6), "category_uid: 6, the class's category is 3"),
+    (lambda e: e["metadata"].update(profiles=["container"]), "does not offer the 'container' profile"),
+    (lambda e: e["actor"]["user"].update(type_id=2), "actor.user.type: 'User' is not the caption of type_id 2"),
+    (lambda e: e["src_endpoint"].update(port=70000), "src_endpoint.port: 70000 is outside port_t's range"),
+])
+def test_the_ocsf_validator_finds_each_kind_of_problem(change, problem):
+    event = _valid_authentication_event()
+    assert ocsf_schema.problems_of(event) == []
+    change(event)
+    found = ocsf_schema.problems_of(event)
+    assert any(problem in text for text in found), found
+
+
+def test_the_ocsf_schema_data_names_its_source():
+    source = ocsf_schema.schema()["source"]
+    assert source["repository"] == "https://github.com/ocsf/ocsf-schema"
+    assert (source["tag"], source["version"]) == ("v1.1.0", "1.1.0")
+    assert source["commit"] == "8ea34523a316c4bad7e360e870a23a8e5cb29bd5"

@@ -3,12 +3,18 @@ renders the verified records again to point at the first changed line of a displ
 
 Nothing here touches the database or Django settings; everything a format needs beyond the record
 comes from the ExportContext, which the manifest carries.
+
+Every line-based format keeps one record on one line whatever the record holds: control characters
+and Unicode line separators in any field are escaped (syslog, OCSF) or replaced (CEF, which has no
+escape for them); the canonical records file keeps the exact values.
 """
 
 import csv
 import io
 import ipaddress
 import json
+import re
+import shlex
 from dataclasses import dataclass, field
 
 from .. import chain
@@ -21,6 +27,8 @@ SYSLOG_APP_NAME = "appliance-audit"
 # an "@" must carry a private enterprise number; an appliance installation may register its own.
 SYSLOG_SD_ID = "audit@32473"
 SYSLOG_FACILITY_LOG_AUDIT = 13
+# The target type of records about a user account (the user model's label).
+USER_TARGET_TYPE = "accounts.user"
 
 CEF_SEVERITY = {"informational": 1, "low": 3, "medium": 5, "high": 8, "critical": 10}
 SYSLOG_SEVERITY = {"informational": 6, "low": 5, "medium": 4, "high": 3, "critical": 2}
@@ -29,6 +37,9 @@ OCSF_SEVERITY = {"informational": (1, "Informational"), "low": (2, "Low"), "medi
 OCSF_CATEGORIES = {1: "System Activity", 2: "Findings", 3: "Identity & Access Management",
                    4: "Network Activity", 5: "Discovery", 6: "Application Activity"}
 OCSF_STATUS = {"success": (1, "Success"), "failure": (2, "Failure"), "denied": (2, "Failure")}
+
+# Characters that end a line for some reader (C0 and C1 controls, DEL, U+2028, U+2029).
+_LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @dataclass
@@ -55,20 +66,34 @@ class ExportContext:
                    event_types=dict(manifest.get("event_types", {})))
 
 
+def _unicode_escape(match: re.Match) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
 def _compact_json(value) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """One-line JSON: besides what JSON escapes itself, DEL, C1 controls and U+2028/U+2029 (which
+    only occur inside strings) are written as \\u escapes, which parse back to the same value."""
+    return _LINE_BREAKING.sub(_unicode_escape, json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                                          ensure_ascii=False))
 
 
-def _ip(address: str) -> str | None:
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        return str(ipaddress.ip_address(address))
+        address = ipaddress.ip_address(address)
     except ValueError:
         return None
+    # An IPv4 client of a dual-stack listener arrives as ::ffff:a.b.c.d.
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped or address
 
 
 def _epoch_ms(timestamp: str) -> int:
     moment = chain.parse_timestamp(timestamp)
     return int(moment.timestamp()) * 1000 + moment.microsecond // 1000
+
+
+def _target_is_user(payload: dict) -> bool:
+    return payload["target"]["type"] == USER_TARGET_TYPE and bool(payload["target"]["name"])
 
 
 class JsonLines:
@@ -84,15 +109,43 @@ class JsonLines:
 
 
 def cef_header_escape(value: str) -> str:
-    """ArcSight CEF header fields: backslash and pipe are escaped; a header holds no line break."""
-    return value.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """ArcSight CEF header fields: backslash and pipe are escaped; a header holds no line break or
+    other control character (each becomes a space)."""
+    return _LINE_BREAKING.sub(" ", value.replace("\\", "\\\\").replace("|", "\\|"))
 
 
 def cef_extension_escape(value: str) -> str:
     """ArcSight CEF extension values: backslash and equals sign are escaped, line breaks written as
-    \\n and \\r."""
-    return (value.replace("\\", "\\\\").replace("=", "\\=")
-            .replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\r"))
+    \\n and \\r. CEF has no escape for any other control character: each becomes U+FFFD."""
+    value = (value.replace("\\", "\\\\").replace("=", "\\=")
+             .replace("\n", "\\n").replace("\r", "\\r"))
+    return _LINE_BREAKING.sub("\ufffd", value)
+
+
+# ArcSight's maximum lengths of the extension keys used here ("Implementing ArcSight CEF", the
+# extension dictionary): a receiver cuts a longer value silently, so it is cut here, visibly, and
+# the record names the cut keys in flexString2 ("truncated"). The full values stay in records.jsonl.
+CEF_DEFAULT_LIMIT = 1023
+CEF_LIMITS = {"act": 63, "outcome": 63, "externalId": 40, "flexString1Label": 128, "flexString2Label": 128,
+              **{f"cs{n}": 4000 for n in range(1, 7)}}
+CEF_TRUNCATED_KEY, CEF_TRUNCATED_LABEL = "flexString2", "truncated"
+
+
+def cef_fit(value: str, limit: int) -> tuple[str, bool]:
+    """The escaped extension value, cut (between escapes, never inside one) so that it and the note
+    saying it was cut stay within `limit` characters. Returns (escaped value, whether it was cut)."""
+    escaped = cef_extension_escape(value)
+    if len(escaped) <= limit:
+        return escaped, False
+    note = f"...[truncated: {len(value)} characters; the full value is in records.jsonl]"
+    budget, kept, used = limit - len(note), [], 0
+    for char in value:
+        piece = cef_extension_escape(char)
+        if used + len(piece) > budget:
+            break
+        kept.append(piece)
+        used += len(piece)
+    return "".join(kept) + note, True
 
 
 class Cef:
@@ -106,11 +159,15 @@ class Cef:
         actor, target = payload["actor"], payload["target"]
         head = "|".join(cef_header_escape(v) for v in (
             PRODUCT_VENDOR, PRODUCT_NAME, context.product_version, payload["event"], event_type["description"]))
+        source_user = actor["username"]
+        if not source_user and _target_is_user(payload) and event_type["ocsf_class"] == 3002:
+            # An unauthenticated login attempt: the user it claimed to be is who attempted it.
+            source_user = target["name"]
         extension = [
             ("rt", str(_epoch_ms(payload["timestamp"]))),
             ("externalId", payload["uuid"]),
             ("cn1", str(payload["sequence"])), ("cn1Label", "sequence"),
-            ("suser", actor["username"]),
+            ("suser", source_user),
             ("suid", "" if actor["id"] is None else str(actor["id"])),
             ("spriv", ",".join(actor["roles"])),
             ("act", payload["action"]),
@@ -126,19 +183,36 @@ class Cef:
             ("cs6", hash_hex), ("cs6Label", "hash"),
             ("flexString1", payload["prev_hash"]), ("flexString1Label", "prevHash"),
         ]
+        if _target_is_user(payload):
+            extension += [("duser", target["name"]), ("duid", target["id"])]
         address = _ip(payload["source_address"])
-        if address:
-            extension.append(("src", address))
+        if address is not None and address.version == 4:
+            extension.append(("src", str(address)))
+        elif address is not None:
+            # CEF:0's src is an IPv4 address; the IPv6 one goes where the CEF guide puts it.
+            extension += [("c6a2", str(address)), ("c6a2Label", "Source IPv6 Address")]
         elif payload["source_address"]:
             extension.append(("shost", payload["source_address"]))
-        body = " ".join(f"{key}={cef_extension_escape(value)}" for key, value in extension if value != "")
+        fields, truncated = [], []
+        for key, value in extension:
+            if value == "":
+                continue
+            escaped, cut = cef_fit(value, CEF_LIMITS.get(key, CEF_DEFAULT_LIMIT))
+            fields.append(f"{key}={escaped}")
+            if cut:
+                truncated.append(key)
+        if truncated:
+            fields += [f"{CEF_TRUNCATED_KEY}={','.join(truncated)}", f"{CEF_TRUNCATED_KEY}Label={CEF_TRUNCATED_LABEL}"]
         severity = CEF_SEVERITY.get(payload["severity"], 5)
-        return f"CEF:0|{head}|{severity}|{body}\n".encode()
+        return f"CEF:0|{head}|{severity}|{' '.join(fields)}\n".encode()
 
 
 def sd_param_escape(value: str) -> str:
-    """RFC 5424 section 6.3.3: inside PARAM-VALUE, '"', '\\' and ']' are escaped with a backslash."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("]", "\\]")
+    """RFC 5424 section 6.3.3: inside PARAM-VALUE, '"', '\\' and ']' are escaped with a backslash.
+    A control character or line separator, which would end the line for a line-based receiver, is
+    written as the six characters \\uXXXX (unambiguous: a backslash of the value is doubled)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("]", "\\]")
+    return _LINE_BREAKING.sub(_unicode_escape, escaped)
 
 
 def _printable_ascii(value: str, limit: int) -> str:
@@ -148,7 +222,9 @@ def _printable_ascii(value: str, limit: int) -> str:
 
 class Syslog:
     """RFC 5424, facility 13 (log audit), one message a line (octet-counting framing is the
-    transport's business): the record's key facts as structured data, its canonical JSON as MSG."""
+    transport's business): the record's key facts as structured data, its canonical JSON as MSG
+    (DEL, C1 controls and U+2028/U+2029 inside its strings as \\u escapes, so that no reader breaks
+    the line; the JSON parses to the same record)."""
 
     name, extension = "syslog", "log"
 
@@ -166,14 +242,165 @@ class Syslog:
             ("target", f"{target['type']}:{target['id']}"),
         ]
         data = " ".join(f'{name}="{sd_param_escape(value)}"' for name, value in params)
-        message = chain.canonical(payload)
-        head = (f"<{priority}>1 {payload['timestamp']} {_printable_ascii(context.host, 255)} {SYSLOG_APP_NAME} - "
-                f"{_printable_ascii(payload['event'], 32)} [{SYSLOG_SD_ID} {data}] ")
-        return head.encode() + b"\xef\xbb\xbf" + message + b"\n"
+        message = _LINE_BREAKING.sub(_unicode_escape, chain.canonical(payload).decode("utf-8"))
+        head = (f"<{priority}>1 {_printable_ascii(payload['timestamp'], 64)} {_printable_ascii(context.host, 255)} "
+                f"{SYSLOG_APP_NAME} - {_printable_ascii(payload['event'], 32)} [{SYSLOG_SD_ID} {data}] ")
+        return head.encode() + b"\xef\xbb\xbf" + message.encode("utf-8") + b"\n"
+
+
+# OCSF 1.1.0 values used below (the schema's enumerations).
+_OCSF_USER_ADMIN, _OCSF_USER_REGULAR, _OCSF_USER_OTHER = 2, 1, 99
+_OCSF_DEVICE_SERVER = (1, "Server")
+_OCSF_DATABASE_RELATIONAL = (1, "Relational")
+_OCSF_DATASTORE_DATABASE = (1, "Database")
+_OCSF_HTTP_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT", "TRACE"})
+_OCSF_HOSTNAME = re.compile(r"^(([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9\-]*[a-zA-Z0-9])\.)*"
+                            r"([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9\-]*[A-Za-z0-9])$")
+# Roles whose users OCSF calls administrators (user.type_id 2); everyone else signed in is a user.
+_ADMIN_ROLES = frozenset({"administrator"})
+
+
+def _drop_empty(mapping: dict) -> dict:
+    return {key: value for key, value in mapping.items() if value not in ("", None, [], {})}
+
+
+def _ocsf_host(host: str) -> dict:
+    """The appliance host as an endpoint: by hostname when it is one, else by name."""
+    return {"hostname": host} if _OCSF_HOSTNAME.match(host) else {"name": host}
+
+
+def _ocsf_actor_user(actor: dict) -> dict:
+    if not actor["username"] and actor["id"] is None:
+        # Nobody signed in (a refused or failed request): not any account, whatever its name.
+        return {"uid": "anonymous", "type_id": _OCSF_USER_OTHER, "type": "Unauthenticated"}
+    user = _drop_empty({"name": actor["username"], "uid": "" if actor["id"] is None else str(actor["id"])})
+    if actor["id"] is not None:
+        admin = bool(_ADMIN_ROLES.intersection(actor["roles"]))
+        user["type_id"], user["type"] = (_OCSF_USER_ADMIN, "Admin") if admin else (_OCSF_USER_REGULAR, "User")
+    return user
+
+
+def _ocsf_subject_user(payload: dict) -> dict:
+    """The account an identity event is about: its target when that is a user account (the
+    attempted username of a failed login among them), else whoever acted."""
+    target = payload["target"]
+    if _target_is_user(payload):
+        return _drop_empty({"name": target["name"], "uid": target["id"]})
+    return _ocsf_actor_user(payload["actor"])
+
+
+def _ocsf_source(payload: dict, context: ExportContext) -> dict:
+    """Where the action came from: the client's address, or, for work started on the appliance
+    itself (a command at its console, a scheduled task), the appliance host."""
+    address = _ip(payload["source_address"])
+    if address is not None:
+        return {"ip": str(address)}
+    if payload["source_address"]:
+        return {"name": payload["source_address"]}
+    return _ocsf_host(context.host)
+
+
+def _ocsf_device(context: ExportContext) -> dict:
+    return {**_ocsf_host(context.host), "type_id": _OCSF_DEVICE_SERVER[0], "type": _OCSF_DEVICE_SERVER[1]}
+
+
+def _ocsf_http_request(payload: dict) -> dict:
+    details = payload["details"] if isinstance(payload["details"], dict) else {}
+    method, path = details.get("method"), details.get("path")
+    request = {"user_agent": payload["user_agent"]}
+    if isinstance(method, str) and method in _OCSF_HTTP_METHODS:
+        request["http_method"] = method
+    if isinstance(path, str) and path:
+        request["url"] = {"path": path}
+    return _drop_empty(request)
+
+
+def _ocsf_target_name(payload: dict) -> str:
+    target = payload["target"]
+    return target["name"] or (f"{target['type']}:{target['id']}" if target["id"] else target["type"]) \
+        or payload["event"]
+
+
+def _process_activity(event: dict, payload: dict, context: ExportContext) -> None:
+    details = payload["details"] if isinstance(payload["details"], dict) else {}
+    target = payload["target"]
+    process = {"uid": target["id"] or payload["request_id"] or payload["uuid"], "name": _ocsf_target_name(payload)}
+    argv = details.get("argv", details.get("args"))
+    if target["type"] == "command" and isinstance(argv, list):
+        process["name"] = f"manage.py {target['name']}"
+        process["cmd_line"] = shlex.join(["manage.py", target["name"], *map(str, argv)])
+    event["process"] = process
+    event["device"] = _ocsf_device(context)
+
+
+def _account_change(event: dict, payload: dict, context: ExportContext) -> None:
+    event["user"] = _ocsf_subject_user(payload)
+
+
+def _authentication(event: dict, payload: dict, context: ExportContext) -> None:
+    event["user"] = _ocsf_subject_user(payload)
+    event["service"] = {"name": PRODUCT_NAME}
+
+
+def _entity_management(event: dict, payload: dict, context: ExportContext) -> None:
+    target = payload["target"]
+    event["entity"] = _drop_empty({"uid": target["id"], "name": _ocsf_target_name(payload), "type": target["type"]})
+
+
+def _user_access(event: dict, payload: dict, context: ExportContext) -> None:
+    event["user"] = _ocsf_subject_user(payload)
+    details = payload["details"] if isinstance(payload["details"], dict) else {}
+    change = details.get("role")
+    granted = change[-1] if isinstance(change, list) and change else change
+    event["privileges"] = [str(granted)] if granted not in (None, "") else []
+
+
+def _application_lifecycle(event: dict, payload: dict, context: ExportContext) -> None:
+    target = payload["target"]
+    event["app"] = {"name": PRODUCT_NAME, "vendor_name": PRODUCT_VENDOR, "version": context.product_version,
+                    "feature": _drop_empty({"uid": target["id"], "name": _ocsf_target_name(payload)})}
+    if not event["app"]["version"]:
+        del event["app"]["version"]
+
+
+def _api_activity(event: dict, payload: dict, context: ExportContext) -> None:
+    details = payload["details"] if isinstance(payload["details"], dict) else {}
+    operation = details.get("view") or details.get("path") or payload["target"]["name"] or payload["event"]
+    api = {"operation": str(operation)}
+    if payload["request_id"]:
+        api["request"] = {"uid": payload["request_id"]}
+    if isinstance(details.get("status"), int):
+        api["response"] = {"code": details["status"]}
+    event["api"] = api
+    if event["activity_id"] == 99 and isinstance(details.get("method"), str):
+        event["activity_name"] = details["method"]
+
+
+def _datastore_activity(event: dict, payload: dict, context: ExportContext) -> None:
+    # The data touched is the log (or records) of the app the event belongs to, in the appliance's
+    # relational database.
+    event["database"] = {"name": payload["event"].split(".", 1)[0], "type_id": _OCSF_DATABASE_RELATIONAL[0],
+                         "type": _OCSF_DATABASE_RELATIONAL[1]}
+    event["type_id"], event["type"] = _OCSF_DATASTORE_DATABASE
+
+
+# Per OCSF 1.1.0 class: what fills its required attributes, whether it offers src_endpoint and
+# http_request, and whether the "host" profile applies (it carries actor and device there).
+OCSF_CLASS_MAPPINGS = {
+    1007: (_process_activity, False, False, True),
+    3001: (_account_change, True, True, True),
+    3002: (_authentication, True, True, True),
+    3004: (_entity_management, False, False, True),
+    3005: (_user_access, False, False, True),
+    6002: (_application_lifecycle, False, False, True),
+    6003: (_api_activity, True, True, False),
+    6005: (_datastore_activity, True, True, False),
+}
 
 
 class Ocsf:
-    """OCSF 1.x events, one JSON object a line, in each event type's catalogue class."""
+    """OCSF 1.1.0 events, one JSON object a line, in each event type's catalogue class, with every
+    attribute that class requires; what the class has no attribute for is kept under `unmapped`."""
 
     name, extension = "ocsf", "ocsf.jsonl"
 
@@ -183,13 +410,11 @@ class Ocsf:
     def event(self, payload: dict, hash_hex: str, context: ExportContext) -> dict:
         event_type = context.event_type(payload["event"])
         class_uid, activity_id = event_type["ocsf_class"], event_type["ocsf_activity"]
+        fill, has_source, has_http, host_profile = OCSF_CLASS_MAPPINGS[class_uid]
         category_uid = class_uid // 1000
         severity_id, severity = OCSF_SEVERITY.get(payload["severity"], (0, "Unknown"))
         status_id, status = OCSF_STATUS.get(payload["outcome"], (99, "Other"))
         actor, target = payload["actor"], payload["target"]
-        user = {"name": actor["username"]}
-        if actor["id"] is not None:
-            user["uid"] = str(actor["id"])
         event = {
             "activity_id": activity_id,
             "category_uid": category_uid,
@@ -198,12 +423,13 @@ class Ocsf:
             "class_name": event_type["ocsf_class_name"],
             "type_uid": class_uid * 100 + activity_id,
             "time": _epoch_ms(payload["timestamp"]),
+            "timezone_offset": 0,
             "severity_id": severity_id,
             "severity": severity,
             "status_id": status_id,
             "status": status,
             "message": event_type["description"],
-            "actor": {"user": user},
+            "actor": {"user": _ocsf_actor_user(actor)},
             "metadata": {
                 "product": {"name": PRODUCT_NAME, "vendor_name": PRODUCT_VENDOR, "version": context.product_version},
                 "version": OCSF_SCHEMA_VERSION,
@@ -218,17 +444,25 @@ class Ocsf:
                 "prev_hash": payload["prev_hash"],
             },
         }
+        if not context.product_version:
+            del event["metadata"]["product"]["version"]
+        if host_profile:
+            event["metadata"]["profiles"] = ["host"]
+            event["device"] = _ocsf_device(context)
         if payload["outcome"] != "success" or payload["reason"]:
             event["status_detail"] = payload["reason"] or payload["outcome"]
         if payload["request_id"]:
             event["metadata"]["correlation_uid"] = payload["request_id"]
-        address = _ip(payload["source_address"])
-        if address:
-            event["src_endpoint"] = {"ip": address}
+        if has_source:
+            event["src_endpoint"] = _ocsf_source(payload, context)
         elif payload["source_address"]:
-            event["src_endpoint"] = {"hostname": payload["source_address"]}
-        if payload["user_agent"]:
-            event["http_request"] = {"user_agent": payload["user_agent"]}
+            event["unmapped"]["source_address"] = payload["source_address"]
+        http_request = _ocsf_http_request(payload)
+        if has_http and http_request:
+            event["http_request"] = http_request
+        elif payload["user_agent"]:
+            event["unmapped"]["user_agent"] = payload["user_agent"]
+        fill(event, payload, context)
         return event
 
     def line(self, payload: dict, hash_hex: str, context: ExportContext) -> bytes:
