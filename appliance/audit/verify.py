@@ -25,6 +25,8 @@ parses every line and classifies.
 import binascii
 import hashlib
 import json
+import os
+import re
 import time
 from dataclasses import dataclass, field
 from itertools import islice
@@ -285,13 +287,209 @@ def level_root(leaves: list[bytes]) -> bytes:
 
 # -- bundles ----------------------------------------------------------------------------------------
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """JSON objects whose keys are unique: with a key twice, two readers of one file may each see
+    a different value (Python keeps the last, others the first)."""
+    mapping = {}
+    for key, value in pairs:
+        if key in mapping:
+            raise _DuplicateKey(f"the key {key!r} occurs twice in one object")
+        mapping[key] = value
+    return mapping
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
 def _load_json(path: Path, what: str):
     try:
-        return json.loads(path.read_bytes())
+        return json.loads(path.read_bytes(), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except FileNotFoundError:
         raise Stop(Finding(DELETED, None, f"{what} is missing", str(path))) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # JSONDecodeError and _DuplicateKey are ValueErrors.
         raise Stop(Finding(MODIFIED, None, f"{what} is not valid JSON ({exc})", str(path))) from None
+
+
+# -- bundle files and the manifest's shape ------------------------------------------------------------
+
+# A bundle file's name: one plain name in the bundle directory, never a path.
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _bundle_entries(bundle: Path) -> set[str]:
+    """The names in the bundle directory, each a plain file (a link or a directory could make the
+    verifier read, or an auditor open, something that is not part of the bundle)."""
+    names = set()
+    with os.scandir(bundle) as entries:
+        for entry in entries:
+            if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
+                raise Stop(Finding(MODIFIED, None, f"{entry.name} is not a plain file: a bundle holds plain files only",
+                                   entry.name))
+            names.add(entry.name)
+    return names
+
+
+def _bundle_path(bundle: Path, name: str) -> Path:
+    """The path of a file the manifest names, which must lie directly inside the bundle."""
+    path = bundle / name
+    if not _FILE_NAME.fullmatch(name) or path.resolve().parent != bundle.resolve():
+        raise Stop(Finding(MODIFIED, None, f"manifest.json names the file {name!r}, which is not a file of the bundle",
+                           MANIFEST_NAME))
+    return path
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class _Shape:
+    """What a manifest value must look like: `kind` names the check, `item` the shape of a list's
+    items or a mapping's values, `fields` the shape of an object's fields (others are allowed: they
+    are signed, and nothing reads them)."""
+
+    def __init__(self, kind, item=None, fields=None, optional=False):
+        self.kind, self.item, self.fields, self.optional = kind, item, fields, optional
+
+
+def _int(minimum=0):
+    return _Shape(("int", minimum))
+
+
+_STR, _HEX, _NULLABLE_STR = _Shape("str"), _Shape("hex64"), _Shape("str-or-null")
+_FRONTIER = _Shape("list", _Shape("frontier-node"))
+_STATEMENT = {"key_id": _STR, "signature": _STR}
+_FILE = _Shape("object", fields={"name": _Shape("file-name"), "sha256": _HEX})
+_MANIFEST = _Shape("object", fields={
+    "type": _STR, "format": _STR, "key_id": _STR, "signature": _STR,
+    "source": _Shape("object", fields={"version": _STR, "host": _STR}),
+    "range": _Shape("object", fields={
+        "first_sequence": _int(1), "last_sequence": _int(1), "count": _int(1),
+        "first_prev_hash": _HEX, "first_hash": _HEX, "last_hash": _HEX, "root_hash": _HEX,
+        "since": _NULLABLE_STR, "until": _NULLABLE_STR}),
+    "tree": _Shape("object", fields={
+        "prefix_frontier": _FRONTIER, "size": _int(1), "root_hash": _HEX, "checkpoint_tree_size": _int(1),
+        "checkpoint_root_hash": _HEX, "consistency_proof": _Shape("list", _HEX)}),
+    "checkpoints": _Shape("list", _Shape("object", fields={
+        "tree_size": _int(1), "root_hash": _HEX, "last_hash": _HEX, **_STATEMENT})),
+    "tombstones": _Shape("list", _Shape("object", fields={
+        "first_sequence": _int(1), "last_sequence": _int(1), "last_hash": _HEX, "frontier": _FRONTIER,
+        **_STATEMENT})),
+    "key_rotations": _Shape("list", optional=True),
+    "files": _Shape("mapping", _FILE, fields={"records": _FILE, "display": _FILE, "public_key": _FILE}),
+    "event_types": _Shape("mapping", _Shape("object", fields={
+        "description": _STR, "ocsf_class": _Shape("ocsf-class"), "ocsf_class_name": _STR,
+        "ocsf_activity": _int()})),
+})
+
+
+def _shape_problem(value, shape: _Shape, path: str) -> str | None:
+    kind = shape.kind
+    if isinstance(kind, tuple):
+        if type(value) is not int or value < kind[1]:
+            return f"{path} must be an integer of at least {kind[1]}"
+        return None
+    if kind == "str":
+        return None if isinstance(value, str) else f"{path} must be a string"
+    if kind == "str-or-null":
+        return None if value is None or isinstance(value, str) else f"{path} must be a string or null"
+    if kind == "hex64":
+        return None if isinstance(value, str) and _HEX64.fullmatch(value) else \
+            f"{path} must be a SHA-256 digest (64 lower-case hex digits)"
+    if kind == "file-name":
+        return None if isinstance(value, str) and _FILE_NAME.fullmatch(value) else \
+            f"{path} must be the plain name of a file in the bundle"
+    if kind == "frontier-node":
+        return None if (isinstance(value, list) and len(value) == 2 and type(value[0]) is int and value[0] >= 1
+                        and isinstance(value[1], str) and _HEX64.fullmatch(value[1])) else \
+            f"{path} must be a [size, hash] pair"
+    if kind == "ocsf-class":
+        from .export.formats import OCSF_CLASS_MAPPINGS
+
+        return None if type(value) is int and value in OCSF_CLASS_MAPPINGS else \
+            f"{path} must be one of the OCSF classes {', '.join(map(str, OCSF_CLASS_MAPPINGS))}"
+    if kind == "list":
+        if not isinstance(value, list):
+            return f"{path} must be a list"
+        if shape.item is not None:
+            for index, item in enumerate(value):
+                problem = _shape_problem(item, shape.item, f"{path}[{index}]")
+                if problem:
+                    return problem
+        return None
+    if not isinstance(value, dict):
+        return f"{path} must be an object"
+    for name, field_shape in (shape.fields or {}).items():
+        if name not in value:
+            if field_shape.optional:
+                continue
+            return f"{path}.{name} is missing"
+        problem = _shape_problem(value[name], field_shape, f"{path}.{name}")
+        if problem:
+            return problem
+    if kind == "mapping":
+        for name, item in value.items():
+            problem = _shape_problem(item, shape.item, f"{path}.{name}")
+            if problem:
+                return problem
+    return None
+
+
+def check_manifest_shape(manifest: dict) -> None:
+    """Every manifest field the verifier reads has the type and form it expects, and the files it
+    names are the bundle's own (records.jsonl, records.<format>, public-key.pem): a manifest that
+    does not is refused with the field's path, whoever signed it."""
+    from .export.formats import FORMATS
+
+    problem = _shape_problem(manifest, _MANIFEST, "manifest")
+    if problem is None:
+        formatter = FORMATS.get(manifest["format"])
+        files = manifest["files"]
+        expected = {"records": RECORDS_NAME, "public_key": PUBLIC_KEY_NAME,
+                    "display": f"records.{formatter.extension}" if formatter else None}
+        if formatter is None:
+            problem = f"manifest.format {manifest['format']!r} is not one of {', '.join(FORMATS)}"
+        elif manifest.get("public_key", PUBLIC_KEY_NAME) != PUBLIC_KEY_NAME:
+            problem = f"manifest.public_key must be {PUBLIC_KEY_NAME}"
+        else:
+            problem = next((f"manifest.files.{role}.name {files[role]['name']!r} must be {name}"
+                            for role, name in expected.items() if files[role]["name"] != name), None)
+        if problem is None and formatter.name == "jsonl" and files["display"] != files["records"]:
+            problem = "manifest.files.display must be the records file itself in a jsonl bundle"
+        if problem is None:
+            names = [entry["name"] for entry in files.values()]
+            duplicated = sorted({name for name in names if names.count(name) > 1} - {RECORDS_NAME})
+            if duplicated or MANIFEST_NAME in names:
+                problem = f"manifest.files names {', '.join(duplicated) or MANIFEST_NAME} twice"
+    if problem:
+        raise Stop(Finding(MODIFIED, None, problem, MANIFEST_NAME))
+
+
+def check_bundle_coverage(bundle: Path, manifest: dict, entries: set[str]) -> None:
+    """Every file in the bundle is one the signed manifest lists, and each listed file that no
+    other check reads record by record matches its digest."""
+    files = manifest["files"]
+    covered = {MANIFEST_NAME} | {entry["name"] for entry in files.values()}
+    for name in sorted(entries - covered):
+        raise Stop(Finding(INSERTED, None, f"{name} is in the bundle but the manifest does not list it", name))
+    for role, entry in files.items():
+        if role in ("records", "display"):
+            continue  # checked record by record, then by digest
+        path = _bundle_path(bundle, entry["name"])
+        if entry["name"] not in entries:
+            raise Stop(Finding(DELETED, None, f"{entry['name']} is missing", entry["name"]))
+        if _sha256_file(path) != entry["sha256"]:
+            raise Stop(Finding(MODIFIED, None, f"{entry['name']} differs from the manifest's digest", entry["name"]))
 
 
 def _manifest_field(manifest: dict, *keys, kind=None):
@@ -349,10 +547,12 @@ def _trusted_key(bundle: Path, public_key_file, result: VerificationResult):
 def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) -> None:
     if not bundle.is_dir():
         raise Stop(Finding(DELETED, None, "no bundle directory here", str(bundle)))
+    entries = _bundle_entries(bundle)
     manifest = _load_json(bundle / MANIFEST_NAME, MANIFEST_NAME)
     if not isinstance(manifest, dict) or manifest.get("type") != chain.MANIFEST_TYPE:
         raise Stop(Finding(MODIFIED, None, f"not an audit export manifest (type {chain.MANIFEST_TYPE})",
                             MANIFEST_NAME))
+    check_manifest_shape(manifest)
     anchor, anchor_id = _trusted_key(bundle, public_key_file, result)
     rotations = _manifest_field(manifest, "key_rotations", kind=list) if "key_rotations" in manifest else []
     keys = check_rotations(anchor, rotations, MANIFEST_NAME)
@@ -362,6 +562,7 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
     if problem:
         problem.where = MANIFEST_NAME
         raise Stop(problem)
+    check_bundle_coverage(bundle, manifest, entries)
 
     first_sequence = _manifest_field(manifest, "range", "first_sequence", kind=int)
     last_sequence = _manifest_field(manifest, "range", "last_sequence", kind=int)
@@ -388,7 +589,7 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
     result.checkpoints, result.tombstones = len(checkpoints), len(tombstones)
     _check_start(first_sequence, first_prev, prefix, tombstones)
 
-    records_path = bundle / RECORDS_NAME
+    records_path = _bundle_path(bundle, RECORDS_NAME)
     if not records_path.exists():
         raise Stop(Finding(DELETED, None, f"{RECORDS_NAME} is missing", str(records_path)))
     with records_path.open("rb", buffering=1 << 20) as handle:
@@ -408,6 +609,8 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
         raise Stop(Finding(INSERTED, first_sequence + count,
                             f"{len(digests)} records, the manifest says {count}", RECORDS_NAME))
     _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequence, last_sequence)
+    if _sha256_file(records_path) != manifest["files"]["records"]["sha256"]:
+        raise Stop(Finding(MODIFIED, None, f"{RECORDS_NAME} differs from the manifest's digest", RECORDS_NAME))
     _check_display_file(bundle, manifest, digests, first_sequence)
 
 
@@ -475,21 +678,19 @@ def _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequenc
 
 
 def _check_display_file(bundle: Path, manifest: dict, digests, first_sequence: int) -> None:
-    display = manifest.get("files", {}).get("display")
-    if not display or display.get("name") == RECORDS_NAME:
+    display = manifest["files"]["display"]
+    if display["name"] == RECORDS_NAME:
         return
-    path = bundle / display["name"]
+    path = _bundle_path(bundle, display["name"])
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise Stop(Finding(DELETED, None, f"{display['name']} is missing", str(path))) from None
-    if hashlib.sha256(data).hexdigest() == display.get("sha256"):
+    if hashlib.sha256(data).hexdigest() == display["sha256"]:
         return
     from .export.formats import FORMATS, ExportContext
 
-    formatter = FORMATS.get(manifest.get("format"))
-    if formatter is None:
-        raise Stop(Finding(MODIFIED, None, f"{display['name']} differs from the manifest's digest", str(path)))
+    formatter = FORMATS[manifest["format"]]
     # Locate the first differing record by rendering the verified records again.
     context = ExportContext.from_manifest(manifest)
     rendered = formatter.header(context)
@@ -498,11 +699,14 @@ def _check_display_file(bundle: Path, manifest: dict, digests, first_sequence: i
         raise Stop(Finding(MODIFIED, None, f"the header of {display['name']} was changed", str(path)))
     with (bundle / RECORDS_NAME).open("rb") as handle:
         for offset, line in enumerate(handle):
-            payload = json.loads(line)["record"]
-            text = formatter.line(payload, json.loads(line)["hash"], context)
+            entry = json.loads(line)
+            if entry["record"]["event"] not in context.event_types:
+                raise Stop(Finding(MODIFIED, first_sequence + offset, f"the manifest's event_types do not describe "
+                                   f"{entry['record']['event']!r}", MANIFEST_NAME))
+            text = formatter.line(entry["record"], entry["hash"], context)
             if data[position:position + len(text)] != text:
                 raise Stop(Finding(MODIFIED, first_sequence + offset,
-                                    f"the {manifest.get('format')} line of this record differs from the record",
+                                    f"the {manifest['format']} line of this record differs from the record",
                                     str(path)))
             position += len(text)
     if position != len(data):

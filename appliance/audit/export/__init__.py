@@ -6,7 +6,8 @@ A bundle is a directory:
 - manifest.json: the range (first/last sequence and hash, count, Merkle root of the range), the tree
   head at the range's end with the frontier before it and a consistency proof to the signed
   checkpoint after it, every signed checkpoint inside the range, the tombstones, the key id, the
-  files' digests; itself signed with the audit key;
+  digest of every other file of the bundle (a verifier refuses a file the manifest does not list);
+  itself signed with the audit key;
 - public-key.pem: the key that signed it all.
 
 `export_bundle` is the one path for the CLI, the portal and the API, and records `audit.export`.
@@ -189,9 +190,11 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
     else:
         proof = []
     (staging / PUBLIC_KEY_NAME).write_text(key.public_pem())
+    # Every file of the bundle is listed with its digest: a verifier refuses any file it does not list.
     files = {"records": {"name": RECORDS_NAME, "sha256": _sha256_file(records_path)}}
     files["display"] = ({"name": display_path.name, "sha256": _sha256_file(display_path)} if separate_display
                         else files["records"])
+    files["public_key"] = {"name": PUBLIC_KEY_NAME, "sha256": _sha256_file(staging / PUBLIC_KEY_NAME)}
     checkpoints = AuditCheckpoint.objects.filter(tree_size__gte=first, tree_size__lte=anchor.tree_size)
     manifest = {
         "type": chain.MANIFEST_TYPE,
