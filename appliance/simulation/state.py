@@ -31,8 +31,27 @@ class StateError(Exception):
     """The node's state file is missing or unreadable."""
 
 
+class OutsideSysroot(StateError):
+    """A path that would leave the node's sysroot (through '..' or a symbolic link)."""
+
+
 def state_path(sysroot: str | os.PathLike) -> Path:
     return Path(sysroot) / STATE_RELATIVE
+
+
+def node_path(sysroot: str | os.PathLike, absolute: str) -> Path:
+    """The file of the simulated node that the node itself names `absolute`, resolved (symbolic links
+    included) and refused with OutsideSysroot when it is not inside the sysroot: a simulated node
+    never touches the host it runs on, whatever path a playbook, a unit file or an argument gives."""
+    root = Path(os.path.realpath(sysroot))
+    text = os.fspath(absolute)
+    if not text.startswith("/") or "\x00" in text:
+        raise OutsideSysroot(f"{text!r}: not an absolute path of the node")
+    resolved = Path(os.path.realpath(root / text.lstrip("/")))
+    if resolved != root and root not in resolved.parents:
+        raise OutsideSysroot(f"{text}: resolves to {resolved}, outside the node's sysroot {root}: refused")
+    # Under the sysroot as the caller names it, so that paths relative to it stay meaningful.
+    return Path(sysroot) / resolved.relative_to(root)
 
 
 def sysroot_from_environment() -> Path:

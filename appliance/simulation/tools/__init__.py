@@ -79,8 +79,9 @@ class Tool:
             yield current
 
     def path(self, absolute: str) -> Path:
-        """A path of the node (as a real machine names it) inside the sysroot."""
-        return self.sysroot / absolute.lstrip("/")
+        """A path of the node (as a real machine names it) inside the sysroot; one that would leave the
+        sysroot ('..', a symbolic link) is refused (state.OutsideSysroot, the command fails)."""
+        return node_state.node_path(self.sysroot, absolute)
 
     def print(self, *parts, **kwargs) -> None:
         print(*parts, file=self.out, **kwargs)

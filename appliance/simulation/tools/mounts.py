@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .. import packages
-from ..state import has_fault
+from ..state import has_fault, node_path
 from . import kmod
 
 # filesystem type -> (package that ships the mount helper, kernel modules it needs)
@@ -49,7 +49,7 @@ def mount(state: dict, sysroot, source: str, target: str, fstype: str, options: 
     if missing:
         raise MountError(f"mounting {source} on {target} failed: No such device (kernel module {', '.join(missing)} "
                          f"not loaded)")
-    if not (sysroot / target.lstrip("/")).is_dir():
+    if not node_path(sysroot, target).is_dir():
         raise MountError(f"mount point {target} does not exist.")
     if any(existing["target"] == target for existing in state["mounts"]):
         raise MountError(f"{target}: already mounted or mount point busy.")

@@ -31,7 +31,7 @@ def unit_name(name: str) -> str:
 
 def unit_file(sysroot: Path, unit: str) -> Path | None:
     for directory in UNIT_DIRECTORIES:
-        candidate = sysroot / directory / unit
+        candidate = node_state.node_path(sysroot, f"/{directory}/{unit}")
         if candidate.is_file():
             return candidate
     return None
