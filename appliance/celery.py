@@ -14,16 +14,29 @@ if not app.conf.broker_url:
     app.conf.broker_url = "memory://"
 app.autodiscover_tasks()
 
-# `celery -A appliance beat` runs the provisioning watchdog: checking at half the heartbeat timeout
-# bounds how long a run whose worker died can still show as running.
-app.conf.beat_schedule = {
-    "provisioning-watchdog": {
-        "task": "provisioning.watchdog",
-        "schedule": max(5, settings.PROVISIONING_HEARTBEAT_TIMEOUT // 2),
-    },
-    # Refused anonymous requests are counted per source and minute; this writes the finished minutes.
-    "audit-refused-requests": {
-        "task": "audit.flush_refused_requests",
-        "schedule": 30,
-    },
-}
+
+def beat_schedule() -> dict:
+    """What `celery -A appliance beat` runs, and, with no broker, the embedded worker's timers
+    (appliance.core.dispatch.start_embedded_beat)."""
+    return {
+        # Checking at half the heartbeat timeout bounds how long a run whose worker died can still
+        # show as running.
+        "provisioning-watchdog": {
+            "task": "provisioning.watchdog",
+            "schedule": max(5, settings.PROVISIONING_HEARTBEAT_TIMEOUT // 2),
+        },
+        # A signed checkpoint every AUDIT_CHECKPOINT_EVERY_SECONDS while records are unsigned, so an
+        # idle appliance's last records are sealed too.
+        "audit-checkpoint-clock": {
+            "task": "audit.seal_unsigned",
+            "schedule": max(1, settings.AUDIT_CHECKPOINT_EVERY_SECONDS),
+        },
+        # Refused anonymous requests are counted per source and minute; this writes the finished minutes.
+        "audit-refused-requests": {
+            "task": "audit.flush_refused_requests",
+            "schedule": 30,
+        },
+    }
+
+
+app.conf.beat_schedule = beat_schedule()

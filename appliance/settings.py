@@ -134,6 +134,10 @@ DATABASES = {
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
     )
 }
+# PostgreSQL with two roles: DATABASE_URL is the runtime role (portal, workers, commands), which owns
+# nothing; DATABASE_MIGRATE_URL is the tables' owner, used by migrate (which then grants the runtime
+# role what it needs), `audit install-triggers` and `audit retention archive` (appliance/audit/dbroles.py).
+DATABASE_MIGRATE_URL = os.environ.get("DATABASE_MIGRATE_URL", "")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # SQLite gives its WAL and shared-memory files the database file's mode: make that 0600 before the
     # first connection (and tighten a database made before this rule); core.apps checks every connection.
@@ -314,8 +318,14 @@ INFLUXDB = {
 # Audit log: signed checkpoints every N records or T seconds. The retention floor is not here: it is
 # the appliance's setting in its database (appliance.audit.retention), whatever a caller exports.
 AUDIT_CHECKPOINT_EVERY_RECORDS = env_int("AUDIT_CHECKPOINT_EVERY_RECORDS", 1000)
-AUDIT_CHECKPOINT_EVERY_SECONDS = env_int("AUDIT_CHECKPOINT_EVERY_SECONDS", 300)
+# A signed checkpoint at least this often while records are unsigned: on append, and on a clock
+# (Celery beat, or the embedded worker's timer when no broker is set) for an idle appliance.
+AUDIT_CHECKPOINT_EVERY_SECONDS = env_int("AUDIT_CHECKPOINT_EVERY_SECONDS", 60)
 AUDIT_SIGNING_KEY_FILE = Path(os.environ.get("AUDIT_SIGNING_KEY_FILE", KEYS_DIR / "audit-signing.key"))
+# Every signed checkpoint is also appended here (0600, append-only) and, when set, sent to syslog
+# (a socket path such as /dev/log, or udp://host:port / tcp://host:port): see appliance/audit/witness.py.
+AUDIT_WITNESS_FILE = Path(os.environ.get("AUDIT_WITNESS_FILE", STATE_DIR / "audit" / "witness.jsonl"))
+AUDIT_WITNESS_SYSLOG = os.environ.get("AUDIT_WITNESS_SYSLOG", "")
 
 # Encryption of secrets at rest (BMC passwords): a Fernet key file outside the database.
 SECRETS_KEY_FILE = Path(os.environ.get("APPLIANCE_SECRETS_KEY_FILE", KEYS_DIR / "secrets.key"))

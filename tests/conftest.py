@@ -67,6 +67,13 @@ def background_work_ends_with_its_test():
 
 
 @pytest.fixture(autouse=True)
+def audit_witness_of_the_test(settings, tmp_path):
+    """Each test's audit log is a log of its own (emptied after it): so is the witness of its
+    checkpoints, or the next test's `audit verify --database` would compare against another log."""
+    settings.AUDIT_WITNESS_FILE = tmp_path / "audit-witness" / "witness.jsonl"
+
+
+@pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     """PBKDF2 at production strength makes the role x endpoint matrix minutes long; tests need no strength."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -8,7 +8,7 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit log"
 
     def ready(self):
-        from . import catalogue
+        from . import catalogue, checks  # noqa: F401  (checks registers the trigger check)
         from .tracking import AuditedModel, record_delete
 
         for model in apps.get_models():

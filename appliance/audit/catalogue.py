@@ -98,6 +98,8 @@ _BASE = [
     EventType("audit.verify", "audit", "low", "The audit log or a record was verified.", 6005, 1, _AUDIT_PROTECT),
     EventType("audit.checkpoint", "audit", "informational", "A signed checkpoint was made.", 6005, 6, _AUDIT_PROTECT),
     EventType("audit.key.rotate", "audit", "critical", "The audit signing key was replaced (the handover signed by both keys).", 6005, 2, _AUDIT_PROTECT),
+    EventType("audit.triggers.install", "audit", "critical", "The audit log's database triggers were put back (after a check found one missing or disabled).", 6005, 3, _AUDIT_PROTECT),
+    EventType("audit.dbroles.grant", "audit", "high", "The database runtime role was given exactly the grants the portal and workers need (no UPDATE, DELETE or ownership of the audit tables).", 6005, 3, _AUDIT_PROTECT),
     EventType("audit.retention.floor", "audit", "high", "The retention floor (days records are kept at least) was changed.", 6005, 2, _AUDIT_PROTECT),
     EventType("audit.retention.request", "audit", "high", "Archiving of old records was requested.", 6005, 6, _AUDIT_PROTECT),
     EventType("audit.retention.approve", "audit", "high", "Archiving of old records was approved.", 6005, 2, _AUDIT_PROTECT),

@@ -1,16 +1,22 @@
 """Signed checkpoints: the tree head (Merkle root over records 1..tree_size and the chain's hash at
 tree_size) signed with the audit key. `record()` makes one every AUDIT_CHECKPOINT_EVERY_RECORDS
-records or AUDIT_CHECKPOINT_EVERY_SECONDS seconds; `make_checkpoint()` makes one on demand.
+records or AUDIT_CHECKPOINT_EVERY_SECONDS seconds; the clock (`seal_unsigned()`, from Celery beat or
+the embedded worker's timer) makes one every AUDIT_CHECKPOINT_EVERY_SECONDS while records are
+unsigned, so an idle appliance's tail is sealed too; `make_checkpoint()` makes one on demand.
+Every checkpoint is also appended to the witness outside the database (witness.py).
 
 A checkpoint keeps the Merkle frontier of its tree (the roots of its perfect subtrees), so the
 next one starts from it and folds in only the records since: at most N hashes every N records,
 never a pass over the log.
 """
 
+import functools
+
+from django.conf import settings
 from django.db import router, transaction
 from django.utils import timezone
 
-from . import chain, merkle, signing
+from . import chain, merkle, signing, witness
 from .models import AuditCheckpoint, AuditRecord, AuditTombstone, ChainHead
 
 
@@ -43,9 +49,9 @@ def prefix_frontier(size: int, using: str | None = None) -> list[tuple[int, byte
 
 
 def sign_checkpoint(tree_size: int, frontier, last_hash: str, timestamp, using: str | None = None) -> AuditCheckpoint:
-    """Sign and store the tree head of `tree_size` records summarised by `frontier`, and note it in
-    the chain head (the cadence of the next ones starts from it). Called with the chain head locked,
-    so nothing is appended in between."""
+    """Sign and store the tree head of `tree_size` records summarised by `frontier` (the cadence of
+    the next ones starts from it), and hand it to the witness once the transaction commits. Called
+    with the chain head locked, so nothing is appended in between."""
     from . import services
 
     using = using or router.db_for_write(AuditRecord)
@@ -55,8 +61,9 @@ def sign_checkpoint(tree_size: int, frontier, last_hash: str, timestamp, using: 
                                  timestamp=timestamp, key_id=key.key_id)
     checkpoint.signature = key.sign(chain.signed_statement(checkpoint.statement()))
     checkpoint.save(force_insert=True, using=using)
-    ChainHead.objects.using(using).filter(pk=1).update(last_checkpoint_sequence=tree_size, last_checkpoint_at=timestamp)
     services.forget_tip(using)  # this connection's guess of the head no longer holds its cadence
+    # Only a committed checkpoint is witnessed: a rolled-back one never existed.
+    transaction.on_commit(functools.partial(witness.append, checkpoint.signed()), using=using, robust=True)
     return checkpoint
 
 
@@ -83,6 +90,26 @@ def make_checkpoint() -> AuditCheckpoint:
         services.record("audit.checkpoint", target=checkpoint, details={
             "tree_size": checkpoint.tree_size, "root_hash": checkpoint.root_hash, "key_id": checkpoint.key_id})
     return checkpoint
+
+
+def seal_unsigned() -> AuditCheckpoint | None:
+    """The clock's checkpoint: sign the log's tip if records after the last checkpoint are unsigned
+    (None when there are none). Like the checkpoints `record()` makes, it records no event of its
+    own: an event would be a new unsigned record for the next tick to seal, for ever."""
+    using = router.db_for_write(AuditRecord)
+    with transaction.atomic(using=using):
+        head = ChainHead.objects.using(using).select_for_update().filter(pk=1).first()
+        if head is None or head.sequence == 0:
+            return None
+        last = AuditCheckpoint.objects.using(using).order_by("-tree_size").values_list("tree_size", flat=True).first()
+        if last is not None and last >= head.sequence:
+            return None
+        return checkpoint_tip(head.sequence, head.hash, timezone.now(), using=using)
+
+
+def clock_interval() -> int:
+    """Seconds between two ticks of the checkpoint clock."""
+    return max(1, settings.AUDIT_CHECKPOINT_EVERY_SECONDS)
 
 
 def latest_checkpoint() -> AuditCheckpoint | None:

@@ -119,14 +119,14 @@ class ChainHead(models.Model):
     A cache of the last record, not evidence: verification recomputes everything from records.
     It is kept small on purpose: it is rewritten once per record, and a wide row (it once carried
     the Merkle frontier) made that rewrite the most expensive part of an append. Checkpoints get
-    their frontier from the previous checkpoint plus the records since (see checkpoints.py).
+    their frontier from the previous checkpoint plus the records since (see checkpoints.py), and
+    their cadence from the settings and the last checkpoint, never from this row. A trigger lets
+    the row move only forward, onto the records it names (triggers.py).
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     sequence = models.BigIntegerField(default=0)
     hash = models.CharField(max_length=64, default=chain.GENESIS_HASH)
-    last_checkpoint_sequence = models.BigIntegerField(default=0)
-    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self):
         return f"chain head at #{self.sequence}"

@@ -145,13 +145,17 @@ class _Statements:
         record_table, head_table = quote(record_model._meta.db_table), quote(head_model._meta.db_table)
         self.insert = f"INSERT INTO {record_table} ({columns}) VALUES ({marks})"
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-        self.select_head = (f"SELECT sequence, hash, last_checkpoint_sequence, last_checkpoint_at "
+        checkpoint_table = quote(audit_models.AuditCheckpoint._meta.db_table)
+        # The cadence comes from the last checkpoint itself (an append-only, signed row), not from
+        # anything stored in the head.
+        self.select_head = (f"SELECT sequence, hash, "
+                            f"(SELECT coalesce(max(tree_size), 0) FROM {checkpoint_table}), "
+                            f"(SELECT timestamp FROM {checkpoint_table} ORDER BY tree_size DESC LIMIT 1) "
                             f"FROM {head_table} WHERE id = 1{lock}")
         # Compare and swap: the head moves only if it still names the record this one chains to.
         self.move_head = (f"UPDATE {head_table} SET sequence = %s, hash = %s "
                           f"WHERE id = 1 AND sequence = %s AND hash = %s")
-        self.insert_head = (f"INSERT INTO {head_table} (id, sequence, hash, last_checkpoint_sequence, "
-                            f"last_checkpoint_at) VALUES (1, 0, %s, 0, NULL) ON CONFLICT (id) DO NOTHING")
+        self.insert_head = f"INSERT INTO {head_table} (id, sequence, hash) VALUES (1, 0, %s) ON CONFLICT (id) DO NOTHING"
         # On PostgreSQL the head moves and the record goes in with one statement, and the insert
         # happens only if the head moved: one round trip per record.
         self.combined = connection.vendor == "postgresql"
@@ -159,6 +163,11 @@ class _Statements:
         if self.combined:
             self.move_head_and_insert = (f"WITH moved AS ({self.move_head} RETURNING 1) "
                                          f"INSERT INTO {record_table} ({columns}) SELECT {marks} FROM moved")
+        else:
+            # Elsewhere the record goes in first, on condition that the head still names the record
+            # it chains to (the head's trigger wants the record there before the head moves onto it).
+            self.insert_if_head = (f"INSERT INTO {record_table} ({columns}) SELECT {marks} WHERE EXISTS "
+                                   f"(SELECT 1 FROM {head_table} WHERE id = 1 AND sequence = %s AND hash = %s)")
         # Only these fields need adapting for the database; the others go as they are.
         self.columns = [(f.attname, f.get_db_prep_save if f.get_internal_type() in ("UUIDField", "DateTimeField",
                                                                                    "JSONField") else None)
@@ -244,10 +253,13 @@ def append(entry) -> None:
                 cursor.execute(sql.move_head_and_insert, head_move + record_values)
                 moved = cursor.rowcount == 1
             else:
-                cursor.execute(sql.move_head, head_move)
+                cursor.execute(sql.insert_if_head, record_values + head_move[2:])
                 moved = cursor.rowcount == 1
                 if moved:
-                    cursor.execute(sql.insert, record_values)
+                    cursor.execute(sql.move_head, head_move)
+                    if cursor.rowcount != 1:
+                        raise RuntimeError("the audit chain head moved under its own lock: run `manage.py "
+                                           "audit verify --database`")
             if moved:
                 break
             tip, missed = None, True

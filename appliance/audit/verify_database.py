@@ -2,16 +2,26 @@
 
 Every record's hash is recomputed from its columns (a raw UPDATE of any column shows), the chain
 links and sequence continuity from the last tombstone on, the Merkle tree head and chain hash at
-every signed checkpoint, the signatures of checkpoints and tombstones, and the chain head (a cache)
-against the last record.
+every signed checkpoint, the signatures of checkpoints and tombstones (a handed-over key only for
+the log before its handover), and the chain head (a cache) against the last record.
+
+Then the database is compared with the witness outside it (witness.py): every witnessed checkpoint
+must be in the database, unchanged, over records the database still has. A log rewritten behind the
+triggers, its chain recomputed and the disagreeing checkpoints deleted, verifies on its own; against
+the witness it does not.
+
+The records after the last checkpoint are reported as unsealed, not intact: nothing signed vouches
+for them yet (the checkpoint clock seals them within AUDIT_CHECKPOINT_EVERY_SECONDS). Missing or
+disabled triggers, or a session that skips them, are findings too: the log is unprotected.
 """
 
 import hashlib
 import time
+from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 
-from . import chain, merkle, signing
+from . import chain, merkle, signing, triggers, witness
 from .models import (
     PAYLOAD_COLUMNS,
     AuditCheckpoint,
@@ -36,15 +46,40 @@ from .verify import (
 
 CHUNK = 5000
 WHERE = "database"
+UNPROTECTED = "unprotected"
 
 
-def verify_database(record_event: bool = True) -> VerificationResult:
+@dataclass
+class DatabaseVerificationResult(VerificationResult):
+    sealed_through: int = 0  # tree size of the last signed checkpoint
+    unsealed: int = 0  # records after it
+    witnessed: int = 0  # witness entries that matched the database
+
+    def summary(self) -> str:
+        if not self.ok:
+            more = len(self.findings) - 1
+            return super().summary() + (f" (and {more} more finding{'s' if more > 1 else ''})" if more else "")
+        if not self.unsealed:
+            return super().summary() + f", {self.witnessed} witnessed"
+        last = self.last_sequence
+        sealed = max(0, self.sealed_through - self.first_sequence + 1)
+        since = (f"since checkpoint #{self.sealed_through}" if self.sealed_through
+                 else "since the start of the log (no signed checkpoint yet)")
+        sealed_part = (f"intact: {sealed} records (#{self.first_sequence}..#{self.sealed_through}) sealed by "
+                       f"signed checkpoint #{self.sealed_through}" if sealed else "intact: no sealed records")
+        return (f"{sealed_part}, {self.checkpoints} signed checkpoints ({self.witnessed} witnessed), "
+                f"{self.tombstones} tombstones, key {self.key_id}; unsealed: {self.unsealed} records {since} "
+                f"(#{last - self.unsealed + 1}..#{last}), not signed yet")
+
+
+def verify_database(record_event: bool = True) -> DatabaseVerificationResult:
     started = time.perf_counter()
-    result = VerificationResult()
+    result = DatabaseVerificationResult()
     try:
         _verify(result)
     except Stop as stop:
         result.findings.insert(0, stop.finding)
+    result.findings += [Finding(UNPROTECTED, None, problem, WHERE) for problem in triggers.problems(connection)]
     result.seconds = time.perf_counter() - started
     if record_event:
         from . import services
@@ -55,11 +90,12 @@ def verify_database(record_event: bool = True) -> VerificationResult:
                             reason="" if result.ok else str(result.first),
                             details={"scope": "database", "records": result.records,
                                      "first_sequence": result.first_sequence, "last_sequence": result.last_sequence,
-                                     "checkpoints": result.checkpoints, "tombstones": result.tombstones})
+                                     "checkpoints": result.checkpoints, "tombstones": result.tombstones,
+                                     "unsealed": result.unsealed, "witnessed": result.witnessed})
     return result
 
 
-def _verify(result: VerificationResult) -> None:
+def _verify(result: DatabaseVerificationResult) -> None:
     key = signing.load_signing_key()
     result.key_id = key.key_id
     keys = check_rotations(key.public_key, [r.signed() for r in AuditKeyRotation.objects.all()], WHERE)
@@ -154,3 +190,48 @@ def _verify(result: VerificationResult) -> None:
                             "log's one entry point", WHERE))
     if head.sequence >= first and (at_head is None or head.hash != at_head):
         raise Stop(Finding(MODIFIED, head.sequence, "the chain head disagrees with the record it names", WHERE))
+    last_size = max((size for size in checkpoints if size <= last), default=0)
+    if count:
+        result.sealed_through, result.unsealed = last_size, max(0, last - max(last_size, first - 1))
+    _check_witness(result, checkpoints, keys, last)
+
+
+def _check_witness(result: DatabaseVerificationResult, checkpoints: dict, keys, last: int) -> None:
+    """Every witnessed checkpoint is in the database as it was signed, over records it still has."""
+    source = witness.path()
+    try:
+        entries = witness.read(source)
+    except witness.WitnessError as exc:
+        raise Stop(Finding(MODIFIED, None, f"the witness is damaged: {exc}", str(source))) from None
+    if entries is None:
+        if checkpoints:
+            result.notes.append(f"no witness file at {source}: the database's {len(checkpoints)} signed checkpoints "
+                                "are compared with nothing outside it")
+        return
+    seen = set()
+    for entry in entries:
+        statement, size = entry.statement, entry.statement["tree_size"]
+        where = f"{source}:{entry.line}"
+        problem = check_statement(statement, keys, f"checkpoint #{size} in the witness", size)
+        if problem:
+            problem.where = where
+            raise Stop(problem)
+        stored = checkpoints.get(size) or AuditCheckpoint.objects.filter(tree_size=size).first()  # made meanwhile
+        if stored is None:
+            if size > last:
+                raise Stop(Finding(TRUNCATED, last + 1, f"checkpoint #{size} in the witness does not match the "
+                                   f"database: the records end at #{last}, cut after the checkpoint signed them",
+                                   where))
+            raise Stop(Finding(MODIFIED, size, f"checkpoint #{size} in the witness does not match the database: "
+                               "the database has no checkpoint there (deleted, with the records it signed "
+                               "rewritten)", where))
+        if stored.signed() != statement:
+            differs = sorted(key for key in statement if stored.signed().get(key) != statement.get(key))
+            raise Stop(Finding(MODIFIED, size, f"checkpoint #{size} in the witness does not match the database: "
+                               f"{', '.join(differs)} differ", where))
+        seen.add(size)
+    result.witnessed = len(seen)
+    unwitnessed = len(set(checkpoints) - seen)
+    if unwitnessed:
+        result.notes.append(f"{unwitnessed} of the database's {len(checkpoints)} signed checkpoints are not in the "
+                            f"witness {source} (made before it existed, or its write failed)")

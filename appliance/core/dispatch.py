@@ -4,11 +4,15 @@ Either way the caller returns at once (a web request never waits), the work star
 the caller's transaction commits, and the acting user's context travels with it so the audit
 log names who asked. Embedded mode needs no broker server; work that was running when the
 process died is caught by the provisioning watchdog, as a dead Celery worker's would be.
+
+With no broker there is no `celery beat` either: a process that serves requests (wsgi.py,
+asgi.py) starts the beat schedule's timers in-process (`start_embedded_beat`), once, so the
+watchdog and the audit checkpoint clock run there.
 """
 
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from threading import Lock
+from threading import Event, Lock, Thread
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
@@ -65,3 +69,46 @@ def drain(timeout: float | None = None) -> bool:
     A process that is about to exit (or a test about to empty its database) calls it first."""
     _done, not_done = wait(list(_pending), timeout=timeout)
     return not not_done
+
+
+_beat: Event | None = None
+_beat_lock = Lock()
+
+
+def start_embedded_beat() -> Event | None:
+    """Embedded mode: run each entry of the Celery beat schedule (appliance.celery.beat_schedule)
+    in this process, every `schedule` seconds, one run at a time per entry. Once per process;
+    returns the Event that stops the timers, or None when a broker's beat does the job or the
+    timers already run."""
+    global _beat
+    if broker_configured():
+        return None
+    with _beat_lock:
+        if _beat is not None:
+            return None
+        from appliance.celery import app, beat_schedule
+
+        stop = Event()
+        for name, entry in beat_schedule().items():
+            seconds = entry["schedule"]
+            seconds = seconds.total_seconds() if hasattr(seconds, "total_seconds") else float(seconds)
+            Thread(target=_tick, args=(app, entry["task"], seconds, stop), daemon=True,
+                   name=f"appliance-beat-{name}").start()
+        _beat = stop
+        return stop
+
+
+def stop_embedded_beat() -> None:
+    global _beat
+    with _beat_lock:
+        if _beat is not None:
+            _beat.set()
+            _beat = None
+
+
+def _tick(app, task_name: str, seconds: float, stop: Event) -> None:
+    while not stop.wait(seconds):
+        try:
+            _embedded_pool().submit(_run_embedded, app.tasks[task_name], (), {}).result()
+        except Exception:  # the next tick tries again
+            log.exception("embedded beat: %s failed", task_name)

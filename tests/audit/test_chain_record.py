@@ -1,8 +1,8 @@
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, connection, transaction
 
 from appliance import audit
-from appliance.audit import chain
+from appliance.audit import chain, triggers
 from appliance.audit.models import AuditRecord, ChainHead
 from appliance.inventory.models import Appliance
 
@@ -47,16 +47,35 @@ def test_a_rolled_back_savepoint_inside_a_transaction_does_not_break_the_chain()
         == [first.sequence, second.sequence]
 
 
-def test_another_writer_moving_the_head_is_noticed():
-    """A head that moved since this connection's last append (here: set back by hand to a record
-    the chain already has) is never appended past blindly."""
+@pytest.mark.parametrize("move", ["back one record", "back to the genesis", "ahead past the records",
+                                  "onto a hash that is not its record's", "in place onto another hash"])
+def test_the_database_refuses_a_head_moved_back_or_away_from_its_record(move):
+    """The head moves only forward, onto the records it names, whoever writes it (raw SQL here)."""
     audit.record("api.request")
-    other = audit.record("api.request")
-    ChainHead.objects.filter(pk=1).update(sequence=other.sequence - 1, hash=other.prev_hash)
-    with pytest.raises(IntegrityError):  # the real tip is taken: the insert fails, nothing forks
-        with transaction.atomic():
-            audit.record("api.request")
-    assert AuditRecord.objects.filter(sequence=other.sequence).get().hash == other.hash
+    tip = audit.record("api.request")
+    sequence, hash_hex = {
+        "back one record": (tip.sequence - 1, tip.prev_hash),
+        "back to the genesis": (0, chain.GENESIS_HASH),
+        "ahead past the records": (tip.sequence + 1200, "a" * 64),
+        "onto a hash that is not its record's": (tip.sequence + 1, "b" * 64),
+        "in place onto another hash": (tip.sequence, "c" * 64),
+    }[move]
+    with pytest.raises(DatabaseError, match="audit_chainhead moves only forward"), transaction.atomic(), \
+            connection.cursor() as cursor:
+        cursor.execute("UPDATE audit_chainhead SET sequence = %s, hash = %s WHERE id = 1", [sequence, hash_hex])
+    head = ChainHead.objects.get()
+    assert (head.sequence, head.hash) == (tip.sequence, tip.hash)
+    assert audit.record("api.request").prev_hash == tip.hash
+
+
+def test_the_head_is_never_deleted_and_a_second_one_never_starts():
+    audit.record("api.request")
+    for sql, message in (("DELETE FROM audit_chainhead", "DELETE rejected"),
+                         (f"INSERT INTO audit_chainhead (id, sequence, hash) VALUES (2, 0, '{chain.GENESIS_HASH}')",
+                          "starts only at the genesis")):
+        with pytest.raises(DatabaseError, match=message), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql)
+    assert ChainHead.objects.count() == 1
 
 
 def test_change_and_its_record_roll_back_together():
@@ -90,14 +109,16 @@ def test_unknown_event_is_refused():
 
 def test_a_lost_chain_head_over_existing_records_stops_appends():
     Appliance.objects.create(name="before")
-    ChainHead.objects.all().delete()
+    with triggers.suspended(connection):  # only the tables' owner can lose the head
+        ChainHead.objects.all().delete()
     with pytest.raises(RuntimeError, match="chain head is missing while records exist"):
         audit.record("api.request")
 
 
 def test_an_empty_log_starts_a_new_head():
     assert not AuditRecord.objects.exists()
-    ChainHead.objects.all().delete()
+    with triggers.suspended(connection):
+        ChainHead.objects.all().delete()
     first = audit.record("api.request")
     assert (first.sequence, first.prev_hash) == (1, chain.GENESIS_HASH)
 
@@ -163,7 +184,6 @@ def test_a_batch_makes_the_checkpoints_appending_one_by_one_would(audit_settings
     leaves = [chain.merkle_leaf(h) for h in AuditRecord.objects.order_by("sequence").values_list("hash", flat=True)]
     for checkpoint in AuditCheckpoint.objects.filter(tree_size__gt=start):
         assert checkpoint.root_hash == merkle.root_of(leaves[:checkpoint.tree_size]).hex()
-    assert ChainHead.objects.get().last_checkpoint_sequence == start + 8
     chain_is_intact()
 
 

@@ -36,8 +36,8 @@ def _reason(state: str, retval) -> str:
 
 
 def on_postrun(sender=None, task_id=None, task=None, args=None, kwargs=None, retval=None, state=None, **extra):
-    if task is None:
-        return
+    if task is None or not getattr(task, "audit_record_run", True):
+        return  # a task of the audit log's own machinery (its checkpoint clock)
     started = getattr(task.request, "audit_started", None)
     details = {
         "task": task.name,

@@ -44,6 +44,7 @@ class Command(BaseCommand):
         verify.add_argument("--database", action="store_true", help="verify the live log instead of a bundle")
 
         sub.add_parser("checkpoint", help="sign a checkpoint of the log as it is now")
+        sub.add_parser("install-triggers", help="put back the audit tables' triggers (as the tables' owner)")
         sub.add_parser("rotate-key", help="replace the signing key (the handover is signed by the old and the new key)")
         public_key = sub.add_parser("public-key", help="print or write the audit public key (PEM)")
         public_key.add_argument("--out", help="file to write instead of printing")
@@ -112,9 +113,12 @@ class Command(BaseCommand):
         for note in result.notes:
             self.stderr.write(note)
         if result.ok:
+            # An unsealed tail alone is not damage: the summary says "unsealed", the exit status is 0.
             self.stdout.write(f"{result.summary()} ({result.seconds:.2f} s)")
             return
         self.stderr.write(result.summary())
+        for finding in result.findings[1:]:
+            self.stderr.write(f"also: {finding}")
         sys.exit(1)
 
     def handle_checkpoint(self, **options):
@@ -125,6 +129,30 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"checkpoint #{checkpoint.tree_size} root {checkpoint.root_hash} key {checkpoint.key_id}")
+
+    def handle_install_triggers(self, **options):
+        from django.db import DatabaseError, router, transaction
+
+        from appliance import audit
+        from appliance.audit import dbroles, triggers
+        from appliance.audit.models import AuditRecord
+
+        using = router.db_for_write(AuditRecord)
+        with dbroles.as_owner(using) as connection:
+            before = triggers.problems(connection)
+            try:
+                with transaction.atomic(using=using):
+                    triggers.install(connection)
+                    audit.record("audit.triggers.install", target_type="audit.log", target_name="audit log",
+                                 details={"problems_found": before})
+            except DatabaseError as exc:
+                raise CommandError(f"the triggers cannot be installed by this database role ({exc}); connect as "
+                                   "the tables' owner (DATABASE_MIGRATE_URL)") from exc
+            left = triggers.problems(connection)
+        if left:
+            raise CommandError("still wrong after installing: " + "; ".join(left))
+        self.stdout.write(f"audit triggers installed ({len(before)} problem(s) found before); "
+                          "now run `manage.py audit verify --database`")
 
     def handle_rotate_key(self, **options):
         from appliance.audit.keys import rotate_signing_key
@@ -194,7 +222,11 @@ class Command(BaseCommand):
                 request = retention.approve_retention(options["id"], user)
                 self.stdout.write(f"retention request #{request.pk} approved")
             else:
-                tombstone = retention.archive_retention(options["id"], user)
+                from appliance.audit import dbroles
+
+                # Removing records is the owner's: the runtime role has no DELETE on the audit log.
+                with dbroles.as_owner():
+                    tombstone = retention.archive_retention(options["id"], user)
                 self.stdout.write(f"archived records #{tombstone.first_sequence}..#{tombstone.last_sequence} "
                                   f"({tombstone.count}); tombstone root {tombstone.range_root}")
         except retention.RetentionError as exc:
