@@ -4,12 +4,11 @@ are recorded as the OS user, on the cli channel, with secrets redacted."""
 
 import json
 import os
+import pwd
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-
-from appliance.core.context import os_user
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def manage(state_dir: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
     env["APPLIANCE_STATE_DIR"] = str(state_dir)
+    # The environment names no actor: the OS account of the real uid does.
+    env.update(LOGNAME="admin\nforged", USER="admin\nforged", LNAME="admin\nforged", USERNAME="admin\nforged")
     return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
+
+
+def os_user() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def cli_records(state_dir: Path) -> list[dict]:
