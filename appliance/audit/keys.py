@@ -5,7 +5,14 @@ handover statement naming both keys, signed by the old key and by the new one, g
 append-only rotation table in the same transaction. From then on checkpoints, tombstones and export
 manifests are signed by the new key. Verifiers follow the handovers (signing.trusted_keys): trusting
 either key of a handover means trusting the other, so a bundle checked against a public key obtained
-years ago still verifies, and so does one checked against today's.
+years ago still verifies, and so does one checked against today's. A handed-over key is trusted only
+for the log up to its handover (signing.retirements): a copy of the old key, kept by whoever had it,
+cannot sign checkpoints, tombstones or manifests for a larger tree or a later time.
+
+What rotation does not protect: the records up to the handover, which the old key did seal. Whoever
+keeps a copy of it can forge a whole bundle that ends before the handover; the witness, the signed
+checkpoints after the handover (the new key's, over the whole tree) and exports taken before the
+key leaked are what catch that.
 
 The new private key is written next to the current one (`<key file>.next`) before the transaction
 and moved into place once it has committed; the old private key is gone after that. A process that dies
@@ -87,3 +94,9 @@ def trusted_keys_of_the_log(using: str | None = None) -> dict:
     anchor = signing.load_signing_key().public_key
     rotations = [r.signed() for r in AuditKeyRotation.objects.using(using or router.db_for_read(AuditRecord))]
     return signing.trusted_keys(anchor, rotations)
+
+
+def retired_keys_of_the_log(using: str | None = None) -> dict:
+    """When each handed-over key of the live log was retired (signing.retirements)."""
+    rotations = [r.signed() for r in AuditKeyRotation.objects.using(using or router.db_for_read(AuditRecord))]
+    return signing.retirements(rotations)

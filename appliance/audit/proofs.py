@@ -87,7 +87,7 @@ def _verify_record(sequence: int) -> RecordVerification:
                                   sequence)
     checkpoint = covering_checkpoint(sequence) or make_checkpoint()
     statement = checkpoint.signed()
-    from .keys import trusted_keys_of_the_log
+    from .keys import retired_keys_of_the_log, trusted_keys_of_the_log
 
     public_key = trusted_keys_of_the_log().get(checkpoint.key_id)
     if public_key is None:
@@ -97,6 +97,10 @@ def _verify_record(sequence: int) -> RecordVerification:
     if not signing.verify_signature(public_key, chain.signed_statement(checkpoint.statement()),
                                     checkpoint.signature):
         return RecordVerification(False, f"checkpoint #{checkpoint.tree_size} has a bad signature", sequence, statement)
+    retired = signing.retired_problem(statement, retired_keys_of_the_log().get(checkpoint.key_id))
+    if retired:
+        return RecordVerification(False, f"checkpoint #{checkpoint.tree_size} is signed by retired key "
+                                  f"{checkpoint.key_id}: {retired}", sequence, statement)
     leaf = chain.merkle_leaf(record.hash)
     try:
         path = inclusion_proof(sequence, checkpoint)

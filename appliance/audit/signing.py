@@ -97,6 +97,59 @@ def trusted_keys(anchor: Ed25519PublicKey, rotations: list[dict]) -> dict[str, E
     return trusted
 
 
+def retirements(rotations: list[dict]) -> dict[str, tuple[int, str]]:
+    """When each key was handed over, by id: (tree size, timestamp) of the sound rotation whose old
+    key it is. A key is trusted only for the log up to its handover: a copy of it kept after
+    `rotate-key` must not be able to sign a larger tree, or anything dated later."""
+    retired: dict[str, tuple[int, str]] = {}
+    for rotation in rotations:
+        if rotation_problem(rotation) is not None:
+            continue
+        size, moment = rotation.get("tree_size"), rotation.get("timestamp")
+        if type(size) is not int or not isinstance(moment, str):
+            continue
+        known = retired.get(rotation["old_key_id"])
+        if known is None or (size, moment) < known:
+            retired[rotation["old_key_id"]] = (size, moment)
+    return retired
+
+
+def statement_scope(statement: dict) -> tuple[int | None, str | None]:
+    """The tree size a signed statement speaks for and the moment it names: a checkpoint's tree
+    size, a tombstone's last sequence, an export manifest's tree size; its timestamp (a manifest's
+    creation)."""
+    from . import chain
+
+    kind = statement.get("type")
+    if kind == chain.CHECKPOINT_TYPE:
+        size, moment = statement.get("tree_size"), statement.get("timestamp")
+    elif kind == chain.TOMBSTONE_TYPE:
+        size, moment = statement.get("last_sequence"), statement.get("timestamp")
+    elif kind == chain.MANIFEST_TYPE:
+        tree = statement.get("tree")
+        size, moment = (tree.get("size") if isinstance(tree, dict) else None), statement.get("created")
+    else:
+        size, moment = None, statement.get("timestamp")
+    return (size if type(size) is int else None), (moment if isinstance(moment, str) else None)
+
+
+def retired_problem(statement: dict, retired: tuple[int, str] | None) -> str | None:
+    """Why a statement cannot carry the signature of a key retired at `retired` (None if it can)."""
+    if retired is None:
+        return None
+    size, moment = statement_scope(statement)
+    handover_size, handover_moment = retired
+    if size is None or moment is None:
+        return f"it names no tree size or time, and its key was handed over after #{handover_size}"
+    if size > handover_size:
+        return (f"its key was handed over after #{handover_size} ({handover_moment}) and signs nothing past "
+                f"that: this statement speaks for #{size}")
+    if moment > handover_moment:
+        return (f"its key was handed over at {handover_moment} (after #{handover_size}) and signs nothing "
+                f"later: this statement is dated {moment}")
+    return None
+
+
 @dataclass(frozen=True)
 class SigningKey:
     private_key: Ed25519PrivateKey

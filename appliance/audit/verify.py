@@ -98,8 +98,17 @@ class Stop(Exception):
 
 # -- signed statements -----------------------------------------------------------------------------
 
+class TrustedKeys(dict):
+    """The trusted keys by id, with when each retired key was handed over (signing.retirements)."""
+
+    def __init__(self, keys: dict, retired: dict | None = None):
+        super().__init__(keys)
+        self.retired = retired or {}
+
+
 def check_statement(statement: dict, keys: dict, what: str, sequence: int | None) -> Finding | None:
-    """Whether `statement` carries a good signature by one of the trusted `keys` (id -> public key)."""
+    """Whether `statement` carries a good signature by one of the trusted `keys` (id -> public key),
+    and, if that key was handed over, speaks only for the log before its handover."""
     if not isinstance(statement, dict) or "signature" not in statement:
         return Finding(BAD_SIGNATURE, sequence, f"{what} carries no signature")
     public_key = keys.get(statement.get("key_id"))
@@ -114,6 +123,10 @@ def check_statement(statement: dict, keys: dict, what: str, sequence: int | None
         return Finding(BAD_SIGNATURE, sequence, f"{what} cannot be canonicalized ({exc})")
     if not isinstance(signature, str) or not signing.verify_signature(public_key, message, signature):
         return Finding(BAD_SIGNATURE, sequence, f"the signature of {what} does not verify")
+    retired = signing.retired_problem(statement, getattr(keys, "retired", {}).get(statement.get("key_id")))
+    if retired:
+        return Finding(BAD_SIGNATURE, sequence, f"{what} is signed by retired key {statement.get('key_id')}: "
+                                                f"{retired}")
     return None
 
 
@@ -515,16 +528,17 @@ def verify_bundle(path, public_key_file=None) -> VerificationResult:
     return result
 
 
-def check_rotations(anchor, rotations: list, where: str) -> dict:
-    """The trusted keys (id -> public key): the anchor and those sound key handovers link to it.
-    A handover that does not hold is tampering: a bad signature at the size it was made at."""
+def check_rotations(anchor, rotations: list, where: str) -> "TrustedKeys":
+    """The trusted keys (id -> public key): the anchor and those sound key handovers link to it,
+    each retired key with its handover. A handover that does not hold is tampering: a bad signature
+    at the size it was made at."""
     for rotation in rotations:
         problem = signing.rotation_problem(rotation)
         if problem:
             size = rotation.get("tree_size") if isinstance(rotation, dict) else None
             raise Stop(Finding(BAD_SIGNATURE, size if isinstance(size, int) else None,
                                f"the key handover after #{size}: {problem}", where))
-    return signing.trusted_keys(anchor, rotations)
+    return TrustedKeys(signing.trusted_keys(anchor, rotations), signing.retirements(rotations))
 
 
 def _trusted_key(bundle: Path, public_key_file, result: VerificationResult):

@@ -111,3 +111,63 @@ def test_a_rotation_interrupted_after_commit_is_finished_and_one_never_committed
     path.write_bytes(b"")  # whatever was there, the handover in the database decides
     assert "finished" in finish_interrupted()
     assert signing.load_signing_key().key_id == rotation.new_key_id
+
+
+def test_a_copy_of_the_old_key_cannot_re_sign_a_rewritten_log_after_its_handover(audit_settings, tmp_path):
+    """The review's attack: with a copy of the signing key taken before `rotate-key`, a record is
+    deleted, the rest renumbered and re-hashed, every checkpoint and the manifest re-signed with the
+    old key (dated before the handover), the real handover kept. The old key is trusted only for the
+    log up to its handover: the bundle is tampered, whichever public key checks it."""
+    import shutil
+
+    from appliance.audit import triggers
+    from appliance.audit.checkpoints import prefix_frontier, sign_checkpoint
+    from tests.audit.attacker import rewrite_log
+
+    audit_settings.AUDIT_CHECKPOINT_EVERY_RECORDS = 4
+    audit.record("auth.login.failure", outcome="failure", details={"username": "alice"})
+    append(5)
+    current = signing.load_signing_key().path
+    stolen = tmp_path / "stolen.key"
+    shutil.copy(current, stolen)
+    rotation = rotate_signing_key()
+    new_pem = tmp_path / "new.pem"
+    new_pem.write_text(signing.load_signing_key().public_pem())
+    append(9)
+
+    with triggers.suspended(connection):
+        tip = rewrite_log(delete=[1], drop_checkpoints_from=1)
+        audit_settings.AUDIT_SIGNING_KEY_FILE = stolen
+        backdated = rotation.timestamp.replace(microsecond=0)
+        for size in [*range(4, tip, 4), tip]:
+            record = AuditRecord.objects.get(sequence=size)
+            sign_checkpoint(size, prefix_frontier(size), record.hash, backdated)
+    assert AuditKeyRotation.objects.get().tree_size == rotation.tree_size == 6  # the real handover, kept
+    bundle = tmp_path / "forged"
+    export_bundle(bundle, "jsonl")  # the manifest signed with the stolen key too
+
+    for public_key in (new_pem, None):
+        result = verify_bundle(bundle, public_key_file=public_key)
+        assert not result.ok, result.summary()
+        assert result.first.kind == BAD_SIGNATURE, result.summary()
+        assert result.first.message == (
+            f"the manifest is signed by retired key {rotation.old_key_id}: its key was handed over after #6 "
+            f"({chain.format_timestamp(rotation.timestamp)}) and signs nothing past that: this statement speaks "
+            "for #15")
+    audit_settings.AUDIT_SIGNING_KEY_FILE = current
+    live = verify_database(record_event=False)
+    assert (live.first.kind, live.first.sequence) == (BAD_SIGNATURE, 8), live.summary()
+    assert live.first.message.startswith(f"checkpoint #8 is signed by retired key {rotation.old_key_id}: its key "
+                                         "was handed over after #6")
+
+
+def test_statements_of_the_old_key_up_to_its_handover_still_verify(rotated, tmp_path):
+    old, rotation, old_pem = rotated
+    sealed = AuditCheckpoint.objects.get(tree_size=rotation.tree_size)
+    assert sealed.key_id == old.key_id
+    keys_retired = signing.retirements([rotation.signed()])
+    assert keys_retired == {old.key_id: (6, chain.format_timestamp(rotation.timestamp))}
+    assert signing.retired_problem(sealed.signed(), keys_retired[old.key_id]) is None
+    later = dict(sealed.signed(), timestamp="2999-01-01T00:00:00.000000Z")
+    assert signing.retired_problem(later, keys_retired[old.key_id]).endswith(
+        "signs nothing later: this statement is dated 2999-01-01T00:00:00.000000Z")
