@@ -412,6 +412,8 @@ class CredentialViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
         except credentials.CredentialError as exc:
             raise _credential_error(exc) from None
 
+    @extend_schema(responses={204: None, 409: OpenApiResponse(
+        description="the credential is named by a BMC: change the site definition first")})
     def destroy(self, request, *args, **kwargs):
         try:
             credentials.delete(self.get_object().name)
