@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from appliance.accounts.models import ApiToken
-from appliance.accounts.tokens import issue_token
+from appliance.accounts.tokens import issue_token, revoke_token
 from appliance.audit.models import AuditRecord
 from appliance.core.roles import Role
 from tests.access import assert_error_body
@@ -101,6 +101,8 @@ def test_an_operator_cannot_see_or_revoke_an_administrators_token(users, client_
     assert_error_body(operator.get(f"/api/accounts/tokens/{admin_token.pk}/"), 404)
     assert_error_body(operator.post(f"/api/accounts/tokens/{admin_token.pk}/revoke/"), 404)
     assert operator.post(f"/accounts/tokens/{admin_token.pk}/revoke/").status_code == 404
+    with pytest.raises(PermissionError, match="only its owner or an Administrator may revoke it"):
+        revoke_token(admin_token, users[Role.OPERATOR])
     admin_token.refresh_from_db()
     assert admin_token.revoked is None
     assert token_client(admin_key).get("/api/accounts/me/").status_code == 200
