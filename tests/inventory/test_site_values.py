@@ -170,6 +170,9 @@ def test_depth_size_and_recursion_limits(site_env, settings):
     deep = "a: " + "[" * 30 + "]" * 30 + "\n"
     with pytest.raises(SiteValidationError, match=r"^deep.yml:1: nested deeper than 20 levels \(setting SITE_MAX_DEPTH\)$"):
         validate_site(deep, "deep.yml")
+    through_alias = "a: &a " + "[" * 15 + "1" + "]" * 15 + "\nb: " + "[" * 6 + "*a" + "]" * 6 + "\n"
+    with pytest.raises(SiteValidationError, match=r"^alias.yml:2: alias \*a nests the document deeper than 20 levels"):
+        validate_site(through_alias, "alias.yml")
     recursive = "a: &a\n  - b\n  - *a\n"
     with pytest.raises(SiteValidationError, match=r"^rec.yml:3: alias \*a refers to a collection that contains it"):
         validate_site(recursive, "rec.yml")
