@@ -255,8 +255,14 @@ class _Importer:
             raise SiteValidationError(errors)
 
     def bmc_changes_needing_an_administrator(self) -> list[SiteError]:
-        """An existing node's BMC address, credential or TLS verification changed by the file."""
+        """An existing node's BMC address, credential or TLS verification changed by the file, or the
+        appliance turned simulated or real (which decides whether http and unverified TLS are allowed)."""
         errors = []
+        existing = Appliance.objects.filter(name=self.site.name).first()
+        if existing is not None and existing.simulated != self.site.simulation:
+            errors.append(self.error(self.site.lines.get("simulation", 1), "simulation",
+                                     f"changing whether appliance {existing.name} is simulated needs an "
+                                     "Administrator"))
         rows = BMC.objects.filter(node__appliance__name=self.site.name, node__name__in=[n.name for n in self.site.nodes])
         current = {bmc.node.name: bmc for bmc in rows.select_related("node", "credential")}
         for index, node_def in enumerate(self.site.nodes):

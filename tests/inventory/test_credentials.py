@@ -160,6 +160,14 @@ def test_an_operator_may_not_change_a_credential_or_turn_tls_off(demo_text, site
     assert BMC.objects.get(node__name="gpu02").credential.name == "demo-bmc"
 
 
+def test_an_operator_may_not_turn_an_appliance_real_or_simulated(demo_text, site_env, client_for):
+    import_site(demo_text, "demo.yml")
+    response = api_import(client_for(Role.OPERATOR), demo_text.replace("simulation: true", "simulation: false"))
+    assert response.status_code == 400
+    assert [(e["path"], e["message"]) for e in response.json()["error"]["errors"]] == [
+        ("simulation", "changing whether appliance demo is simulated needs an Administrator")]
+
+
 def test_an_operator_may_add_a_node_whose_bmc_is_bound_already(demo_text, site_env, client_for):
     gpu04 = demo_text[demo_text.index("  - name: gpu04"):demo_text.index("  - name: stor01")]
     import_site(demo_text.replace(gpu04, "").replace("nodes: [gpu04]", "nodes: [gpu03]")
