@@ -88,6 +88,7 @@ def start_embedded_beat() -> Event | None:
             return None
         from appliance.celery import app, beat_schedule
 
+        app.loader.import_default_modules()  # the apps' tasks modules: autodiscovery is lazy
         stop = Event()
         for name, entry in beat_schedule().items():
             seconds = entry["schedule"]

@@ -105,6 +105,20 @@ def test_the_beat_runs_the_checkpoint_clock_every_minute_by_default(tmp_path):
     assert shown.stdout.strip() == "{'task': 'audit.seal_unsigned', 'schedule': 60}", shown.stderr
 
 
+def test_the_beats_housekeeping_leaves_an_idle_log_idle():
+    """Every tick of every beat entry with nothing to do writes nothing: a record per tick would
+    fill the log and keep an idle appliance's tail unsigned for ever."""
+    from appliance.celery import app, beat_schedule
+
+    app.loader.import_default_modules()  # what a worker and the embedded beat do first
+    append(2)
+    checkpoints.seal_unsigned()
+    before = head().sequence
+    for name, entry in beat_schedule().items():
+        app.tasks[entry["task"]].apply().get()
+        assert head().sequence == before, f"a tick of {name} wrote to the audit log"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_embedded_worker_seals_an_idle_log_by_the_clock(audit_settings):
     from appliance.core import dispatch
