@@ -57,6 +57,19 @@ def test_the_portal_login_is_limited_per_address(db):
     assert client.get("/accounts/login/").status_code == 200  # only attempts count
 
 
+def test_attempts_refused_by_the_limit_are_counted_not_recorded_one_by_one(db):
+    client = Client(REMOTE_ADDR="198.51.100.11")
+    for i in range(10):
+        login_attempt(client, i)
+    last = AuditRecord.objects.order_by("-sequence").values_list("sequence", flat=True).first()
+    for i in range(30):
+        assert login_attempt(client, 100 + i).status_code == 429
+        assert token_attempt(client, 200 + i).status_code == 429
+    # At most the per-minute count of a minute that ended meanwhile (access.anonymous.denied).
+    written = AuditRecord.objects.filter(sequence__gt=last).exclude(event="access.anonymous.denied")
+    assert list(written.values_list("event", flat=True)) == []
+
+
 def test_the_login_page_and_the_token_endpoint_share_one_budget(db):
     client = Client(REMOTE_ADDR="198.51.100.10")
     for i in range(5):

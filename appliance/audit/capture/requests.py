@@ -17,7 +17,9 @@ from appliance import audit
 from . import refusals
 
 STATE_CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-DENIAL_STATUSES = {401: "authentication required", 403: "permission denied"}
+# 429: a rate limit (password attempts per address) refused the request; counted like the others, so
+# that hammering the login cannot write a record per attempt.
+DENIAL_STATUSES = {401: "authentication required", 403: "permission denied", 429: "too many requests"}
 MAX_PATH = 2000
 
 
