@@ -71,15 +71,15 @@ def drain(timeout: float | None = None) -> bool:
     return not not_done
 
 
-_beat: Event | None = None
+_beat: tuple[Event, list[Thread]] | None = None
 _beat_lock = Lock()
 
 
-def start_embedded_beat() -> Event | None:
-    """Embedded mode: run each entry of the Celery beat schedule (appliance.celery.beat_schedule)
-    in this process, every `schedule` seconds, one run at a time per entry. Once per process;
-    returns the Event that stops the timers, or None when a broker's beat does the job or the
-    timers already run."""
+def start_embedded_beat(only: tuple[str, ...] | None = None) -> Event | None:
+    """Embedded mode: run each entry of the Celery beat schedule (appliance.celery.beat_schedule),
+    or the entries named in `only`, in this process, every `schedule` seconds, one run at a time
+    per entry. Once per process; returns the Event that stops the timers, or None when a broker's
+    beat does the job or the timers already run."""
     global _beat
     if broker_configured():
         return None
@@ -89,22 +89,31 @@ def start_embedded_beat() -> Event | None:
         from appliance.celery import app, beat_schedule
 
         app.loader.import_default_modules()  # the apps' tasks modules: autodiscovery is lazy
-        stop = Event()
+        stop, threads = Event(), []
         for name, entry in beat_schedule().items():
+            if only is not None and name not in only:
+                continue
             seconds = entry["schedule"]
             seconds = seconds.total_seconds() if hasattr(seconds, "total_seconds") else float(seconds)
-            Thread(target=_tick, args=(app, entry["task"], seconds, stop), daemon=True,
-                   name=f"appliance-beat-{name}").start()
-        _beat = stop
+            thread = Thread(target=_tick, args=(app, entry["task"], seconds, stop), daemon=True,
+                            name=f"appliance-beat-{name}")
+            thread.start()
+            threads.append(thread)
+        _beat = (stop, threads)
         return stop
 
 
-def stop_embedded_beat() -> None:
+def stop_embedded_beat(timeout: float = 60) -> None:
+    """Stop the timers and wait for a tick under way to finish."""
     global _beat
     with _beat_lock:
-        if _beat is not None:
-            _beat.set()
-            _beat = None
+        if _beat is None:
+            return
+        stop, threads = _beat
+        _beat = None
+    stop.set()
+    for thread in threads:
+        thread.join(timeout)
 
 
 def _tick(app, task_name: str, seconds: float, stop: Event) -> None:

@@ -142,6 +142,21 @@ def test_the_embedded_worker_seals_an_idle_log_by_the_clock(audit_settings):
     assert verify_database(record_event=False).unsealed == 0
 
 
+def test_the_bootstrap_runs_only_the_clock_of_the_embedded_beat():
+    import threading
+
+    from appliance.core import dispatch
+
+    stop = dispatch.start_embedded_beat(only=("audit-checkpoint-clock",))
+    try:
+        assert stop is not None
+        running = sorted(t.name for t in threading.enumerate() if t.name.startswith("appliance-beat-")
+                         and t.is_alive())
+        assert running == ["appliance-beat-audit-checkpoint-clock"]
+    finally:
+        dispatch.stop_embedded_beat()
+
+
 # -- the witness ----------------------------------------------------------------------------------------
 
 def test_every_committed_checkpoint_is_in_the_witness_file_private_and_append_only(audit_settings, committed):

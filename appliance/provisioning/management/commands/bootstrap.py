@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from appliance.core import context
+from appliance.core import context, dispatch
 
 from ... import services
 from ...catalogue import active as active_catalogue
@@ -52,6 +52,10 @@ class Command(BaseCommand):
         say = self.console.print
         call_command("migrate", interactive=False, verbosity=0)
         say("[bold]Database[/bold] ready.")
+        # With no broker, the audit checkpoint clock runs in this process while it does: its records are
+        # signed within AUDIT_CHECKPOINT_EVERY_SECONDS, as the portal's process does (core.dispatch).
+        # Only the clock: the bootstrap runs the watchdog itself, before its run.
+        dispatch.start_embedded_beat(only=("audit-checkpoint-clock",))
         # Installing collects the portal's styles and scripts into STATIC_ROOT, where a production
         # server (DEBUG off, APPLIANCE_ENV=production) serves them from (whitenoise).
         call_command("collectstatic", interactive=False, verbosity=0)
