@@ -169,7 +169,9 @@ def test_cef_cuts_a_long_value_to_arcsights_limit_and_says_so(db, tmp_path):
     assert verify_bundle(tmp_path / "b").ok
 
 
-FORGING = "admin\nforged\r<13>1 2026-01-01T00:00:00Z host app - - - fake\u2028x\x85y\x0bz\x00"
+# A second syslog line, if the newline got through. Under 64 characters, the shortest column it goes
+# into; no NUL, which PostgreSQL text cannot hold (the escaping functions' own tests cover it).
+FORGING = "admin\nforged\r<13>1 - host app - - - fake\u2028x\x85y\x0bz\x1f"
 
 
 @pytest.mark.parametrize("fmt", ["syslog", "cef", "ocsf"])
@@ -192,11 +194,11 @@ def test_control_characters_in_any_field_never_make_a_second_line(db, tmp_path, 
     if fmt == "syslog":
         message = SyslogMessage.parse(line)
         assert message.sd["audit@32473"]["actor"] == (
-            "admin\\u000aforged\\u000d<13>1 2026-01-01T00:00:00Z host app - - - fake\\u2028x\\u0085y\\u000bz\\u0000")
+            "admin\\u000aforged\\u000d<13>1 - host app - - - fake\\u2028x\\u0085y\\u000bz\\u001f")
         assert json.loads(message.msg.lstrip("\ufeff"))["actor"]["username"] == FORGING
     elif fmt == "cef":
         assert pycef.parse(line)["suser"] == (
-            "admin\\nforged\\r<13>1 2026-01-01T00:00:00Z host app - - - fake\ufffdx\ufffdy\ufffdz\ufffd")
+            "admin\\nforged\\r<13>1 - host app - - - fake\ufffdx\ufffdy\ufffdz\ufffd")
     else:
         assert json.loads(line)["actor"]["user"]["name"] == FORGING
     assert verify_bundle(bundle).ok
@@ -222,6 +224,7 @@ def test_sd_param_values_escape_quote_backslash_and_bracket():
     value = 'say "hi" \\ [x]'
     escaped = sd_param_escape(value)
     assert escaped == 'say \\"hi\\" \\\\ [x\\]'
+    assert sd_param_escape("a\x00b\nc\x85d\u2029\\u000a") == "a\\u0000b\\u000ac\\u0085d\\u2029\\\\u000a"
     line = f'<110>1 2026-01-01T00:00:00.000000Z host app - id [x@32473 v="{escaped}"] msg'
     parsed = SyslogMessage.parse(line).sd["x@32473"]["v"]  # the parser keeps the escapes; undo them
     assert parsed.replace('\\"', '"').replace("\\]", "]").replace("\\\\", "\\") == value
@@ -400,6 +403,13 @@ def test_the_identity_events_carry_the_account_they_are_about():
     assert command["process"] == {"uid": "cli-3c9d", "name": "manage.py migrate",
                                   "cmd_line": "manage.py migrate -v0 'a b'"}
     assert command["device"] == {"hostname": "mgmt01", "type_id": 1, "type": "Server"}
+    emulator = ocsf.event(_payload("simulation.bmc.stop", actor={"id": None, "username": "root", "roles": []},
+                                   channel="cli", request_id="cli-77", details={"pid": 4242},
+                                   target={"type": "inventory.node", "id": "3", "name": "gpu01"}), "a" * 64, context)
+    assert emulator["process"] == {"uid": "cli-77", "name": "gpu01", "pid": 4242}
+    task = ocsf.event(_payload("task.run", channel="task", request_id="",
+                               target={"type": "task", "id": "9b1f", "name": "audit.seal_unsigned"}), "a" * 64, context)
+    assert task["process"] == {"uid": "9b1f", "name": "audit.seal_unsigned"}
     read = ocsf.event(_payload("audit.export", actor={"id": None, "username": "root", "roles": []}, channel="cli"),
                       "a" * 64, context)
     assert read["src_endpoint"] == {"hostname": "mgmt01"}

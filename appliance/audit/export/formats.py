@@ -324,7 +324,12 @@ def _ocsf_target_name(payload: dict) -> str:
 def _process_activity(event: dict, payload: dict, context: ExportContext) -> None:
     details = payload["details"] if isinstance(payload["details"], dict) else {}
     target = payload["target"]
-    process = {"uid": target["id"] or payload["request_id"] or payload["uuid"], "name": _ocsf_target_name(payload)}
+    # A task run is known by its task id; anything else by the request it served (a command's own).
+    uid = target["id"] if target["type"] == "task" and target["id"] else payload["request_id"] or payload["uuid"]
+    process = {"uid": uid, "name": _ocsf_target_name(payload)}
+    pid = details.get("pid")
+    if type(pid) is int and 0 < pid < 2**31:
+        process["pid"] = pid
     argv = details.get("argv", details.get("args"))
     if target["type"] == "command" and isinstance(argv, list):
         process["name"] = f"manage.py {target['name']}"
