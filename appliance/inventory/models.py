@@ -135,14 +135,6 @@ class Credential(AuditedModel, TimestampedModel):
     def __str__(self):
         return self.name
 
-    def is_bound_to(self, url: str) -> bool:
-        from .endpoints import endpoint_of
-
-        try:
-            return endpoint_of(url) in self.endpoints
-        except ValueError:
-            return False
-
 
 class BMC(AuditedModel, TimestampedModel):
     """A node's baseboard management controller, reached over Redfish with a named credential."""
