@@ -10,7 +10,10 @@ Every change is recorded (appliance.audit.capture.admin).
 
 from django.contrib import admin, messages
 from django.contrib.auth.models import Group
-from django.shortcuts import redirect
+from django.contrib.auth.views import redirect_to_login
+from django.shortcuts import redirect, resolve_url
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from appliance.audit.capture.admin import AuditedModelAdmin
 
@@ -19,6 +22,18 @@ from .models import ApiToken, User
 
 # Roles are the suite's one authority (appliance.core.roles); Django's groups and permissions are unused.
 admin.site.unregister(Group)
+
+
+def _portal_login(request, extra_context=None):
+    """The admin site takes no passwords of its own: its login page sends to the portal's, which has the
+    per-address limit and the per-username lockout."""
+    target = request.GET.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = reverse("admin:index")
+    return redirect_to_login(target, resolve_url("accounts:login"))
+
+
+admin.site.login = _portal_login
 
 
 @admin.register(User)

@@ -198,3 +198,13 @@ def test_the_admin_site_keeps_the_last_administrator_and_sets_no_passwords(users
     page = admin.get(f"/django-admin/accounts/user/{users[Role.VIEWER].pk}/password/", follow=True)
     assert b'type="password"' not in page.content  # no form sets another user's password
     assert admin.get("/django-admin/accounts/user/add/").status_code == 403
+
+
+def test_the_admin_site_takes_no_passwords_of_its_own(users):
+    client = Client(REMOTE_ADDR="198.51.100.20")
+    response = client.post("/django-admin/login/?next=/django-admin/accounts/user/",
+                           {"username": "administrator-user", "password": PASSWORD})
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/login/?next=/django-admin/accounts/user/"
+    assert "_auth_user_id" not in client.session
+    assert client.get("/django-admin/").status_code == 302
