@@ -1,18 +1,21 @@
-"""Portal pages of the inventory: node list and detail, state transitions, site import by upload."""
+"""Portal pages of the inventory: node list and detail, state transitions, site import by upload,
+and the Administrators' credentials."""
 
 import hashlib
 
+from django import forms
 from django.contrib import messages
 from django.db.models import Count
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import DetailView, ListView, TemplateView
 
 from appliance.core.permissions import CapabilityMixin
 from appliance.core.roles import can
 
+from . import credentials
 from .filtersets import NodeFilterSet
-from .models import BMC, Node, Pool, PoolMembership
+from .models import BMC, Credential, Node, Pool, PoolMembership
 from .states import TRANSITIONS, InvalidTransition, NodeState
 
 
@@ -157,3 +160,79 @@ class SiteImportView(CapabilityMixin, TemplateView):
         except SiteValidationError as exc:
             return {"errors": exc.errors}
         return {"report": report}
+
+
+# --- credentials (Administrators only) ----------------------------------------------------------
+
+
+class CredentialForm(forms.Form):
+    """A credential's fields; the secret is typed (never shown back) and kept when left empty on a change."""
+
+    name = forms.CharField(max_length=63)
+    username = forms.CharField(max_length=100, label="BMC user name")
+    secret = forms.CharField(strip=False, required=False, widget=forms.PasswordInput(
+        attrs={"autocomplete": "new-password"}), help_text="leave empty to keep the current secret")
+    endpoints = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}),
+                                help_text="the BMC endpoints it may be sent to: https://host[:port], one a line")
+    ca_file = forms.CharField(max_length=500, required=False, label="CA file",
+                              help_text="PEM bundle that verifies the BMCs' certificates (default: the system's)")
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def endpoint_list(self) -> list[str]:
+        return [line.strip() for line in self.cleaned_data["endpoints"].splitlines() if line.strip()]
+
+
+class CredentialListView(CapabilityMixin, View):
+    """Every credential (never a secret) and a form for a new one."""
+
+    capability = write_capability = "credentials.manage"
+    template_name = "inventory/credentials.html"
+
+    def render(self, request, form, status=200):
+        rows = Credential.objects.order_by("name").prefetch_related("bmcs__node")
+        return render(request, self.template_name, {"credentials": rows, "form": form}, status=status)
+
+    def get(self, request):
+        return self.render(request, CredentialForm())
+
+    def post(self, request):
+        form = CredentialForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                credential = credentials.create(
+                    data["name"], username=data["username"], secret=data["secret"], endpoints=form.endpoint_list(),
+                    description=data["description"], ca_file=data["ca_file"])
+            except credentials.CredentialError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+            else:
+                messages.success(request, f"Credential {credential.name} created.")
+                return redirect("inventory:credential-list")
+        return self.render(request, form, status=400)
+
+
+class CredentialUpdateView(CapabilityMixin, View):
+    """Change a credential (a new secret, its user, CA and endpoints), or delete it."""
+
+    write_capability = "credentials.manage"
+    http_method_names = ["post"]
+
+    def post(self, request, name):
+        credential = get_object_or_404(Credential, name=name)
+        try:
+            if "delete" in request.POST:
+                credentials.delete(credential.name)
+                messages.success(request, f"Credential {credential.name} deleted.")
+                return redirect("inventory:credential-list")
+            form = CredentialForm({**request.POST.dict(), "name": credential.name})
+            if not form.is_valid():
+                raise credentials.CredentialError("; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+            data = form.cleaned_data
+            credentials.update(credential.name, username=data["username"], secret=data["secret"] or None,
+                               endpoints=form.endpoint_list(), description=data["description"],
+                               ca_file=data["ca_file"])
+        except credentials.CredentialError as exc:
+            messages.error(request, f"{credential.name}: {exc}")
+        else:
+            messages.success(request, f"Credential {credential.name} changed.")
+        return redirect("inventory:credential-list")

@@ -22,6 +22,7 @@ NAVIGATION: list[NavEntry] = [
     NavEntry("Storage", "portal:storage", "inventory.view", "inventory"),
     NavEntry("Pools", "portal:pools", "inventory.view", "inventory"),
     NavEntry("Site import", "inventory:site-import", "inventory.change", "inventory"),
+    NavEntry("Credentials", "inventory:credential-list", "credentials.manage", "inventory"),
     NavEntry("Provisioning", "provisioning:index", "provisioning.view", "provisioning"),
     NavEntry("Acceptance", "provisioning:acceptance", "provisioning.view", "provisioning"),
     NavEntry("Users", "accounts:user-list", "accounts.view", "accounts"),
