@@ -196,6 +196,21 @@ def _verify(result: DatabaseVerificationResult) -> None:
     _check_witness(result, checkpoints, keys, last)
 
 
+def witness_disagreement() -> str | None:
+    """How the database disagrees with the witness, or None when it agrees: the checkpoints only,
+    no pass over the records, so it is cheap enough to run before signing anything new (an export
+    must never sign a log whose signed prefix was rewritten or cut)."""
+    try:
+        keys = check_rotations(signing.load_signing_key().public_key,
+                               [r.signed() for r in AuditKeyRotation.objects.all()], WHERE)
+        checkpoints = {c.tree_size: c for c in AuditCheckpoint.objects.order_by("tree_size")}
+        head = ChainHead.objects.filter(pk=1).first()
+        _check_witness(DatabaseVerificationResult(), checkpoints, keys, head.sequence if head else 0)
+    except Stop as stop:
+        return str(stop.finding)
+    return None
+
+
 def _check_witness(result: DatabaseVerificationResult, checkpoints: dict, keys, last: int) -> None:
     """Every witnessed checkpoint is in the database as it was signed, over records it still has."""
     source = witness.path()

@@ -251,6 +251,18 @@ def test_cutting_the_signed_tail_and_its_checkpoints_is_truncation_by_the_witnes
                                     "at #20, cut after the checkpoint signed them")
 
 
+def test_the_next_export_refuses_to_sign_a_log_the_witness_disagrees_with(audit_settings, committed, tmp_path):
+    from appliance.audit.export import ExportError, export_bundle
+
+    sealed_log(audit_settings, committed)
+    with triggers.suspended(connection):
+        rewrite_log(changes={12: {"reason": "edited"}})
+    with pytest.raises(ExportError, match=r"the audit log disagrees with its witness \(modified at #16: checkpoint "
+                                          r"#16 in the witness does not match the database"):
+        export_bundle(tmp_path / "bundle", "jsonl")
+    assert not (tmp_path / "bundle").exists()
+
+
 @pytest.mark.postgres
 def test_postgresql_disable_trigger_as_superuser_rewrite_and_recompute_is_detected(audit_settings, committed):
     if connection.vendor != "postgresql":

@@ -119,6 +119,12 @@ def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datet
         raise ExportError("since: must be earlier than until")
     out = Path(out_dir)
     first, last = _range(since, until)
+    from ..verify_database import witness_disagreement
+
+    disagreement = witness_disagreement()
+    if disagreement:
+        raise ExportError(f"the audit log disagrees with its witness ({disagreement}): nothing is exported or "
+                          "signed; run `manage.py audit verify --database`")
     anchor = covering_checkpoint(last) or make_checkpoint()
     staging = _prepare_directory(out)
     try:
