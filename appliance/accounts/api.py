@@ -141,7 +141,7 @@ class OwnPasswordView(APIView):
         params.is_valid(raise_exception=True)
         try:
             services.change_own_password(request.user, params.validated_data["old_password"],
-                                         params.validated_data["new_password"])
+                                         params.validated_data["new_password"], request)
         except DjangoValidationError as exc:
             raise serializers.ValidationError({"new_password": list(exc.messages)}) from None
         except ValueError as exc:
@@ -206,7 +206,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
     """A token as lists show it: never its secret (which is not stored)."""
 
     username = serializers.CharField(source="user.username", read_only=True)
-    revoked_by = serializers.CharField(source="revoked_by.username", read_only=True, default=None)
+    revoked_by = serializers.CharField(source="revoked_by.username", read_only=True, default=None, allow_null=True)
     state = serializers.CharField(read_only=True)
 
     class Meta:

@@ -2,7 +2,7 @@
 
 import secrets
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 
@@ -74,13 +74,25 @@ def set_active(user, active: bool, acting_user=None):
     return user
 
 
-@transaction.atomic
-def change_own_password(user, old_password: str, new_password: str):
+def check_current_password(user, password: str, request) -> None:
+    """Proving the current password is a password attempt like a login: through authenticate(), so a
+    wrong one is recorded (auth.login.failure) and counts towards the username's lockout. Someone holding
+    a stolen session or token cannot guess the password behind it unhindered. `request`: the Django
+    request, or DRF's for the API (where the API answers the lockout itself, as the token endpoint does)."""
+    if authenticate(request, username=user.get_username(), password=password) is not None:
+        return
+    if getattr(request, "axes_locked_out", False):
+        raise ValueError("old_password: too many failed attempts for this username; try again later")
+    raise ValueError("old_password: this is not your current password")
+
+
+def change_own_password(user, old_password: str, new_password: str, request):
     """A user sets their own password, proving the current one. The User model records
     accounts.password.change; the caller keeps its session (update_session_auth_hash)."""
-    if not user.check_password(old_password):
-        raise ValueError("old_password: this is not your current password")
+    # Outside the change's transaction: a wrong attempt's record and count must outlive the refusal.
+    check_current_password(user, old_password, request)
     validate_password(new_password, user)
-    user.set_password(new_password)
-    user.save()
+    with transaction.atomic():
+        user.set_password(new_password)
+        user.save()
     return user

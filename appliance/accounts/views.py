@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import PasswordChangeForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
@@ -112,13 +113,33 @@ class UserUpdateView(CapabilityMixin, View):
         return redirect("accounts:user-list")
 
 
+class OwnPasswordForm(PasswordChangeForm):
+    """Django's form, with the current password checked as a password attempt (services)."""
+
+    def __init__(self, user, *args, request=None, **kwargs):
+        self.request = request
+        super().__init__(user, *args, **kwargs)
+
+    def clean_old_password(self):
+        old_password = self.cleaned_data["old_password"]
+        try:
+            services.check_current_password(self.user, old_password, self.request)
+        except ValueError as exc:
+            raise ValidationError(str(exc).partition(": ")[2], code="password_incorrect") from None
+        return old_password
+
+
 class OwnPasswordView(CapabilityMixin, auth_views.PasswordChangeView):
     """Any user changes their own password (current password first; the password rules apply).
     The User model records accounts.password.change; the session stays logged in."""
 
     capability = write_capability = "accounts.self"
     template_name = "accounts/password_change.html"
+    form_class = OwnPasswordForm
     success_url = reverse_lazy("portal:overview")
+
+    def get_form_kwargs(self):
+        return {**super().get_form_kwargs(), "request": self.request}
 
     def form_valid(self, form):
         response = super().form_valid(form)

@@ -83,3 +83,35 @@ def test_own_password_change_in_the_portal(users):
     assert users[Role.AUDITOR].check_password(NEW)
     record = AuditRecord.objects.filter(event="accounts.password.change").latest("sequence")
     assert record.actor_username == "auditor-user" and record.channel == "web"
+
+
+def test_guessing_the_current_password_counts_towards_the_lockout(users, client_for, settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    client = client_for(Role.OPERATOR)
+    answers = []
+    for attempt in range(3):
+        wrong = client.post("/api/accounts/me/password/", {"old_password": f"guess-{attempt}-xxxxxx",
+                                                          "new_password": NEW}, content_type="application/json")
+        answers.append(assert_error_body(wrong, 400)["fields"]["old_password"][0])
+    assert answers == ["this is not your current password", "this is not your current password",
+                       "too many failed attempts for this username; try again later"]  # the third locks
+    failures = AuditRecord.objects.filter(event="auth.login.failure", target_name="operator-user")
+    assert failures.count() == 3
+    locked = client.post("/api/accounts/me/password/", {"old_password": PASSWORD, "new_password": NEW},
+                         content_type="application/json")
+    assert assert_error_body(locked, 400)["fields"] == {
+        "old_password": ["too many failed attempts for this username; try again later"]}
+    users[Role.OPERATOR].refresh_from_db()
+    assert users[Role.OPERATOR].check_password(PASSWORD)
+    assert Client().post("/accounts/login/", {"username": "operator-user", "password": PASSWORD}).status_code == 429
+
+
+def test_a_wrong_current_password_in_the_portal_is_a_failed_attempt(users, client_for):
+    client = client_for(Role.VIEWER)
+    page = client.post("/accounts/password/", {"old_password": "not-my-password-1", "new_password1": NEW,
+                                               "new_password2": NEW})
+    assert page.status_code == 200 and b"this is not your current password" in page.content
+    failure = AuditRecord.objects.filter(event="auth.login.failure").latest("sequence")
+    assert failure.target_name == "viewer-user" and failure.reason == "invalid credentials"
+    users[Role.VIEWER].refresh_from_db()
+    assert users[Role.VIEWER].check_password(PASSWORD)
