@@ -410,6 +410,9 @@ def test_the_identity_events_carry_the_account_they_are_about():
                                    channel="cli", request_id="cli-77", details={"pid": 4242},
                                    target={"type": "inventory.node", "id": "3", "name": "gpu01"}), "a" * 64, context)
     assert emulator["process"] == {"uid": "cli-77", "name": "gpu01", "pid": 4242}
+    called = ocsf.event(_payload("cli.command", channel="cli", request_id="cli-5", details={"args": ["x"]},
+                                 target={"type": "command", "id": "", "name": "audit"}), "a" * 64, context)
+    assert called["process"] == {"uid": "cli-5", "name": "manage.py audit"}  # call_command: no command line
     task = ocsf.event(_payload("task.run", channel="task", request_id="",
                                target={"type": "task", "id": "9b1f", "name": "audit.seal_unsigned"}), "a" * 64, context)
     assert task["process"] == {"uid": "9b1f", "name": "audit.seal_unsigned"}

@@ -330,10 +330,11 @@ def _process_activity(event: dict, payload: dict, context: ExportContext) -> Non
     pid = details.get("pid")
     if type(pid) is int and 0 < pid < 2**31:
         process["pid"] = pid
-    argv = details.get("argv", details.get("args"))
-    if target["type"] == "command" and isinstance(argv, list):
+    if target["type"] == "command":
         process["name"] = f"manage.py {target['name']}"
-        process["cmd_line"] = shlex.join(["manage.py", target["name"], *map(str, argv)])
+        argv = details.get("argv")  # the command line (secrets redacted); none when called from code
+        if isinstance(argv, list):
+            process["cmd_line"] = shlex.join(["manage.py", target["name"], *map(str, argv)])
     event["process"] = process
     event["device"] = _ocsf_device(context)
 
