@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.reader import ReaderError
 
 from . import sitevalues, tunables, yamllimits
 from .endpoints import endpoint_of
@@ -284,6 +285,10 @@ def load_yaml(text: str, collector: ErrorCollector) -> Cursor | None:
         mark = exc.problem_mark or exc.context_mark
         problem = ": ".join(part for part in (exc.context, exc.problem) if part)
         collector.add(mark.line + 1 if mark else 1, "", f"YAML syntax error: {problem or exc}")
+        return None
+    except ReaderError as exc:  # a character YAML text may not hold (NUL, most other controls)
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        collector.add(line, "", f"YAML syntax error: character #x{exc.character:04x} is not allowed in YAML text")
         return None
     if data is None:
         collector.add(1, "", "the file is empty")

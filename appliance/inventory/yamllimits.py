@@ -26,6 +26,7 @@ from ruamel.yaml.events import (
     CollectionStartEvent,
     ScalarEvent,
 )
+from ruamel.yaml.reader import ReaderError
 
 Report = Callable[[int, str], None]  # (line, message)
 
@@ -90,7 +91,7 @@ def check_limits(text: str, report: Report) -> bool:
             if total > max_nodes:
                 report(line, f"the document has more than {max_nodes} nodes (setting SITE_MAX_NODES)")
                 return False
-    except MarkedYAMLError:
+    except (MarkedYAMLError, ReaderError):
         return True
     return True
 
