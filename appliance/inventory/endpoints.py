@@ -29,6 +29,8 @@ def endpoint_of(value: str) -> str:
     host = (parts.hostname or "").lower()
     if not host or port == 0:
         raise ValueError(f"{value!r} is not a URL or host:port")
+    if len(host) > 253:  # the longest DNS name; it also keeps the endpoint within its 300 characters
+        raise ValueError(f"{value[:40]!r}...: a host name has at most 253 characters")
     try:
         address = ipaddress.ip_address(host)
         host = f"[{address}]" if address.version == 6 else str(address)
