@@ -54,8 +54,13 @@ def private_directory(path: Path) -> Path:
     """Create `path` (and missing parents) readable by this OS user only; tighten it if it exists."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_mode & 0o077:
-        os.chmod(path, 0o700)
+    mode = path.stat().st_mode
+    if mode & 0o077:
+        try:
+            os.chmod(path, 0o700)
+        except PermissionError:
+            raise PermissionError(f"{path}: mode {mode & 0o777:o} lets other users in, and this OS user may not "
+                                  "change it: make it 0700 and owned by the appliance's user") from None
     return path
 
 

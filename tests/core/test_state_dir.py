@@ -2,9 +2,11 @@
 appliance's OS user reads it. Checked on a real `migrate` in a fresh process with a permissive umask."""
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,23 @@ def test_a_state_dir_made_before_the_rule_is_tightened(tmp_path):
     assert stat.S_IMODE((state / "logs").stat().st_mode) == 0o700
     assert stat.S_IMODE(database.stat().st_mode) == 0o600
     assert stat.S_IMODE((state / "logs" / "appliance.log").stat().st_mode) == 0o600
+
+
+@pytest.mark.sqlite_only
+def test_a_state_dir_others_can_enter_and_this_user_cannot_tighten_stops_the_process(tmp_path):
+    """Run as an unprivileged account (the tests run as root; without root this fails, as it should)."""
+    base = Path(tempfile.mkdtemp(prefix="appliance-foreign-"))
+    try:
+        os.chmod(base, 0o755)
+        state = base / "state"
+        state.mkdir(mode=0o755)
+        os.chmod(state, 0o755)  # root's, open to all: the appliance's user may not change it
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL", "APPLIANCE_"))}
+        env["APPLIANCE_STATE_DIR"] = str(state)
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                                 "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode != 0
+        assert (f"PermissionError: {state}: mode 755 lets other users in, and this OS user may not change it: "
+                "make it 0700 and owned by the appliance's user") in result.stderr
+    finally:
+        shutil.rmtree(base)
