@@ -72,19 +72,21 @@ def test_a_state_dir_made_before_the_rule_is_tightened(tmp_path):
 
 @pytest.mark.sqlite_only
 def test_a_state_dir_others_can_enter_and_this_user_cannot_tighten_stops_the_process(tmp_path):
-    """Run as an unprivileged account (the tests run as root; without root this fails, as it should)."""
+    """As an unprivileged account (the tests run as root; without root this fails, as it should), the
+    helper settings.py calls on the state directory. Its source goes in on stdin, to the system's Python:
+    the account may not be able to read the checkout or its virtualenv."""
     base = Path(tempfile.mkdtemp(prefix="appliance-foreign-"))
     try:
         os.chmod(base, 0o755)
         state = base / "state"
         state.mkdir(mode=0o755)
         os.chmod(state, 0o755)  # root's, open to all: the appliance's user may not change it
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL", "APPLIANCE_"))}
-        env["APPLIANCE_STATE_DIR"] = str(state)
-        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-                                 "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        program = (ROOT / "appliance" / "core" / "files.py").read_text() + f"\nprivate_directory({str(state)!r})\n"
+        python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else os.path.realpath(sys.executable)
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-"],
+                                input=program, cwd=base, capture_output=True, text=True, timeout=60)
         assert result.returncode != 0
         assert (f"PermissionError: {state}: mode 755 lets other users in, and this OS user may not change it: "
-                "make it 0700 and owned by the appliance's user") in result.stderr
+                "make it 0700 and owned by the appliance's user") in result.stderr, result.stderr
     finally:
         shutil.rmtree(base)
