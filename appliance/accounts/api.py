@@ -151,11 +151,17 @@ class OwnPasswordView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+# A token's name: printable characters only (the schema says so too, as a pattern).
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+PRINTABLE_MESSAGE = "at most 100 printable characters"
+
+
 class TokenRequestSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False, write_only=True)
-    name = serializers.CharField(max_length=100, required=False, allow_blank=True,
-                                 help_text="a label to recognise the token by in lists")
+    name = serializers.RegexField(PRINTABLE, max_length=100, required=False, allow_blank=True,
+                                  error_messages={"invalid": PRINTABLE_MESSAGE},
+                                  help_text="a label to recognise the token by in lists")
 
 
 class TokenSerializer(serializers.Serializer):
@@ -217,7 +223,8 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
 
 class ApiTokenCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    name = serializers.RegexField(PRINTABLE, max_length=100, required=False, allow_blank=True,
+                                  error_messages={"invalid": PRINTABLE_MESSAGE})
 
 
 class NewApiTokenSerializer(ApiTokenSerializer):

@@ -11,6 +11,8 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from appliance.core.api import StrictPageSize
+
 from . import catalogue, presentation
 from .downloads import EXPORT_FORMATS, ExportError, export_zip
 from .models import AuditRecord
@@ -44,7 +46,7 @@ class AuditRecordSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RecordCursorPagination(pagination.CursorPagination):
+class RecordCursorPagination(StrictPageSize, pagination.CursorPagination):
     """Newest first, by sequence: constant cost at any depth of a log of millions of records."""
 
     ordering = "-sequence"

@@ -21,6 +21,10 @@ COUNT_CAP = 10_000
 PAGE_SIZE = 50
 
 
+def categories() -> list[str]:
+    return sorted({event.category for event in catalogue.CATALOGUE.values()})
+
+
 class AuditRecordFilter(FilterSet):
     actor = django_filters.CharFilter(field_name="actor_username", label="Actor (username)")
     actor_id = IntegerFilter(field_name="actor_id", label="Actor id")
@@ -28,7 +32,8 @@ class AuditRecordFilter(FilterSet):
     event = django_filters.CharFilter(method="filter_event", label="Event", widget=forms.TextInput(
         attrs={"list": "audit-event-names", "placeholder": "auth.login.failure or auth.*"}))
     action = django_filters.CharFilter(field_name="action", label="Action")
-    category = django_filters.ChoiceFilter(field_name="category", label="Category", choices=())
+    category = django_filters.ChoiceFilter(field_name="category", label="Category",
+                                           choices=[(c, c) for c in categories()])
     target_type = django_filters.CharFilter(field_name="target_type", label="Target type")
     target_id = django_filters.CharFilter(field_name="target_id", label="Target id")
     target = django_filters.CharFilter(field_name="target_name", lookup_expr="icontains", label="Target name")
@@ -44,10 +49,6 @@ class AuditRecordFilter(FilterSet):
         model = AuditRecord
         fields: list[str] = []
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.filters["category"].extra["choices"] = [(c, c) for c in categories()]
-
     def filter_event(self, queryset, name, value):
         value = value.strip()
         if value.endswith("*"):
@@ -55,10 +56,6 @@ class AuditRecordFilter(FilterSet):
         if value.endswith("."):
             return queryset.filter(event__startswith=value)
         return queryset.filter(event=value)
-
-
-def categories() -> list[str]:
-    return sorted({event.category for event in catalogue.CATALOGUE.values()})
 
 
 def active_filters(params, filterset_class=AuditRecordFilter) -> dict[str, str]:

@@ -5,15 +5,56 @@ Error body: {"error": {"status": 400, "code": "invalid", "message": "...", "fiel
 """
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, pagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
-class Pagination(pagination.PageNumberPagination):
+class StrictPageSize:
+    """`page_size` is a whole number from 1 to max_page_size, or a 400 naming it (DRF's paginators
+    silently fall back to the default on anything else); empty means the default."""
+
     page_size_query_param = "page_size"
     max_page_size = 1000
+
+    def get_page_size(self, request):
+        value = request.query_params.get(self.page_size_query_param, "")
+        if not value.strip():
+            return self.page_size
+        from .filters import parse_integer
+
+        try:
+            return parse_integer(value, minimum=1, maximum=self.max_page_size)
+        except DjangoValidationError as exc:
+            raise exceptions.ValidationError({self.page_size_query_param: exc.messages}) from None
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"].update(minimum=1, maximum=self.max_page_size)
+            elif parameter["name"] == getattr(self, "page_query_param", None):
+                parameter["schema"].update(minimum=1)
+        return parameters
+
+
+class Pagination(StrictPageSize, pagination.PageNumberPagination):
+    """Pages by number: `page` from 1 (a page past the last is a 404), `page_size` up to 1000."""
+
+    def get_page_number(self, request, paginator):
+        value = request.query_params.get(self.page_query_param, "")
+        if value in self.last_page_strings:
+            return value
+        if not value.strip():
+            return 1
+        from .filters import parse_integer
+
+        try:
+            return parse_integer(value, minimum=1)
+        except DjangoValidationError as exc:
+            raise exceptions.ValidationError({self.page_query_param: exc.messages}) from None
 
 
 def _message(detail) -> str:

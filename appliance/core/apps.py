@@ -23,6 +23,9 @@ class CoreConfig(AppConfig):
         from django.db.backends.signals import connection_created
 
         from .middleware import stamp_login
+        from .parsers import require_strings_for_text
+
+        require_strings_for_text()
 
         user_logged_in.connect(stamp_login, dispatch_uid="core-session-login-time")
         connection_created.connect(_private_sqlite_files, dispatch_uid="core-private-sqlite-files")

@@ -3,8 +3,9 @@ database cannot hold.
 
 django-filter's NumberFilter hands the database a Decimal of any size, so `?pool_id=99999999999999999999`
 reached SQLite or PostgreSQL and failed there (a 500). Here every integer filter, and every filter
-on a related object by its integer key, accepts only ASCII digits (an optional sign) within a 64-bit
-signed integer, and says so in a 400 naming the parameter.
+on a related object (by its integer id), accepts only ASCII digits (an optional sign) within a 64-bit
+signed integer, and a boolean filter only `true` or `false`; anything else is a 400 naming the
+parameter. An empty value means no filter, as the schema says (allowEmptyValue).
 """
 
 import re
@@ -13,10 +14,11 @@ import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db import models
-from django_filters import fields as filter_fields
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.rest_framework import FilterSet as RestFilterSet
 from django_filters.rest_framework.filterset import FILTER_FOR_DBFIELD_DEFAULTS
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import exceptions, filters
 
 INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
 ASCII_INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -43,28 +45,36 @@ class IntegerFormField(forms.IntegerField):
         return parse_integer(value)
 
 
+@extend_schema_field({"type": "integer", "minimum": INTEGER_MIN, "maximum": INTEGER_MAX})
 class IntegerFilter(django_filters.NumberFilter):
     field_class = IntegerFormField
 
 
-def _integer_key(model, to_field_name: str | None) -> bool:
-    field = model._meta.get_field(to_field_name) if to_field_name else model._meta.pk
-    return isinstance(field, models.IntegerField | models.AutoField)
-
-
-class ModelChoiceFormField(filter_fields.ModelChoiceField):
-    """A related object by its key: an integer key is checked before the database sees it."""
+class BooleanFormField(forms.Field):
+    """`true` or `false` (any case); anything else is a 400 (django-filter would ignore it)."""
 
     def to_python(self, value):
-        is_null_choice = self.null_label is not None and value == self.null_value
-        if value not in self.empty_values and not is_null_choice \
-                and _integer_key(self.queryset.model, self.to_field_name):
-            parse_integer(value)
-        return super().to_python(value)
+        if value in self.empty_values or not str(value).strip():
+            return None
+        text = str(value).strip().lower()
+        if text not in ("true", "false"):
+            raise ValidationError("Enter true or false.", code="invalid")
+        return text == "true"
 
 
-class ModelChoiceFilter(django_filters.ModelChoiceFilter):
-    field_class = ModelChoiceFormField
+class BooleanFilter(django_filters.BooleanFilter):
+    field_class = BooleanFormField
+
+
+class MultipleChoiceFormField(forms.MultipleChoiceField):
+    """Several choices; empty values among them mean nothing (`?role=&role=gpu` is `?role=gpu`)."""
+
+    def to_python(self, value):
+        return [item for item in super().to_python(value) if item.strip()]
+
+
+class MultipleChoiceFilter(django_filters.MultipleChoiceFilter):
+    field_class = MultipleChoiceFormField
 
 
 FILTER_DEFAULTS = {
@@ -73,13 +83,25 @@ FILTER_DEFAULTS = {
        for field in (models.AutoField, models.BigAutoField, models.SmallAutoField, models.IntegerField,
                      models.BigIntegerField, models.SmallIntegerField, models.PositiveIntegerField,
                      models.PositiveBigIntegerField, models.PositiveSmallIntegerField)},
-    models.ForeignKey: {**FILTER_FOR_DBFIELD_DEFAULTS[models.ForeignKey], "filter_class": ModelChoiceFilter},
-    models.OneToOneField: {**FILTER_FOR_DBFIELD_DEFAULTS[models.OneToOneField], "filter_class": ModelChoiceFilter},
+    models.BooleanField: {"filter_class": BooleanFilter},
+    # A related object by its id (every model here has an integer key): an id that names nothing
+    # matches nothing, as any other filter value would.
+    models.ForeignKey: {"filter_class": IntegerFilter},
+    models.OneToOneField: {"filter_class": IntegerFilter},
 }
 
 
 class FilterSet(RestFilterSet):
     FILTER_DEFAULTS = FILTER_DEFAULTS
+
+
+class SearchFilter(filters.SearchFilter):
+    """DRF's `search`, refusing a NUL character (PostgreSQL cannot compare text holding one)."""
+
+    def get_search_terms(self, request):
+        if "\x00" in request.query_params.get(self.search_param, ""):
+            raise exceptions.ValidationError({self.search_param: ["Null characters are not allowed."]})
+        return super().get_search_terms(request)
 
 
 class FilterBackend(DjangoFilterBackend):

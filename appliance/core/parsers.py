@@ -53,3 +53,22 @@ class JSONParser(parsers.JSONParser):
         if nesting_depth_exceeds(data, max_depth):
             raise too_deep
         return data
+
+
+def require_strings_for_text() -> None:
+    """DRF's CharField (and so its e-mail, slug, URL and regex fields) turns a JSON number into text
+    (0 becomes "0"). The schema says string: a client that sends a number where a name goes has made
+    a mistake, and guessing hides it. Installed once, from the core app's ready()."""
+    from rest_framework import serializers
+
+    lenient = serializers.CharField.to_internal_value
+    if getattr(lenient, "requires_strings", False):
+        return
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return lenient(self, data)
+
+    to_internal_value.requires_strings = True
+    serializers.CharField.to_internal_value = to_internal_value

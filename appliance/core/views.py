@@ -8,6 +8,7 @@ from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import loader
+from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularRedocView
 
 from . import csp
@@ -67,6 +68,7 @@ class ApiReferenceView(SpectacularRedocView):
     """The Redoc API reference. Redoc styles the page with <style> elements it writes at run time
     and cannot give a nonce, so this page alone allows inline styles (never inline scripts)."""
 
+    @extend_schema(exclude=True)
     def get(self, request, *args, **kwargs):
         response = super().get(request, *args, **kwargs)
         response["Content-Security-Policy"] = csp.policy(getattr(request, csp.NONCE_ATTRIBUTE, ""), inline_styles=True)

@@ -5,7 +5,7 @@ Related objects filter NetBox-style by name (`appliance=demo`) or by id (`applia
 
 import django_filters
 
-from appliance.core.filters import FilterSet, IntegerFilter
+from appliance.core.filters import FilterSet, IntegerFilter, MultipleChoiceFilter
 
 from .models import GPU, HCA, Appliance, Filesystem, HCAPort, Network, Node, Platform, Pool, Switch
 from .states import NodeState
@@ -29,8 +29,8 @@ class PlatformFilterSet(FilterSet):
 
 
 class NodeFilterSet(ApplianceScopedFilterSet):
-    role = django_filters.MultipleChoiceFilter(choices=Node.Role.choices)
-    state = django_filters.MultipleChoiceFilter(choices=NodeState.choices)
+    role = MultipleChoiceFilter(choices=Node.Role.choices)
+    state = MultipleChoiceFilter(choices=NodeState.choices)
     pool = django_filters.CharFilter(field_name="pool_membership__pool__name", label="Pool (name)")
     pool_id = IntegerFilter(field_name="pool_membership__pool_id", label="Pool (id)")
     platform = django_filters.CharFilter(field_name="platform__slug", label="Platform (slug)")
@@ -44,7 +44,7 @@ class GPUFilterSet(FilterSet):
     node = django_filters.CharFilter(field_name="node__name", label="Node (name)")
     node_id = IntegerFilter(field_name="node_id", label="Node (id)")
     model = django_filters.CharFilter(lookup_expr="iexact")
-    mig_mode = django_filters.MultipleChoiceFilter(choices=GPU.MigMode.choices)
+    mig_mode = MultipleChoiceFilter(choices=GPU.MigMode.choices)
 
     class Meta:
         model = GPU

@@ -27,6 +27,10 @@ class ReportRefused(ValueError):
     """A filter or a format the report does not know."""
 
 
+class ReportNotFound(ReportRefused):
+    """The appliance or node named has no report (the API answers 404)."""
+
+
 @dataclass
 class NodeReport:
     host: str
@@ -77,7 +81,7 @@ def _appliance(name: str | None) -> Appliance | None:
     if name:
         found = appliances.filter(name=name).first()
         if found is None:
-            raise ReportRefused(f"appliance: no appliance named {name!r}")
+            raise ReportNotFound(f"appliance: no appliance named {name!r}")
         return found
     return appliances.first()
 
@@ -101,7 +105,7 @@ def latest_report(appliance_name: str | None = None, node: str = "", result: str
             entry.checks.append(check)
     hosts = sorted(newest)
     if node and node not in newest:
-        raise ReportRefused(f"node: {node!r} has no acceptance report (nodes with one: {', '.join(hosts) or 'none'})")
+        raise ReportNotFound(f"node: {node!r} has no acceptance report (nodes with one: {', '.join(hosts) or 'none'})")
     nodes = []
     for host in hosts:
         if node and host != node:

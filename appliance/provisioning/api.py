@@ -5,6 +5,7 @@ import json
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
@@ -57,9 +58,27 @@ class RunSerializer(serializers.ModelSerializer):
                   "failed_count", "unreachable_count", "skipped_count", "stage_runs"]
 
 
+class ApplianceNameField(serializers.SlugRelatedField):
+    """An appliance by name; an empty name is refused, whatever the body's format. (DRF otherwise
+    takes an empty form field of an optional field as left out, and the run went to the default.)"""
+
+    default_error_messages = {"blank": "may not be blank: name the appliance, or leave the field out when "
+                                       "there is only one"}
+
+    def get_value(self, dictionary):
+        if self.field_name in dictionary and dictionary.get(self.field_name) in ("", None):
+            return ""
+        return super().get_value(dictionary)
+
+    def run_validation(self, data=serializers.empty):
+        if data == "" or data is None:
+            self.fail("blank")
+        return super().run_validation(data)
+
+
 class RunRequestSerializer(serializers.Serializer):
-    appliance = serializers.SlugRelatedField(slug_field="name", queryset=Appliance.objects.all(), required=False,
-                                             help_text="appliance name; may be left out when there is only one")
+    appliance = ApplianceNameField(slug_field="name", queryset=Appliance.objects.all(), required=False,
+                                   help_text="appliance name; may be left out when there is only one")
     kind = serializers.ChoiceField(choices=Run.Kind.choices, default=Run.Kind.STAGES)
     stages = serializers.ListField(child=serializers.CharField(), required=False, default=list,
                                    help_text="stage names; empty means every stage")
@@ -128,7 +147,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             return error_response(400, "refused", str(exc), request, errors=exc.errors)
         return Response(RunSerializer(run, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses=RunSerializer)
+    @extend_schema(request=None, responses={200: RunSerializer, 409: None})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         try:
@@ -182,13 +201,18 @@ class AcceptanceReportAPIView(APIView):
     capability = "provisioning.view"
     form = "json"
 
-    @extend_schema(parameters=REPORT_FILTERS, responses={200: dict})
+    @extend_schema(parameters=REPORT_FILTERS, responses={200: dict, 404: None})
     def get(self, request):
+        return self.report(request)
+
+    def report(self, request):
         try:
             report = acceptance.latest_report(request.query_params.get("appliance") or None,
                                               request.query_params.get("node", ""),
                                               request.query_params.get("result", ""))
             content, content_type, name = acceptance.export(report, self.form, style_nonce=request.csp_nonce)
+        except acceptance.ReportNotFound as exc:
+            return error_response(404, "not_found", str(exc), request)
         except acceptance.ReportRefused as exc:
             return error_response(400, "invalid", str(exc), request)
         if self.form == "json":
@@ -196,3 +220,13 @@ class AcceptanceReportAPIView(APIView):
         response = HttpResponse(content, content_type=content_type)
         response["Content-Disposition"] = f'attachment; filename="{name}"'
         return response
+
+
+class AcceptanceReportHTMLView(AcceptanceReportAPIView):
+    """The latest acceptance report as the standalone printable HTML page (a download)."""
+
+    form = "html"
+
+    @extend_schema(parameters=REPORT_FILTERS, responses={(200, "text/html"): OpenApiTypes.STR, 404: None})
+    def get(self, request):
+        return self.report(request)

@@ -17,6 +17,6 @@ router.register("stage-runs", api.StageRunViewSet, basename="provisioning-stager
 router.register("events", api.TaskEventViewSet, basename="provisioning-taskevent")
 urlpatterns = [
     path("acceptance/", api.AcceptanceReportAPIView.as_view(), name="provisioning-acceptance"),
-    path("acceptance/html/", api.AcceptanceReportAPIView.as_view(form="html"), name="provisioning-acceptance-html"),
+    path("acceptance/html/", api.AcceptanceReportHTMLView.as_view(), name="provisioning-acceptance-html"),
     *router.urls,
 ]
