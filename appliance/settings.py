@@ -94,6 +94,7 @@ MIDDLEWARE = [
     "appliance.core.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "appliance.core.middleware.RequestContextMiddleware",
+    "appliance.core.querylimits.RefuseNulInQueryMiddleware",
     "appliance.audit.capture.requests.AuditRequestMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -237,7 +238,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": [
         "appliance.core.filters.FilterBackend",
         "rest_framework.filters.OrderingFilter",
-        "appliance.core.filters.SearchFilter",
+        "rest_framework.filters.SearchFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "appliance.core.api.Pagination",
     "PAGE_SIZE": 50,

@@ -18,7 +18,6 @@ from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.rest_framework import FilterSet as RestFilterSet
 from django_filters.rest_framework.filterset import FILTER_FOR_DBFIELD_DEFAULTS
 from drf_spectacular.utils import extend_schema_field
-from rest_framework import exceptions, filters
 
 INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
 ASCII_INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -93,15 +92,6 @@ FILTER_DEFAULTS = {
 
 class FilterSet(RestFilterSet):
     FILTER_DEFAULTS = FILTER_DEFAULTS
-
-
-class SearchFilter(filters.SearchFilter):
-    """DRF's `search`, refusing a NUL character (PostgreSQL cannot compare text holding one)."""
-
-    def get_search_terms(self, request):
-        if "\x00" in request.query_params.get(self.search_param, ""):
-            raise exceptions.ValidationError({self.search_param: ["Null characters are not allowed."]})
-        return super().get_search_terms(request)
 
 
 class FilterBackend(DjangoFilterBackend):

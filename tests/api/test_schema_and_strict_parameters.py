@@ -106,11 +106,27 @@ def test_a_number_where_text_goes_is_refused(client_for):
     ({"page_size": "1001"}, "page_size", "Enter a whole number between 1 and 1000."),
     ({"page": "0"}, "page", "Enter a whole number between 1 and 9223372036854775807."),
     ({"search": "gpu\x00"}, "search", "Null characters are not allowed."),
+    ({"search\x00": "gpu"}, "search\\x00", "Null characters are not allowed."),
 ])
 def test_bad_paging_and_search_values_are_a_400_naming_them(client_for, inventory, query, field, message):
     response = client_for(Role.VIEWER).get("/api/inventory/nodes/", query)
     assert response.status_code == 400
     assert response.json()["error"]["fields"] == {field: [message]}
+
+
+@pytest.mark.parametrize("path", ["/api/provisioning/acceptance/", "/api/provisioning/acceptance/html/",
+                                  "/api/inventory/nodes/", "/api/audit/records/"])
+def test_a_nul_character_in_any_query_parameter_is_a_400(client_for, path):
+    response = client_for(Role.ADMINISTRATOR).get(path, {"appliance": "demo\x00"})
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "query parameter appliance: null characters are not allowed"
+
+
+def test_a_nul_character_in_a_page_query_is_the_400_page(client_for):
+    response = client_for(Role.OPERATOR).get("/inventory/nodes/", {"name": "\x00"})
+    assert response.status_code == 400
+    assert "query parameter name: null characters are not allowed" in response.content.decode()
+    assert 'data-testid="error-page"' in response.content.decode()
 
 
 def test_booleans_are_true_or_false(client_for, inventory):
