@@ -148,3 +148,13 @@ def test_empty_values_in_a_multiple_choice_mean_nothing(client_for, inventory):
     response = client_for(Role.VIEWER).get("/api/inventory/nodes/?role=&role=storage")
     assert response.status_code == 200
     assert [node["name"] for node in response.json()["results"]] == ["storage-01"]
+
+
+def test_an_error_that_echoes_a_lone_surrogate_is_still_a_json_400(client_for):
+    # YAML's "\ud825" escape is a lone surrogate: not valid Unicode, so not encodable as UTF-8.
+    response = client_for(Role.OPERATOR).post("/api/inventory/site/validate/?filename=s.yml",
+                                              '"\\ud825x": 1\n', content_type="application/yaml")
+    assert response.status_code == 400
+    body = json.loads(response.content)
+    assert body["error"]["status"] == 400
+    assert "\ud825x" in [error["path"] for error in body["error"]["errors"]]
