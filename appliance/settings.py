@@ -241,7 +241,7 @@ REST_FRAMEWORK = {
         "rest_framework.filters.SearchFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "appliance.core.api.Pagination",
-    "DEFAULT_RENDERER_CLASSES": ["appliance.core.api.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["appliance.core.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "appliance.core.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "appliance.core.api.exception_handler",

@@ -7,21 +7,9 @@ Error body: {"error": {"status": 400, "code": "invalid", "message": "...", "fiel
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, pagination, renderers
+from rest_framework import exceptions, pagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
-
-
-class JSONRenderer(renderers.JSONRenderer):
-    """UTF-8 JSON. Text that is not valid Unicode (a lone surrogate a request sent, echoed in an error
-    message) is written with \\u escapes instead of failing the whole response."""
-
-    def render(self, data, accepted_media_type=None, renderer_context=None):
-        try:
-            return super().render(data, accepted_media_type, renderer_context)
-        except UnicodeEncodeError:
-            self.ensure_ascii = True
-            return super().render(data, accepted_media_type, renderer_context)
 
 
 class StrictPageSize:
