@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+from ..core.files import sha256_file
 from . import chain, merkle, signing
 
 MODIFIED = "modified"
@@ -358,14 +359,6 @@ def _bundle_path(bundle: Path, name: str) -> Path:
     return path
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class _Shape:
     """What a manifest value must look like: `kind` names the check, `item` the shape of a list's
     items or a mapping's values, `fields` the shape of an object's fields (others are allowed: they
@@ -501,7 +494,7 @@ def check_bundle_coverage(bundle: Path, manifest: dict, entries: set[str]) -> No
         path = _bundle_path(bundle, entry["name"])
         if entry["name"] not in entries:
             raise Stop(Finding(DELETED, None, f"{entry['name']} is missing", entry["name"]))
-        if _sha256_file(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             raise Stop(Finding(MODIFIED, None, f"{entry['name']} differs from the manifest's digest", entry["name"]))
 
 
@@ -623,7 +616,7 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
         raise Stop(Finding(INSERTED, first_sequence + count,
                             f"{len(digests)} records, the manifest says {count}", RECORDS_NAME))
     _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequence, last_sequence)
-    if _sha256_file(records_path) != manifest["files"]["records"]["sha256"]:
+    if sha256_file(records_path) != manifest["files"]["records"]["sha256"]:
         raise Stop(Finding(MODIFIED, None, f"{RECORDS_NAME} differs from the manifest's digest", RECORDS_NAME))
     _check_display_file(bundle, manifest, digests, first_sequence)
 

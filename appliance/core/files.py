@@ -8,6 +8,7 @@ keep the state directory readable by the appliance's OS user only. None imports 
 settings.py can use them.
 """
 
+import hashlib
 import os
 import tempfile
 from logging.handlers import RotatingFileHandler
@@ -82,3 +83,12 @@ class PrivateRotatingFileHandler(RotatingFileHandler):
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         make_private(Path(self.baseFilename))
         return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

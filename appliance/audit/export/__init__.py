@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
+from ...core.files import sha256_file
 from .. import catalogue, chain, merkle, signing
 from ..checkpoints import IncompleteLog, covering_checkpoint, make_checkpoint, prefix_frontier
 from ..models import (
@@ -87,14 +88,6 @@ def _prepare_directory(out: Path) -> Path:
     staging = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
     staging.mkdir(mode=0o700)
     return staging
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datetime | None = None,
@@ -197,10 +190,10 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
         proof = []
     (staging / PUBLIC_KEY_NAME).write_text(key.public_pem())
     # Every file of the bundle is listed with its digest: a verifier refuses any file it does not list.
-    files = {"records": {"name": RECORDS_NAME, "sha256": _sha256_file(records_path)}}
-    files["display"] = ({"name": display_path.name, "sha256": _sha256_file(display_path)} if separate_display
+    files = {"records": {"name": RECORDS_NAME, "sha256": sha256_file(records_path)}}
+    files["display"] = ({"name": display_path.name, "sha256": sha256_file(display_path)} if separate_display
                         else files["records"])
-    files["public_key"] = {"name": PUBLIC_KEY_NAME, "sha256": _sha256_file(staging / PUBLIC_KEY_NAME)}
+    files["public_key"] = {"name": PUBLIC_KEY_NAME, "sha256": sha256_file(staging / PUBLIC_KEY_NAME)}
     checkpoints = AuditCheckpoint.objects.filter(tree_size__gte=first, tree_size__lte=anchor.tree_size)
     manifest = {
         "type": chain.MANIFEST_TYPE,
