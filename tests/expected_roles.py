@@ -13,6 +13,7 @@ EXPECTED_MATRIX: dict[str, tuple[bool, bool, bool, bool, bool]] = {
     "portal.view":          (True,  True,  True,  True,  True),
     "inventory.view":       (True,  True,  True,  True,  True),
     "inventory.change":     (True,  True,  False, False, False),
+    "nodes.override_state": (True,  False, False, False, False),
     "provisioning.view":    (True,  True,  False, True,  True),
     "provisioning.run":     (True,  True,  False, False, False),
     "partitioning.view":    (True,  True,  True,  True,  True),

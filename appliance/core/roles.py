@@ -23,6 +23,8 @@ CAPABILITIES: dict[str, frozenset[Role]] = {
     "portal.view": _ALL,
     "inventory.view": _ALL,
     "inventory.change": frozenset({_A, _O}),
+    # Declaring a node Ready without a run that proved it (a recorded reason is required).
+    "nodes.override_state": frozenset({_A}),
     "provisioning.view": frozenset({_A, _O, _U, _V}),
     "provisioning.run": frozenset({_A, _O}),
     "partitioning.view": _ALL,
