@@ -97,6 +97,8 @@ MIDDLEWARE = [
     "appliance.core.querylimits.RefuseNulInQueryMiddleware",
     "appliance.audit.capture.requests.AuditRequestMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # After sessions, before CommonMiddleware: the portal's language (cookie, Accept-Language); the API's is English.
+    "appliance.core.i18n.PortalLocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -208,9 +210,12 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
-LANGUAGE_CODE = "en-us"
+LANGUAGE_CODE = "en"
 TIME_ZONE = os.environ.get("APPLIANCE_TIME_ZONE", "UTC")
+# The portal's languages: English (the default and the language of the API, audit log and exports), Russian.
 USE_I18N = True
+LANGUAGES = [("en", "English"), ("ru", "Русский")]
+LOCALE_PATHS = [BASE_DIR / "appliance" / "locale"]
 USE_TZ = True
 
 STATIC_URL = "static/"

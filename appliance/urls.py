@@ -25,6 +25,8 @@ urlpatterns = [
     path("api/", include(api_patterns)),
     path("django-admin/", admin.site.urls),
     path("health/", health, name="health"),
+    # The language switch: set_language at /i18n/setlang/ (a POST that sets the language cookie).
+    path("i18n/", include("django.conf.urls.i18n")),
 ]
 
 handler400 = core_views.bad_request
