@@ -1,0 +1,102 @@
+"""axe-core on every portal page, for every role that can see it, at 1440 and 390 px: zero violations.
+
+The pages come from the URL conf (tests/e2e/portal_pages.py), so a new page is checked the day it is
+added. One case per role and width; a failure lists every violation of every page (rule, page, the
+elements), not only the first. To check a few pages while working on them:
+    AXE_PAGES=audit,provisioning pytest tests/e2e/test_accessibility.py -k "operator and narrow"
+(AXE_PAGES keeps the pages whose route name contains one of the words).
+"""
+
+import os
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from django.conf import settings
+from django.shortcuts import resolve_url
+
+from appliance.core.roles import Role
+from tests.conftest import PASSWORD
+from tests.e2e.portal_pages import portal_objects, portal_pages  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.e2e
+
+WIDTHS = {"wide": 1440, "narrow": 390}
+ANONYMOUS = "anonymous"
+AXE = Axe()
+
+
+def _wanted(name: str) -> bool:
+    words = [word for word in os.environ.get("AXE_PAGES", "").split(",") if word]
+    return not words or any(word in name for word in words)
+
+
+def _settle(page):
+    """Pages that load parts with htmx on load: let them arrive (polling pages never go fully idle)."""
+    try:
+        page.wait_for_load_state("networkidle", timeout=3_000)
+    except Exception:  # noqa: BLE001 - a page that polls stays busy; what has arrived is checked
+        pass
+
+
+def _describe(violation: dict, where: str) -> str:
+    lines = [f"{where}: {violation['id']} ({violation.get('impact')}): {violation['help']}"]
+    for node in violation["nodes"][:4]:
+        lines.append(f"    {' '.join(map(str, node['target']))}  {node['html'][:160]}")
+    if len(violation["nodes"]) > 4:
+        lines.append(f"    ... and {len(violation['nodes']) - 4} more elements")
+    return "\n".join(lines)
+
+
+def audit_pages(page, pages, role: str, width: str) -> tuple[list[str], list[str]]:
+    """Visit each page; run axe once per distinct page reached (a redirect to a page already checked,
+    or a second 403, is not checked again). Returns (violations, pages checked)."""
+    checked: set[str] = set()
+    violations, visited = [], []
+    denied_seen = False
+    for portal_page in pages:
+        if not _wanted(portal_page.name):
+            continue
+        # Asked first without the browser (same cookies): a POST-only route (405) and a download are
+        # not pages a browser shows.
+        probe = page.request.get(portal_page.url, max_redirects=0)
+        if probe.status == 405 or not probe.headers.get("content-type", "").startswith("text/html"):
+            continue
+        response = page.goto(portal_page.url)
+        status = response.status if response else 0
+        if status == 403:
+            if denied_seen:
+                continue
+            denied_seen = True
+        final = page.url.split("?")[0]
+        if final in checked:
+            continue
+        checked.add(final)
+        _settle(page)
+        where = f"[{role} {width}] {portal_page.name} {portal_page.url} ({status})"
+        visited.append(where)
+        results = AXE.run(page)
+        violations.extend(_describe(violation, where) for violation in results.response["violations"])
+    return violations, visited
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("role", [*Role.values, ANONYMOUS])
+def test_no_axe_violations_on_any_page(browser, live_server, users, portal_objects, role, width):  # noqa: F811
+    context = browser.new_context(base_url=live_server.url, viewport={"width": WIDTHS[width], "height": 900})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    try:
+        if role != ANONYMOUS:
+            page.goto(resolve_url(settings.LOGIN_URL))
+            page.fill("#id_username", users[role].username)
+            page.fill("#id_password", PASSWORD)
+            page.click("button[type=submit]")
+            page.wait_for_load_state()
+            assert "/accounts/login/" not in page.url, f"{role} could not log in"
+        violations, visited = audit_pages(page, portal_pages(portal_objects), role, width)
+    finally:
+        context.close()
+    assert visited, "no page was checked"
+    if role == ANONYMOUS:
+        assert any("login" in where for where in visited)
+    assert not violations, f"{len(violations)} axe-core violations:\n" + "\n".join(violations)
