@@ -8,6 +8,7 @@ from appliance.audit.tracking import AuditedModel
 from appliance.core.fields import EncryptedTextField
 from appliance.core.models import TimestampedModel
 
+from .choices import ComponentKind, HealthStatus, NodeRole
 from .states import NodeState, check_transition
 
 
@@ -68,11 +69,7 @@ class Network(AuditedModel, TimestampedModel):
 
 
 class Node(AuditedModel, TimestampedModel):
-    class Role(models.TextChoices):
-        GPU = "gpu", "GPU server"
-        STORAGE = "storage", "Storage server"
-        MANAGEMENT = "management", "Management node"
-        LOGIN = "login", "Login node"
+    Role = NodeRole
 
     appliance = models.ForeignKey(Appliance, on_delete=models.CASCADE, related_name="nodes")
     name = models.CharField(max_length=63, unique=True)
@@ -308,3 +305,37 @@ class PoolMembership(AuditedModel, TimestampedModel):
 
     def __str__(self):
         return f"{self.node} in {self.pool}"
+
+
+class HealthCheck(AuditedModel, TimestampedModel):
+    """The latest verdict of one check on one part of a node (the node itself, a GPU, an HCA port, a
+    mount), with the evidence behind it and what measured it.
+
+    A stage writes the rows of the checks it ran and leaves the others alone: an `os` rerun does not
+    clear a GPU that acceptance found missing. A node is not Ready while one of its rows is failing.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_checks")
+    component_kind = models.CharField(max_length=20, choices=ComponentKind.choices)
+    # GPU: its index in the inventory; HCA port: device/port (mlx5_0/1); mount: the mount point; node: "".
+    component_id = models.CharField(max_length=300, blank=True)
+    component_label = models.CharField(max_length=300, blank=True, help_text="e.g. GPU 5 (0000:9a:00.0)")
+    gpu = models.ForeignKey(GPU, on_delete=models.SET_NULL, null=True, blank=True, related_name="health_checks")
+    name = models.CharField(max_length=100, help_text="what is checked, e.g. present, xid, acceptance gpu.count")
+    status = models.CharField(max_length=10, choices=HealthStatus.choices, default=HealthStatus.UNKNOWN)
+    evidence = models.CharField(max_length=300, blank=True, help_text="short and human: GPU 5 (0000:9a:00.0) missing")
+    source = models.CharField(max_length=200, blank=True, help_text="what measured it: stage and run, telemetry")
+    run_id = models.PositiveIntegerField(null=True, blank=True, help_text="the provisioning run that measured it")
+    checked_at = models.DateTimeField(default=timezone.now)
+
+    # A check confirmed again with the same verdict is not a change an auditor needs to read.
+    audit_exclude = ("created", "updated", "checked_at", "source", "run_id", "component_label", "gpu")
+
+    class Meta:
+        ordering = ["node", "component_kind", "component_id", "name"]
+        constraints = [models.UniqueConstraint(fields=["node", "component_kind", "component_id", "name"],
+                                               name="healthcheck_unique_check")]
+        indexes = [models.Index(fields=["node", "status"], name="healthcheck_node_status")]
+
+    def __str__(self):
+        return f"{self.node_id and self.node.name}: {self.component_label or self.component_kind} {self.name}"
