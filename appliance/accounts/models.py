@@ -3,6 +3,8 @@ from django.contrib.auth.models import AbstractUser
 from django.contrib.auth.models import UserManager as DjangoUserManager
 from django.db import models, transaction
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from appliance.audit import record
 from appliance.audit.tracking import AuditedModel, AuditedQuerySet
@@ -70,13 +72,29 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created"]
-        verbose_name = "API token"
+        verbose_name = _("API token")
 
     def __str__(self) -> str:
+        # English: audit records and API messages name the token this way.
         return f"token {self.prefix}" + (f" ({self.name})" if self.name else "")
+
+    @property
+    def label(self) -> str:
+        """The token as the portal names it, in the reader's language."""
+        if self.name:
+            return gettext("token %(prefix)s (%(name)s)") % {"prefix": self.prefix, "name": self.name}
+        return gettext("token %(prefix)s") % {"prefix": self.prefix}
 
     @property
     def state(self) -> str:
         if self.revoked is not None:
             return "revoked"
         return "expired" if self.expires <= timezone.now() else "active"
+
+    @property
+    def state_label(self) -> str:
+        """`state` in the reader's language (`state` itself is a value templates and the API compare)."""
+        return str(TOKEN_STATE_LABELS[self.state])
+
+
+TOKEN_STATE_LABELS = {"active": _("active"), "expired": _("expired"), "revoked": _("revoked")}

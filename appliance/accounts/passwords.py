@@ -1,6 +1,7 @@
 """Password rules of our own, next to Django's validators (settings.AUTH_PASSWORD_VALIDATORS)."""
 
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
 
 
 class RepeatedCharacterValidator:
@@ -9,8 +10,8 @@ class RepeatedCharacterValidator:
 
     def validate(self, password, user=None):
         if password and len(set(password)) == 1:
-            raise ValidationError("This password is a single character repeated.",
+            raise ValidationError(_("This password is a single character repeated."),
                                   code="password_single_character")
 
     def get_help_text(self):
-        return "Your password can't be a single character repeated."
+        return _("Your password can't be a single character repeated.")

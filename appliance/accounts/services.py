@@ -5,6 +5,7 @@ import secrets
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from appliance.core.roles import Role
 
@@ -20,7 +21,7 @@ def create_user(username: str, role: str, password: str, email: str = "", create
     if role not in Role.values:
         raise ValueError(f"role: {role!r} is not one of {', '.join(Role.values)}")
     if User.objects.filter(username=username).exists():
-        raise ValueError(f"username: {username!r} already exists")
+        raise ValueError("username: " + _("%(username)r already exists") % {"username": username})
     user = User(username=username, email=email, role=role, created_by=created_by)
     validate_password(password, user)
     user.set_password(password)
@@ -55,7 +56,7 @@ def set_role(user, role: str):
     # The appliance must never be left without someone who can manage accounts.
     if user.role == Role.ADMINISTRATOR and role != Role.ADMINISTRATOR and user.is_active \
             and not _other_active_administrators(user):
-        raise ValueError("role: the last active Administrator cannot be given another role")
+        raise ValueError("role: " + _("the last active Administrator cannot be given another role"))
     user.role = role
     user.save()
     return user
@@ -66,9 +67,9 @@ def set_active(user, active: bool, acting_user=None):
     """Activate or deactivate an account. A deactivated user can neither log in nor use an API token."""
     if not active:
         if acting_user is not None and acting_user.pk == user.pk:
-            raise ValueError("is_active: you cannot deactivate your own account")
+            raise ValueError("is_active: " + _("you cannot deactivate your own account"))
         if user.role == Role.ADMINISTRATOR and not _other_active_administrators(user):
-            raise ValueError("is_active: the last active Administrator cannot be deactivated")
+            raise ValueError("is_active: " + _("the last active Administrator cannot be deactivated"))
     user.is_active = active
     user.save()
     return user
@@ -82,8 +83,8 @@ def check_current_password(user, password: str, request) -> None:
     if authenticate(request, username=user.get_username(), password=password) is not None:
         return
     if getattr(request, "axes_locked_out", False):
-        raise ValueError("old_password: too many failed attempts for this username; try again later")
-    raise ValueError("old_password: this is not your current password")
+        raise ValueError("old_password: " + _("too many failed attempts for this username; try again later"))
+    raise ValueError("old_password: " + _("this is not your current password"))
 
 
 def change_own_password(user, old_password: str, new_password: str, request):

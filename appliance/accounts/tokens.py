@@ -13,6 +13,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from appliance import audit
 from appliance.core.roles import can
@@ -37,10 +38,10 @@ def issue_token(user, name: str = "", *, via: str = "api") -> tuple[ApiToken, st
     """A new token for `user` (its owner asks: tokens are never made for somebody else).
     Returns the row and the token text, which is shown this once."""
     if not user.is_active:
-        raise TokenError("user: the account is deactivated")
+        raise TokenError("user: " + _("the account is deactivated"))
     name = name.strip()
     if len(name) > 100 or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise TokenError("name: at most 100 printable characters")
+        raise TokenError("name: " + _("at most 100 printable characters"))
     secret = secrets.token_urlsafe(32)
     now = timezone.now()
     token = ApiToken.objects.create(user=user, name=name, prefix=secrets.token_hex(6), digest=_digest(secret),
@@ -89,7 +90,7 @@ def revoke_token(token: ApiToken, user) -> ApiToken:
         raise PermissionError(f"{token}: only its owner or an Administrator may revoke it")
     token = ApiToken.objects.select_for_update().get(pk=token.pk)
     if token.revoked is not None:
-        raise TokenError(f"{token} was already revoked")
+        raise TokenError(_("%(token)s was already revoked") % {"token": token.label})
     token.revoked, token.revoked_by = timezone.now(), user
     token.save(update_fields=["revoked", "revoked_by"])
     audit.record("auth.token.revoke", target=token, actor=user, details={

@@ -7,6 +7,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views import View
 from django.views.generic import FormView, ListView
 
@@ -44,25 +46,26 @@ class UserListView(CapabilityMixin, ListView):
 
 
 class UserCreateForm(forms.Form):
-    username = forms.RegexField(regex=r"^[\w.@+-]+\Z", max_length=150,
-                                error_messages={"invalid": "letters, digits and @ . + - _ only"})
-    email = forms.EmailField(required=False)
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
-    password1 = forms.CharField(label="Password", strip=False, widget=forms.PasswordInput(
+    username = forms.RegexField(
+        label=gettext_lazy("Username"), regex=r"^[\w.@+-]+\Z", max_length=150,
+        error_messages={"invalid": gettext_lazy("letters, digits and @ . + - _ only")})
+    email = forms.EmailField(label=gettext_lazy("Email"), required=False)
+    role = forms.ChoiceField(label=gettext_lazy("Role"), choices=Role.choices, initial=Role.VIEWER)
+    password1 = forms.CharField(label=gettext_lazy("Password"), strip=False, widget=forms.PasswordInput(
         attrs={"autocomplete": "new-password"}))
-    password2 = forms.CharField(label="Password again", strip=False, widget=forms.PasswordInput(
+    password2 = forms.CharField(label=gettext_lazy("Password again"), strip=False, widget=forms.PasswordInput(
         attrs={"autocomplete": "new-password"}))
 
     def clean_username(self):
         username = self.cleaned_data["username"]
         if User.objects.filter(username=username).exists():
-            raise ValidationError("a user with this username already exists")
+            raise ValidationError(_("a user with this username already exists"))
         return username
 
     def clean(self):
         cleaned = super().clean()
         if cleaned.get("password1") and cleaned.get("password1") != cleaned.get("password2"):
-            self.add_error("password2", "the two passwords differ")
+            self.add_error("password2", _("the two passwords differ"))
         return cleaned
 
 
@@ -81,10 +84,11 @@ class UserCreateView(CapabilityMixin, FormView):
             form.add_error("password1", exc)
             return self.form_invalid(form)
         except ValueError as exc:
-            field, _, message = str(exc).partition(": ")
+            field, _sep, message = str(exc).partition(": ")
             form.add_error(field if field in form.fields else None, message or str(exc))
             return self.form_invalid(form)
-        messages.success(self.request, f"Created {user.username} ({user.role_label}).")
+        messages.success(self.request, _("Created %(username)s (%(role)s).") % {
+            "username": user.username, "role": user.role_label})
         return super().form_valid(form)
 
 
@@ -101,10 +105,11 @@ class UserUpdateView(CapabilityMixin, View):
             with transaction.atomic():
                 if request.POST.get("role", user.role) != user.role:
                     services.set_role(user, request.POST["role"])
-                    done.append(f"{user.username} is now {user.role_label}.")
+                    done.append(_("%(username)s is now %(role)s.") % {"username": user.username, "role": user.role_label})
                 if "is_active" in request.POST and (request.POST["is_active"] == "true") != user.is_active:
                     services.set_active(user, request.POST["is_active"] == "true", acting_user=request.user)
-                    done.append(f"{user.username} {'reactivated' if user.is_active else 'deactivated'}.")
+                    done.append((_("%(username)s reactivated.") if user.is_active else _("%(username)s deactivated."))
+                                % {"username": user.username})
         except ValueError as exc:
             messages.error(request, f"{user.username}: {exc}")
         else:
@@ -143,12 +148,13 @@ class OwnPasswordView(CapabilityMixin, auth_views.PasswordChangeView):
 
     def form_valid(self, form):
         response = super().form_valid(form)
-        messages.success(self.request, "Your password was changed.")
+        messages.success(self.request, _("Your password was changed."))
         return response
 
 
 class TokenCreateForm(forms.Form):
-    name = forms.CharField(max_length=100, required=False, help_text="to recognise the token by later")
+    name = forms.CharField(label=gettext_lazy("Name"), max_length=100, required=False,
+                           help_text=gettext_lazy("to recognise the token by later"))
 
 
 class TokenListView(CapabilityMixin, View):
@@ -190,5 +196,6 @@ class TokenRevokeView(CapabilityMixin, View):
         except tokens.TokenError as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, f"Revoked {token} of {token.user.username}.")
+            messages.success(request, _("Revoked %(token)s of %(username)s.") % {
+                "token": token.label, "username": token.user.username})
         return redirect("accounts:token-list")

@@ -5,14 +5,15 @@ decides who may do what.
 """
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Role(models.TextChoices):
-    ADMINISTRATOR = "administrator", "Administrator"
-    OPERATOR = "operator", "Operator"
-    ML_ENGINEER = "ml_engineer", "ML engineer"
-    AUDITOR = "auditor", "Auditor"
-    VIEWER = "viewer", "Viewer"
+    ADMINISTRATOR = "administrator", _("Administrator")
+    OPERATOR = "operator", _("Operator")
+    ML_ENGINEER = "ml_engineer", _("ML engineer")
+    AUDITOR = "auditor", _("Auditor")
+    VIEWER = "viewer", _("Viewer")
 
 
 _ALL = frozenset(Role)
