@@ -6,19 +6,24 @@ consumer (the thread that started the stage) takes events off the queue and stor
 every BATCH_SIZE events or FLUSH_SECONDS, with one bulk insert each. At the end the number emitted
 is compared with the number stored in the database: completeness is a number anyone can check.
 
+Text is stored without NUL characters (a command's output may hold one; PostgreSQL refuses it in text
+and in jsonb), as AWX's callback receiver does. A batch the database refuses anyway is stored row by
+row, so one bad event costs that event alone, and the completeness count names the loss.
+
 While consuming, the ingestor keeps per-host counts, the first failure of each host, the pid of
 ansible-playbook, and hands the facts the stages discovered (ansible_facts keys appliance_*) to the
 facts sink, which updates the inventory.
 """
 
 import json
+import logging
 import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connections, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -26,6 +31,8 @@ from appliance.audit.services import redact
 from appliance.core.secrets import MASK
 
 from .models import StageRun, TaskEvent
+
+log = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
 FLUSH_SECONDS = 0.25
@@ -54,9 +61,26 @@ class Failure:
     message: str
 
 
+NUL = "\x00"
+# How json.dumps writes a NUL inside a string (ensure_ascii, the default).
+_JSON_NUL = "\\u0000"
+
+
 def _text(value, limit: int) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = text.replace(NUL, "") if NUL in text else text
     return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+
+
+def without_nul(value):
+    """`value` with NUL characters removed from every string in it (keys included)."""
+    if isinstance(value, str):
+        return value.replace(NUL, "")
+    if isinstance(value, dict):
+        return {without_nul(k) if isinstance(k, str) else k: without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(v) for v in value]
+    return value
 
 
 def failure_message(result: dict) -> str:
@@ -96,6 +120,10 @@ class Scrubber:
         """The cleaned value and the length of its JSON text (one encoding per event: this is per event)."""
         value = redact(value)
         encoded = json.dumps(value, default=str)
+        if _JSON_NUL in encoded:
+            # Rare (a NUL in a module's output): walk the value once rather than every event.
+            value = without_nul(json.loads(encoded))
+            encoded = json.dumps(value)
         cleaned = self.text(encoded)
         if cleaned is not encoded and cleaned != encoded:
             return json.loads(cleaned), len(cleaned)
@@ -167,16 +195,15 @@ class EventIngestor:
 
     def flush(self) -> None:
         if self._batch:
-            insert_events(self._batch)
-            self.stored += len(self._batch)
+            self.stored += insert_events(self._batch)
             self._batch = []
         self._last_flush = time.monotonic()
 
     def _take(self, event: dict) -> None:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
-        host = data.get("host") or ""
-        task = data.get("task") or ""
+        host = _plain(data.get("host") or "")
+        task = _plain(data.get("task") or "")
         result = data.get("res") if isinstance(data.get("res"), dict) else {}
         if self.ansible_pid is None and event.get("pid"):
             self.ansible_pid = int(event["pid"])
@@ -191,7 +218,7 @@ class EventIngestor:
         if kind in ("runner_on_ok", "runner_on_failed") and host and self.facts_sink is not None:
             facts = {k: v for k, v in (result.get("ansible_facts") or {}).items() if k.startswith("appliance_")}
             if facts:
-                self.facts_sink(host, facts)
+                self.facts_sink(host, without_nul(facts))
         self._batch.append(self._row(event, kind, data, host, task, failed, changed))
         if self.on_event is not None:
             self.on_event(kind, host, task, event)
@@ -212,7 +239,7 @@ class EventIngestor:
                 tally.ok += 1
         if failed and not tally.failed_task:
             tally.failed_task = task
-            tally.message = self.scrubber.text(failure_message(result))
+            tally.message = _plain(self.scrubber.text(failure_message(result)))
             self.failures.append(Failure(host, task, tally.message))
 
     def _stats(self, data: dict) -> None:
@@ -237,18 +264,32 @@ class EventIngestor:
         created_at = parse_datetime(created) if isinstance(created, str) else None
         if created_at is None or not isinstance(created_at, datetime):
             created_at = timezone.now()
-        return (self.stage_run.pk, int(event.get("counter") or self.emitted), event.get("uuid", "")[:64], kind[:64],
-                host[:255], (data.get("play") or "")[:500], task[:500], (data.get("role") or "")[:255], changed, failed,
+        return (self.stage_run.pk, int(event.get("counter") or self.emitted), _line(event.get("uuid", ""), 64),
+                _line(kind, 64), _line(host, 255), _line(data.get("play") or "", 500), _line(task, 500),
+                _line(data.get("role") or "", 255), changed, failed,
                 self.scrubber.text(_text(event.get("stdout") or "", STDOUT_LIMIT)), clean, created_at)
+
+
+def _plain(value) -> str:
+    text = value if isinstance(value, str) else str(value)
+    return text.replace(NUL, "") if NUL in text else text
+
+
+def _line(value, limit: int) -> str:
+    return _plain(value)[:limit]
 
 
 _COLUMNS = ("stage_run_id", "counter", "uuid", "event", "host", "play", "task", "role", "changed", "failed", "stdout",
             "data", "created")
 
 
-def insert_events(rows: list[tuple]) -> None:
-    """One multi-row insert per batch. This is the ingestion hot spot: the ORM's per-field preparation of
-    bulk_create costs twice the insert itself, so values are prepared here, once, the way the ORM would."""
+def insert_events(rows: list[tuple]) -> int:
+    """Store a batch; returns how many rows were stored.
+
+    One multi-row insert per batch. This is the ingestion hot spot: the ORM's per-field preparation of
+    bulk_create costs twice the insert itself, so values are prepared here, once, the way the ORM would.
+    A batch the database refuses is stored row by row: every event it can take is kept, and the ones it
+    cannot are logged and left out (the stage's completeness count then names them)."""
     connection = connections[router.db_for_write(TaskEvent)]
     ops = connection.ops
     json_placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
@@ -256,5 +297,21 @@ def insert_events(rows: list[tuple]) -> None:
     sql = (f"INSERT INTO {ops.quote_name(TaskEvent._meta.db_table)} "
            f"({', '.join(ops.quote_name(c) for c in _COLUMNS)}) VALUES ({placeholders})")
     prepared = [(*row[:11], json.dumps(row[11], default=str), ops.adapt_datetimefield_value(row[12])) for row in rows]
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        cursor.executemany(sql, prepared)
+    try:
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.executemany(sql, prepared)
+        return len(prepared)
+    except DatabaseError as exc:
+        if len(prepared) == 1:
+            log.error("task event %s of stage run %s not stored: %s", prepared[0][1], prepared[0][0], exc)
+            return 0
+        log.warning("a batch of %d task events was refused (%s); storing them one by one", len(prepared), exc)
+    stored = 0
+    for row in prepared:
+        try:
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                cursor.execute(sql, row)
+            stored += 1
+        except DatabaseError as exc:
+            log.error("task event %s of stage run %s not stored: %s", row[1], row[0], exc)
+    return stored
