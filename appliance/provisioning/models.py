@@ -10,21 +10,13 @@ is recorded explicitly by appliance.provisioning.services with audit.record.
 """
 
 from django.conf import settings
-from django.db import models, transaction
-from django.utils import timezone
+from django.db import models
 
 from appliance.audit.tracking import AuditedModel
 from appliance.core.models import TimestampedModel
 from appliance.inventory.models import Appliance, Node
 
-from .states import (
-    RUN_FINISHED,
-    STAGE_FINISHED,
-    RunState,
-    StageState,
-    check_run_transition,
-    check_stage_transition,
-)
+from .states import RUN_FINISHED, RUN_MACHINE, STAGE_FINISHED, STAGE_MACHINE, RunState, StageState
 
 
 class Run(AuditedModel, TimestampedModel):
@@ -43,7 +35,7 @@ class Run(AuditedModel, TimestampedModel):
     dry_run = models.BooleanField(default=False, help_text="check mode: report what would change, change nothing")
     force = models.BooleanField(default=False, help_text="rerun stages an unfinished bootstrap already completed")
     state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.PENDING)
-    message = models.TextField(blank=True, help_text="why the run ended as it did")
+    reason = models.TextField(blank=True, help_text="why the run ended as it did")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                                      related_name="provisioning_runs")
     resumes = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resumed_by",
@@ -75,23 +67,23 @@ class Run(AuditedModel, TimestampedModel):
     def finished(self) -> bool:
         return self.state in RUN_FINISHED
 
-    @transaction.atomic
-    def transition(self, target: str, message: str = "") -> None:
-        """Move to `target` if the table allows it (raises InvalidTransition otherwise)."""
-        locked = type(self)._base_manager.select_for_update().get(pk=self.pk)
-        check_run_transition(locked.state, target)
-        now = timezone.now()
-        self.state = target
-        if message:
-            self.message = message
-        fields = ["state", "message"]
+    # Runs, stage runs and nodes all say `reason`; `message` is the name the API and older callers use.
+    @property
+    def message(self) -> str:
+        return self.reason
+
+    @message.setter
+    def message(self, value: str) -> None:
+        self.reason = value
+
+    def transition(self, target: str, reason: str = "", *, also: tuple[str, ...] = (),
+                   details: dict | None = None) -> str:
+        """Move to `target` if the table allows it (raises InvalidTransition otherwise); one audit record,
+        provisioning.run.start or provisioning.run.end. `also`: fields set on the run that are saved with
+        the move. Returns the state it left."""
         if target == RunState.RUNNING:
-            self.started = self.heartbeat_at = now
-            fields += ["started", "heartbeat_at", "worker_host", "worker_pid"]
-        if target in RUN_FINISHED:
-            self.ended = now
-            fields.append("ended")
-        self.save(update_fields=fields + ["updated"])
+            also = (*also, "worker_host", "worker_pid")
+        return RUN_MACHINE.transition(self, target, reason, also=also, details=details)
 
 
 class StageRun(AuditedModel, TimestampedModel):
@@ -100,7 +92,7 @@ class StageRun(AuditedModel, TimestampedModel):
     order = models.PositiveSmallIntegerField()
     state = models.CharField(max_length=20, choices=StageState.choices, default=StageState.PENDING)
     hosts = models.JSONField(default=list, blank=True, help_text="inventory hosts the stage ran on")
-    message = models.TextField(blank=True, help_text="failure or skip reason")
+    reason = models.TextField(blank=True, help_text="failure or skip reason")
     started = models.DateTimeField(null=True, blank=True)
     ended = models.DateTimeField(null=True, blank=True)
     carried_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
@@ -129,22 +121,18 @@ class StageRun(AuditedModel, TimestampedModel):
     def finished(self) -> bool:
         return self.state in STAGE_FINISHED
 
-    @transaction.atomic
-    def transition(self, target: str, message: str = "") -> None:
-        locked = type(self)._base_manager.select_for_update().get(pk=self.pk)
-        check_stage_transition(locked.state, target)
-        now = timezone.now()
-        self.state = target
-        if message:
-            self.message = message
-        fields = ["state", "message"]
-        if target == StageState.RUNNING:
-            self.started = now
-            fields.append("started")
-        if target in STAGE_FINISHED:
-            self.ended = now
-            fields.append("ended")
-        self.save(update_fields=fields + ["updated"])
+    @property
+    def message(self) -> str:
+        return self.reason
+
+    @message.setter
+    def message(self, value: str) -> None:
+        self.reason = value
+
+    def transition(self, target: str, reason: str = "") -> str:
+        """Move to `target` if the table allows it (raises InvalidTransition otherwise); one audit record,
+        provisioning.stage.end when the stage ends. Returns the state it left."""
+        return STAGE_MACHINE.transition(self, target, reason)
 
 
 class HostResult(AuditedModel, TimestampedModel):

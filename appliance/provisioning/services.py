@@ -18,12 +18,13 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from appliance import audit
 from appliance.core import dispatch
 from appliance.inventory.models import Appliance, Node
+from appliance.inventory.states import FAILED_TWIN as NODE_FAILED_TWIN
 from appliance.inventory.states import NodeState
 
 from . import catalogue as stage_catalogue
@@ -31,7 +32,7 @@ from . import executor, playbook_vars
 from .facts import FactsSink
 from .models import HostResult, Run, StageRun
 from .processes import is_ansible, kill_tree
-from .states import RUN_FINISHED, RunState, StageState
+from .states import RUN_FINISHED, RUN_MACHINE, STAGE_FAILED_TWIN, STAGE_MACHINE, RunState, StageState
 
 log = logging.getLogger(__name__)
 
@@ -164,14 +165,13 @@ def cancel_run(run: Run, user=None) -> Run:
             raise RunRefused([f"{run} has already ended ({run.state})"])
         who = user.get_username() if getattr(user, "is_authenticated", False) else ""
         run.cancel_requested, run.cancel_requested_by = True, who
-        run.save(update_fields=["cancel_requested", "cancel_requested_by", "updated"])
+        # The request's one record is provisioning.run.cancel, not a change-capture diff of the flag too.
+        models.Model.save(run, update_fields=["cancel_requested", "cancel_requested_by", "updated"])
         audit.record("provisioning.run.cancel", target=run, details={"state": run.state})
         if run.state == RunState.PENDING:
             for stage_run in run.stage_runs.filter(state=StageState.PENDING):
                 stage_run.transition(StageState.CANCELLED, "run cancelled before it started")
             run.transition(RunState.CANCELLED, f"cancelled by {who or 'a user'} before it started")
-            audit.record("provisioning.run.end", target=run, outcome="failure", reason=run.message,
-                         details={"state": run.state})
     return run
 
 
@@ -310,16 +310,6 @@ def _run_stage(run: Run, stage_run: StageRun, stage, nodes: list[Node], pulse: _
     return set()
 
 
-def _audit_stage_end(stage_run: StageRun) -> None:
-    outcome = "success" if stage_run.state in (StageState.SUCCEEDED, StageState.SKIPPED) else "failure"
-    audit.record("provisioning.stage.end", target=stage_run, outcome=outcome, reason=stage_run.message,
-                 details={"stage": stage_run.stage, "state": stage_run.state, "hosts": stage_run.hosts,
-                          "ok": stage_run.ok_count, "changed": stage_run.changed_count,
-                          "failed": stage_run.failed_count, "unreachable": stage_run.unreachable_count,
-                          "failed_host": stage_run.failed_host, "failed_task": stage_run.failed_task,
-                          "events_emitted": stage_run.events_emitted, "events_stored": stage_run.events_stored})
-
-
 def _completed_on(node: Node, stage_runs: list[StageRun], catalogue) -> bool:
     """Whether every stage of the run that applies to the node ran to the end on it without failing."""
     for stage_run in stage_runs:
@@ -370,9 +360,6 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
         return run
     run.worker_host, run.worker_pid = socket.gethostname(), os.getpid()
     run.transition(RunState.RUNNING)
-    audit.record("provisioning.run.start", target=run,
-                 details={"kind": run.kind, "stages": run.stages, "nodes": run.node_names or "all",
-                          "dry_run": run.dry_run, "force": run.force, "resumes": run.resumes_id})
     nodes = _run_nodes(run)
     pulse = _Pulse(run)
     node_failures: dict[str, str] = {}
@@ -391,11 +378,9 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
             pulse()
             if pulse.cancelled:
                 stage_run.transition(StageState.CANCELLED, "run cancelled before this stage")
-                _audit_stage_end(stage_run)
                 continue
             if stop_reason:
                 stage_run.transition(StageState.SKIPPED, stop_reason)
-                _audit_stage_end(stage_run)
                 _emit(progress, "stage_end", stage_run=stage_run)
                 continue
             stage = catalogue.get(stage_run.stage)
@@ -405,18 +390,16 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
                           if any(stage.applies_to(n) for n in nodes) else
                           f"no node with role {', '.join(sorted(stage.roles))} in this run")
                 stage_run.transition(StageState.SKIPPED, reason)
-                _audit_stage_end(stage_run)
                 _emit(progress, "stage_end", stage_run=stage_run)
                 continue
             failed_hosts = _run_stage(run, stage_run, stage, stage_nodes, pulse, progress)
-            _audit_stage_end(stage_run)
             _emit(progress, "stage_end", stage_run=stage_run)
             if stage_run.state == StageState.FAILED and not run.failed_stage:
                 run.failed_stage, run.failed_host, run.failed_task = (
                     stage_run.stage, stage_run.failed_host, stage_run.failed_task)
-                run_failure = stage_run.message
+                run_failure = stage_run.reason
             for host in failed_hosts:
-                node_failures.setdefault(host, stage_run.message)
+                node_failures.setdefault(host, stage_run.reason)
             if stage_run.state == StageState.CANCELLED:
                 pulse.cancelled = True
             elif stage_run.state == StageState.FAILED and not stage_run.failed_host:
@@ -427,7 +410,6 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
         run_failure = run_failure or f"{type(exc).__name__}: {exc}"
         for stage_run in run.stage_runs.filter(state=StageState.RUNNING):
             stage_run.transition(StageState.FAILED, run_failure)
-            _audit_stage_end(stage_run)
         for stage_run in run.stage_runs.filter(state=StageState.PENDING):
             stage_run.transition(StageState.SKIPPED, "the run stopped: " + run_failure)
 
@@ -444,11 +426,6 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
     if not run.dry_run:
         _finish_nodes(run, nodes, node_failures, message, catalogue)
     run.transition(target, message)
-    audit.record("provisioning.run.end", target=run, outcome="success" if target == RunState.SUCCEEDED else "failure",
-                 reason=message, details={"state": target, "ok": run.ok_count, "changed": run.changed_count,
-                                          "failed": run.failed_count, "unreachable": run.unreachable_count,
-                                          "failed_stage": run.failed_stage, "failed_host": run.failed_host,
-                                          "failed_task": run.failed_task})
     return run
 
 
@@ -491,26 +468,23 @@ def _stop_orphan(stage_run: StageRun, run: Run) -> None:
 
 
 def fail_dead_run(run: Run, reason: str) -> Run:
+    """The watchdog's end of a run whose worker is gone: the run, its stage runs and its nodes each move
+    to the failed twin of the state they outlived (the tables in .states and inventory.states). A crash
+    is a failure, not an abort: nodes do not return to their state before the run."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if run.state in RUN_FINISHED:
             return run
-        for stage_run in run.stage_runs.filter(state=StageState.RUNNING):
-            _stop_orphan(stage_run, run)
-            stage_run.transition(StageState.FAILED, reason)
-            _audit_stage_end(stage_run)
-            if not run.failed_stage:
-                run.failed_stage = stage_run.stage
-        for stage_run in run.stage_runs.filter(state=StageState.PENDING):
-            stage_run.transition(StageState.CANCELLED, reason)
+        for stage_run in run.stage_runs.filter(state__in=list(STAGE_FAILED_TWIN)).order_by("order"):
+            if stage_run.state == StageState.RUNNING:
+                _stop_orphan(stage_run, run)
+                run.failed_stage = run.failed_stage or stage_run.stage
+            STAGE_MACHINE.fail_outlived(stage_run, reason)
         if not run.dry_run:
             for node in _run_nodes(run):
-                if node.state == NodeState.PROVISIONING:
-                    node.transition(NodeState.FAILED, f"run #{run.pk}: {reason}")
-        run.save(update_fields=["failed_stage", "updated"])
-        run.transition(RunState.FAILED, reason)
-        audit.record("provisioning.run.end", target=run, outcome="failure", reason=reason,
-                     details={"state": RunState.FAILED, "watchdog": True})
+                if node.state in NODE_FAILED_TWIN:
+                    node.transition(NODE_FAILED_TWIN[node.state], f"run #{run.pk}: {reason}")
+        RUN_MACHINE.fail_outlived(run, reason, also=("failed_stage",), details={"watchdog": True})
     return run
 
 
