@@ -85,7 +85,7 @@ def record(node: Node, observations: Iterable[Observation], *, source: str, run_
 
 
 def failing(node: Node):
-    """The node's failing checks, node-wide ones first, then by component."""
+    """The node's failing checks: GPUs, HCA ports and mounts first (what to replace or reseat), node-wide last."""
     return (HealthCheck.objects.filter(node=node, status=HealthStatus.FAILING)
             .order_by("component_kind", "component_id", "name"))
 

@@ -7,8 +7,11 @@ per node, old -> new: that is the evidence an auditor asks for.
 
 
 from appliance import audit
+from appliance.inventory import health
+from appliance.inventory.health import Observation
 from appliance.inventory.models import BMC, GPU, HCA, HCAPort, Node
 
+from . import health_facts
 from .models import AcceptanceCheck, AcceptanceReport, StageRun
 
 # Facts that describe a node are kept whole in Node.facts under the name without the prefix (the
@@ -35,11 +38,14 @@ def _mig_mode(value) -> str:
     return _MIG_MODES.get(str(value).lower(), GPU.MigMode.DISABLED)
 
 
-def apply_gpus(node: Node, gpus: list) -> None:
-    for item in gpus or []:
-        if not isinstance(item, dict) or "index" not in item:
-            continue
-        gpu = GPU.objects.filter(node=node, index=int(item["index"])).first() or GPU(node=node, index=int(item["index"]))
+def apply_gpus(node: Node, gpus: list) -> list[Observation]:
+    """Update the inventory's GPUs from NVML's list; returns what the list says of each GPU's health (a
+    GPU the inventory has and NVML does not list is missing)."""
+    items = [item for item in gpus or [] if isinstance(item, dict) and "index" in item]
+    present = {}
+    for gpu, item in health_facts.identify_gpus(node, items):
+        if gpu is None:
+            gpu = GPU(node=node, index=int(item["index"]))
         _save_if_changed(
             gpu,
             uuid=str(item.get("uuid") or gpu.uuid or ""),
@@ -51,6 +57,8 @@ def apply_gpus(node: Node, gpus: list) -> None:
             # report no GPU peers; the platform's topology (set at import) is kept rather than erased.
             nvlink_peers=list(item.get("nvlink_peers") or gpu.nvlink_peers or []),
         )
+        present[gpu.pk] = item
+    return health_facts.gpu_observations(node, list(GPU.objects.filter(node=node)), present)
 
 
 def apply_hcas(node: Node, ports: list) -> None:
@@ -140,6 +148,12 @@ def record_acceptance(stage_run: StageRun, host: str, node: Node | None, results
                      passed=bool(checks) and all(c.passed for c in checks))
 
 
+def _checks_of(host: str, results) -> list[dict]:
+    """The acceptance records about `host` itself (a record may name another node)."""
+    return [item for item in results or [] if isinstance(item, dict) and item.get("check")
+            and str(item.get("node") or host) == host]
+
+
 class FactsSink:
     """Called by the event ingestor with (host, {appliance_*: value}) for every task that returned facts."""
 
@@ -150,6 +164,7 @@ class FactsSink:
 
     def __call__(self, host: str, facts: dict) -> None:
         node = self.nodes.get(host)
+        observations: list[Observation] = []
         # One transaction per host's facts; its records (a GPU, an HCA, a port... each) written together.
         with audit.batch():
             if "appliance_acceptance" in facts:
@@ -157,12 +172,17 @@ class FactsSink:
             if node is None or self.dry_run:
                 # Check mode reports what would change; the inventory describes what is.
                 return
+            if "appliance_acceptance" in facts:
+                observations += health_facts.acceptance_observations(node, _checks_of(host, facts["appliance_acceptance"]))
             if "appliance_bios_changes" in facts:
                 record_bios_changes(node, facts["appliance_bios_changes"], self.stage_run)
             if "appliance_gpus" in facts:
-                apply_gpus(node, facts["appliance_gpus"])
+                observations += apply_gpus(node, facts["appliance_gpus"])
             if "appliance_hcas" in facts:
                 apply_hcas(node, facts["appliance_hcas"])
+                observations += health_facts.port_observations(facts["appliance_hcas"] or [])
+            if isinstance(facts.get("appliance_mounts"), list):
+                observations += health_facts.mount_observations(facts["appliance_mounts"])
             if "appliance_gpu_hca_affinity" in facts:
                 apply_gpu_hca_affinity(node, facts["appliance_gpu_hca_affinity"])
             if "appliance_bmc" in facts:
@@ -173,3 +193,5 @@ class FactsSink:
                 if merged != node.facts:
                     node.facts = merged
                     node.save(update_fields=["facts", "updated"])
+            health.record(node, observations, run_id=self.stage_run.run_id,
+                          source=f"stage {self.stage_run.stage}, run #{self.stage_run.run_id}")

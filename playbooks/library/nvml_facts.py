@@ -21,7 +21,8 @@ options:
 RETURN = r"""
 ansible_facts:
   description: appliance_gpus ([{index, uuid, name, memory_mib, pci_bus_id, persistence_mode, mig_mode,
-    mig_mode_pending, nvlink_peers}]) and appliance_driver ({version, cuda})
+    mig_mode_pending, nvlink_peers, nvlink_links_up, nvlink_links_present, pcie_link_width, retired_pages,
+    retired_pages_dbe, retired_pages_pending}]) and appliance_driver ({version, cuda})
   returned: success and on a contradiction
   type: dict
 """
@@ -50,7 +51,8 @@ def main():
     p = module.params
     try:
         with nvml_session() as pynvml:
-            gpus = gpu_records(pynvml)
+            # With their health (retired pages, NVLinks up): the inventory keeps a verdict per GPU.
+            gpus = gpu_records(pynvml, health=True)
             driver = driver_record(pynvml)
     except NvmlUnavailable as exc:
         if module.check_mode:

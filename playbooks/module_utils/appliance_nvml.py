@@ -93,9 +93,18 @@ def retired_pages(pynvml, handle):
     return total if measured else None
 
 
+def retirement_detail(pynvml, handle):
+    """(pages retired for double-bit ECC errors, pages pending retirement); None for what the GPU does not report."""
+    pages = optional(pynvml, pynvml.nvmlDeviceGetRetiredPages, handle,
+                     pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    pending = optional(pynvml, pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+    return (None if pages is None else len(pages)), (None if pending is None else int(pending == NVML_FEATURE_ENABLED))
+
+
 def gpu_records(pynvml, health=False):
     """One dict per GPU: index, uuid, name, memory_mib, pci_bus_id, persistence_mode, mig_mode,
-    nvlink_peers; with `health`, also nvlink_links_up/present, pcie_link_width, retired_pages."""
+    nvlink_peers; with `health`, also nvlink_links_up/present, pcie_link_width, retired_pages (with
+    retired_pages_dbe and retired_pages_pending)."""
     count = pynvml.nvmlDeviceGetCount()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     records = []
@@ -126,6 +135,7 @@ def gpu_records(pynvml, health=False):
             record["nvlink_links_present"] = present
             record["pcie_link_width"] = optional(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
             record["retired_pages"] = retired_pages(pynvml, handle)
+            record["retired_pages_dbe"], record["retired_pages_pending"] = retirement_detail(pynvml, handle)
         records.append(record)
     return records
 
