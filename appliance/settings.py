@@ -217,6 +217,13 @@ USE_I18N = True
 LANGUAGES = [("en", "English"), ("ru", "Русский")]
 LOCALE_PATHS = [BASE_DIR / "appliance" / "locale"]
 USE_TZ = True
+# Times and dates on every page: ISO 8601 with the zone (2026-12-01 10:15:02 UTC), in every language;
+# the per-language format modules in appliance/formats/ take precedence over Django's locale formats.
+DATETIME_FORMAT = "Y-m-d H:i:s T"
+SHORT_DATETIME_FORMAT = "Y-m-d H:i T"
+DATE_FORMAT = SHORT_DATE_FORMAT = "Y-m-d"
+TIME_FORMAT = "H:i:s"
+FORMAT_MODULE_PATH = ["appliance.formats"]
 
 STATIC_URL = "static/"
 STATICFILES_DIRS: list = []
