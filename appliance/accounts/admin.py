@@ -14,6 +14,8 @@ from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import redirect, resolve_url
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from appliance.audit.capture.admin import AuditedModelAdmin
 
@@ -96,11 +98,12 @@ class ApiTokenAdmin(AuditedModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.action(description="Revoke the selected tokens")
+    @admin.action(description=_("Revoke the selected tokens"))
     def revoke(self, request, queryset):
         done = 0
         for token in queryset.select_related("user"):
             if token.revoked is None:
                 tokens.revoke_token(token, request.user)
                 done += 1
-        self.message_user(request, f"Revoked {done} token(s).", messages.SUCCESS)
+        self.message_user(request, ngettext("Revoked %(count)d token.", "Revoked %(count)d tokens.", done) % {"count": done},
+                          messages.SUCCESS)

@@ -3,6 +3,8 @@
 import dataclasses
 import json
 
+from django.utils.translation import gettext_lazy as _
+
 from . import catalogue
 
 
@@ -19,7 +21,7 @@ def present_details(details: dict) -> dict:
         for field, pair in sorted(changes.items()):
             before, after = pair if isinstance(pair, list | tuple) and len(pair) == 2 else (None, pair)
             presented["changes"].append((field, pretty_value(before), pretty_value(after)))
-    for key, label in (("after", "State after"), ("before", "State before")):
+    for key, label in (("after", _("State after")), ("before", _("State before"))):
         if isinstance(details.get(key), dict) and not presented["state"]:
             presented["state_label"] = label
             presented["state"] = [(field, pretty_value(value)) for field, value in sorted(details.pop(key).items())]

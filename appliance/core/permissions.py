@@ -9,9 +9,14 @@ A view that declares nothing is denied to everyone: forgetting is never an open 
 
 from django.contrib.auth.mixins import AccessMixin
 from django.core.exceptions import PermissionDenied
+from django.utils.translation import gettext_lazy as _
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from .roles import can
+
+# Lazy: the refusal page shows it in the reader's language, the audit record keeps it in English
+# (appliance.audit.capture.requests reads it with the default language).
+ROLE_REFUSED = _("Your role does not allow this.")
 
 
 def required_capability(view, method: str, action: str | None = None) -> str | None:
@@ -24,7 +29,7 @@ def required_capability(view, method: str, action: str | None = None) -> str | N
 
 
 class RolePermission(BasePermission):
-    message = "Your role does not allow this."
+    message = ROLE_REFUSED
 
     def has_permission(self, request, view):
         if not (request.user and request.user.is_authenticated):
@@ -45,5 +50,5 @@ class CapabilityMixin(AccessMixin):
             return self.handle_no_permission()
         capability = required_capability(self, request.method)
         if capability is None or not can(request.user, capability):
-            raise PermissionDenied("Your role does not allow this.")
+            raise PermissionDenied(ROLE_REFUSED)
         return super().dispatch(request, *args, **kwargs)

@@ -10,7 +10,9 @@ request's action context (request id, source address, user agent) and sees the f
 after authentication, the views and every other middleware have had their say.
 """
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
+from django.utils import translation
 
 from appliance import audit
 
@@ -93,7 +95,9 @@ class AuditRequestMiddleware:
         return None
 
     def process_exception(self, request, exception):
-        # Django turns PermissionDenied into a bare 403 page; keep its message as the reason.
+        # Django turns PermissionDenied into a bare 403 page; keep its message as the reason, in the
+        # default language (the page shows it in the reader's; the audit log is English).
         if isinstance(exception, PermissionDenied):
-            request.audit_denial_reason = str(exception) or DENIAL_STATUSES[403]
+            with translation.override(settings.LANGUAGE_CODE):
+                request.audit_denial_reason = str(exception) or DENIAL_STATUSES[403]
         return None
