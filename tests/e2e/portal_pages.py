@@ -21,8 +21,8 @@ NOT_PAGES = {
     "portal:pool-config": "a generated configuration file, downloaded as text",
     "audit:export": "a bundle download (its form lives on the audit log page)",
 }
-# Pages no route names: the 404 page.
-EXTRA_PAGES = [("portal:not-found", "/no-such-page/")]
+# Pages no route names: the 404 page; search results.
+EXTRA_PAGES = [("portal:not-found", "/no-such-page/"), ("portal:search-results", "/search/?q=gpu")]
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,12 @@ def portal_objects(db, users):
     inventory = build_sample_inventory()
     now = timezone.now()
     run = Run.objects.create(appliance=inventory.appliance, kind=Run.Kind.STAGES, stages=["os", "acceptance"],
-                             state="failed", message="stage acceptance failed on gpu-02", started=now, ended=now,
+                             state="failed", started=now, ended=now,
                              failed_stage="acceptance", failed_host="gpu-02", requested_by=users["operator"])
     os_stage = StageRun.objects.create(run=run, stage="os", order=1, state="succeeded", hosts=["gpu-01", "gpu-02"],
                                        started=now, ended=now, ok_count=12, changed_count=3)
     StageRun.objects.create(run=run, stage="acceptance", order=2, state="failed", hosts=["gpu-01", "gpu-02"],
-                            started=now, ended=now, message="1 check failed", failed_host="gpu-02",
+                            started=now, ended=now, failed_host="gpu-02",
                             failed_task="ib_write_bw", ok_count=4, failed_count=1)
     HostResult.objects.create(stage_run=os_stage, node=inventory.gpu_node, host="gpu-01", ok=6, changed=2)
     TaskEvent.objects.create(stage_run=os_stage, counter=1, event="runner_on_ok", host="gpu-01", play="os",
