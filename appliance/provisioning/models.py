@@ -45,6 +45,9 @@ class Run(AuditedModel, TimestampedModel):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     worker_host = models.CharField(max_length=255, blank=True)
     worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    nodes_before = models.JSONField(default=dict, blank=True,
+                                    help_text="each node's state and reason when the run started: where a "
+                                              "cancelled run returns the nodes it changed nothing on")
     cancel_requested = models.BooleanField(default=False)
     cancel_requested_by = models.CharField(max_length=150, blank=True)
     failed_stage = models.CharField(max_length=64, blank=True)

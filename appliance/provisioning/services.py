@@ -7,8 +7,12 @@ appliance.core.dispatch so that a web request never waits).
 
 A running run beats a heartbeat every few seconds. The watchdog moves a run whose worker is gone
 (its process is dead on this host, or its heartbeat is older than the deadline) to failed, with its
-running stage and its provisioning nodes: nothing stays "running" forever. A user's cancel is a flag
-on the run, read by the executor, and ends as "cancelled"; a dead worker ends as "failed".
+running stage and its provisioning nodes, each to the failed twin its state table names: nothing stays
+"running" forever. The watchdog runs on Celery beat (or the embedded beat) and before a run is created.
+
+A user's cancel is a flag on the run, read by the executor, and ends as "cancelled": an abort, as in
+MAAS. Each node returns to the state it had before the run unless a task of the run changed something
+on it (then it is failed, naming what changed). A dead worker ends as "failed", and so do its nodes.
 """
 
 import logging
@@ -23,20 +27,25 @@ from django.utils import timezone
 
 from appliance import audit
 from appliance.core import dispatch
+from appliance.inventory import health
 from appliance.inventory.models import Appliance, Node
 from appliance.inventory.states import FAILED_TWIN as NODE_FAILED_TWIN
+from appliance.inventory.states import TRANSITIONS as NODE_TRANSITIONS
 from appliance.inventory.states import NodeState
 
 from . import catalogue as stage_catalogue
 from . import executor, playbook_vars
 from .facts import FactsSink
-from .models import HostResult, Run, StageRun
+from .models import HostResult, Run, StageRun, TaskEvent
 from .processes import is_ansible, kill_tree
 from .states import RUN_FINISHED, RUN_MACHINE, STAGE_FAILED_TWIN, STAGE_MACHINE, RunState, StageState
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 2.0
+# How many changed tasks per stage, and how many failing checks, a node's state reason names.
+_TASKS_NAMED = 5
+_FAILURES_NAMED = 3
 ProgressCallback = Callable[..., None]
 
 
@@ -96,11 +105,22 @@ def active_run(appliance: Appliance) -> Run | None:
     return Run.objects.filter(appliance=appliance, state__in=[RunState.PENDING, RunState.RUNNING]).first()
 
 
-def create_run(appliance: Appliance, *, kind: str = Run.Kind.BOOTSTRAP, stages: list[str] | None = None,
+def run_kind(kind: str | None, stages: list[str] | None) -> str:
+    """The kind of run asked for. With no kind named (the portal's form, POST {} to the API, the bootstrap
+    command), "every stage" is the resumable bootstrap and a list of stages is a stages run: the rule lives
+    here, once, as AWX's launch decides a job's type."""
+    if kind:
+        return kind
+    return Run.Kind.STAGES if stages else Run.Kind.BOOTSTRAP
+
+
+def create_run(appliance: Appliance, *, kind: str | None = None, stages: list[str] | None = None,
                from_stage: str | None = None, nodes: list[str] | None = None, dry_run: bool = False,
                force: bool = False, user=None, catalogue: stage_catalogue.Catalogue | None = None) -> Run:
-    """Check the request and create the run with its stage runs (pending). Raises RunRefused."""
+    """Check the request and create the run with its stage runs (pending). Raises RunRefused.
+    kind None: the service decides (run_kind)."""
     catalogue = catalogue or stage_catalogue.active()
+    kind = run_kind(kind, stages)
     if kind not in Run.Kind.values:
         raise RunRefused([f"kind: {kind!r} is not one of {', '.join(Run.Kind.values)}"])
     try:
@@ -328,17 +348,80 @@ def _completed_on(node: Node, stage_runs: list[StageRun], catalogue) -> bool:
     return True
 
 
-def _finish_nodes(run: Run, nodes: list[Node], node_failures: dict[str, str], run_message: str, catalogue) -> None:
-    """provisioning -> ready for a node every stage of the run completed on, failed (with why) otherwise."""
+def _changes_by_host(run: Run) -> dict[str, dict[str, list[str]]]:
+    """What the run's tasks changed on each host: {host: {stage: [task, ...]}}, in run order, from the
+    stored task events (changed=true) and, for a stage whose events name no task, its host results."""
+    changes: dict[str, dict[str, list[str]]] = {}
+    events = (TaskEvent.objects.filter(stage_run__run=run, changed=True).exclude(host="")
+              .order_by("stage_run__order", "counter").values_list("host", "stage_run__stage", "task"))
+    for host, stage, task in events:
+        tasks = changes.setdefault(host, {}).setdefault(stage, [])
+        if (task or "a task") not in tasks:
+            tasks.append(task or "a task")
+    results = (HostResult.objects.filter(stage_run__run=run, changed__gt=0)
+               .order_by("stage_run__order").values_list("host", "stage_run__stage", "changed"))
+    for host, stage, count in results:
+        changes.setdefault(host, {}).setdefault(stage, [f"{count} change{'s' if count > 1 else ''}"])
+    return changes
+
+
+def _describe_changes(by_stage: dict[str, list[str]]) -> str:
+    shown = []
+    for stage, tasks in by_stage.items():
+        more = len(tasks) - _TASKS_NAMED
+        shown.append(f"{stage}: {', '.join(tasks[:_TASKS_NAMED])}" + (f" and {more} more" if more > 0 else ""))
+    return "; ".join(shown)
+
+
+def _health_reason(run: Run, failures: list[str]) -> str:
+    more = len(failures) - _FAILURES_NAMED
+    named = "; ".join(failures[:_FAILURES_NAMED]) + (f" (and {more} more)" if more > 0 else "")
+    return f"run #{run.pk} ended, but checks fail: {named}"
+
+
+def _abort_node(run: Run, node: Node, changed: dict[str, list[str]] | None, run_message: str) -> None:
+    """A cancelled run is an abort: the node returns to its state before the run unless a task of the
+    run changed something on it; then it is failed, saying what changed."""
+    if changed:
+        node.transition(NodeState.FAILED, f"run #{run.pk} ({run_message}) was aborted after changing: "
+                                          f"{_describe_changes(changed)} on it")
+        return
+    before = run.nodes_before.get(node.name) or {}
+    previous, previous_reason = before.get("state", ""), before.get("reason", "")
+    reason = f"run #{run.pk} ({run_message}) was aborted before it changed anything on it"
+    if previous == NodeState.READY:
+        failures = health.open_failures(node)
+        if failures:
+            node.transition(NodeState.FAILED, _health_reason(run, failures))
+            return
+    if previous and previous != NodeState.PROVISIONING and previous in NODE_TRANSITIONS[NodeState.PROVISIONING]:
+        node.transition(previous, f"{reason}; as before: {previous_reason}" if previous_reason else reason)
+        return
+    where = f"it was {previous} before, and" if previous else "its state before the run is unknown, and"
+    node.transition(NodeState.FAILED, f"{reason}, but {where} a node cannot return there from provisioning")
+
+
+def _finish_nodes(run: Run, nodes: list[Node], node_failures: dict[str, str], run_message: str, catalogue, *,
+                  aborted: bool = False) -> None:
+    """Each node the run moved to provisioning ends: failed (with why) where a stage failed on it; after a
+    cancel, back to its state before the run unless the run changed it (_abort_node); otherwise ready
+    when every stage of the run completed on it and no current health check fails, failed if not."""
     stage_runs = list(run.stage_runs.all())
+    changes = _changes_by_host(run) if aborted else {}
     for node in nodes:
         node.refresh_from_db(fields=["state"])
         if node.state != NodeState.PROVISIONING:
             continue
         if node.name in node_failures:
             node.transition(NodeState.FAILED, node_failures[node.name])
+        elif aborted:
+            _abort_node(run, node, changes.get(node.name), run_message)
         elif _completed_on(node, stage_runs, catalogue):
-            node.transition(NodeState.READY, f"provisioned by run #{run.pk}")
+            failures = health.open_failures(node)
+            if failures:
+                node.transition(NodeState.FAILED, _health_reason(run, failures))
+            else:
+                node.transition(NodeState.READY, f"provisioned by run #{run.pk}")
         else:
             node.transition(NodeState.FAILED, f"run #{run.pk} did not complete: {run_message}")
 
@@ -358,9 +441,12 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
     run = Run.objects.select_related("appliance").get(pk=run_id)
     if run.state != RunState.PENDING:
         return run
-    run.worker_host, run.worker_pid = socket.gethostname(), os.getpid()
-    run.transition(RunState.RUNNING)
     nodes = _run_nodes(run)
+    run.worker_host, run.worker_pid = socket.gethostname(), os.getpid()
+    if not run.dry_run:
+        # Where a cancel returns each node the run changed nothing on.
+        run.nodes_before = {n.name: {"state": n.state, "reason": n.state_reason} for n in nodes}
+    run.transition(RunState.RUNNING, also=("nodes_before",))
     pulse = _Pulse(run)
     node_failures: dict[str, str] = {}
     run_failure = ""
@@ -424,7 +510,7 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
         target, message = RunState.SUCCEEDED, ("check mode: nothing was changed" if run.dry_run else "")
     _summarise(run)
     if not run.dry_run:
-        _finish_nodes(run, nodes, node_failures, message, catalogue)
+        _finish_nodes(run, nodes, node_failures, message, catalogue, aborted=target == RunState.CANCELLED)
     run.transition(target, message)
     return run
 

@@ -1,0 +1,43 @@
+"""How a run ends its nodes and which kind of run the service picks when none is named."""
+
+import pytest
+
+from appliance.inventory import health
+from appliance.inventory.choices import ComponentKind, HealthStatus
+from appliance.inventory.models import Node
+from appliance.provisioning import services
+from appliance.provisioning.states import RunState
+
+
+@pytest.mark.slow
+def test_a_node_with_a_failing_check_is_not_ready_after_a_run(state_dir, appliance, catalogue):
+    gpu01 = Node.objects.get(name="gpu01")
+    health.record(gpu01, [health.Observation(ComponentKind.GPU, "5", "present", HealthStatus.FAILING,
+                                             "GPU 5 (0000:9a:00.0) missing")], source="acceptance")
+    run = services.create_run(appliance, stages=["first"], catalogue=catalogue)
+    run = services.execute_run(run.pk, catalogue=catalogue)
+
+    assert run.state == RunState.SUCCEEDED, run.reason
+    states = {n.name: (n.state, n.state_reason) for n in Node.objects.all()}
+    assert states == {
+        "gpu01": ("failed", f"run #{run.pk} ended, but checks fail: GPU 5 (0000:9a:00.0) missing"),
+        "gpu02": ("ready", f"provisioned by run #{run.pk}"),
+        "mgmt01": ("ready", f"provisioned by run #{run.pk}"),
+    }
+
+
+def test_no_kind_and_no_stages_is_the_resumable_bootstrap(state_dir, appliance, catalogue):
+    # What POST /api/provisioning/runs/ {} and the portal's form with nothing ticked ask for.
+    run = services.create_run(appliance, catalogue=catalogue)
+    assert (run.kind, run.stages) == ("bootstrap", ["first", "second", "gpu-only"])
+
+
+def test_no_kind_with_stages_is_a_stages_run(state_dir, appliance, catalogue):
+    run = services.create_run(appliance, stages=["second"], catalogue=catalogue)
+    assert (run.kind, run.stages) == ("stages", ["second"])
+
+
+def test_a_named_kind_is_kept(state_dir, appliance, catalogue):
+    run = services.create_run(appliance, kind="stages", catalogue=catalogue)
+    assert (run.kind, run.stages) == ("stages", ["first", "second", "gpu-only"])
+
