@@ -12,11 +12,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance.core.api import StrictPageSize
+from appliance.core.filters import INTEGER_MAX, INTEGER_MIN, IntegerFilter
 
 from . import catalogue, presentation
 from .downloads import EXPORT_FORMATS, ExportError, export_zip
 from .models import AuditRecord
-from .queries import AuditRecordFilter, active_filters, record_read
+from .queries import TIME_FILTERS, AuditRecordFilter, FilterError, active_filters, record_read, select_records
 
 
 class ActorSerializer(serializers.Serializer):
@@ -137,17 +138,32 @@ class CatalogueView(APIView):
         return Response(CatalogueSerializer({"standards": list(catalogue.STANDARDS), "events": rows}).data)
 
 
-class ExportSerializer(serializers.Serializer):
-    format = serializers.ChoiceField(choices=EXPORT_FORMATS)
-    since = serializers.DateTimeField(required=False, allow_null=True, default=None,
-                                      help_text="first record time included (ISO 8601)")
-    until = serializers.DateTimeField(required=False, allow_null=True, default=None,
-                                      help_text="records before this time (ISO 8601; not included)")
+def _export_filter_field(name: str, log_filter):
+    """The request field of one log filter: the same name, type and help as on the log page."""
+    common = {"required": False, "help_text": f"{log_filter.label} (as the audit log filter `{name}`)"}
+    choices = log_filter.extra.get("choices")
+    if choices:
+        return serializers.ChoiceField(choices=choices, allow_blank=True, **common)
+    if isinstance(log_filter, IntegerFilter):
+        return serializers.IntegerField(min_value=INTEGER_MIN, max_value=INTEGER_MAX, allow_null=True, **common)
+    if name in TIME_FILTERS:
+        return serializers.DateTimeField(allow_null=True, **common)
+    return serializers.CharField(allow_blank=True, **common)
 
-    def validate(self, attrs):
-        if attrs.get("since") and attrs.get("until") and attrs["until"] <= attrs["since"]:
-            raise serializers.ValidationError({"until": "must be later than 'since'"})
-        return attrs
+
+class ExportSerializer(serializers.Serializer):
+    """A format and any of the audit log's filters (the records list's names): the bundle holds
+    exactly the records the filter selects, and its manifest states the filter. A filter on time
+    alone exports the contiguous range of the chain; any other filter, a selection whose records
+    each carry an inclusion proof. `until` is not included."""
+
+    format = serializers.ChoiceField(choices=EXPORT_FORMATS)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        for name, log_filter in AuditRecordFilter.base_filters.items():
+            fields[name] = _export_filter_field(name, log_filter)
+        return fields
 
 
 class ExportFormatSerializer(serializers.Serializer):
@@ -174,10 +190,20 @@ class ExportView(APIView):
                    responses={(200, "application/zip"): OpenApiResponse(OpenApiTypes.BINARY, description="the bundle")})
     def post(self, request):
         serializer = ExportSerializer(data=request.data)
+        if hasattr(request.data, "keys"):
+            unknown = sorted(str(key) for key in request.data.keys() if key not in serializer.fields)
+            if unknown:
+                raise serializers.ValidationError({key: [f"not a filter of the audit log (the filters are "
+                                                         f"{', '.join(AuditRecordFilter.base_filters)})"]
+                                                   for key in unknown})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        params = {name: value.isoformat() if hasattr(value, "isoformat") else str(value)
+                  for name, value in data.items() if name != "format" and value not in (None, "")}
         try:
-            archive, filename, _manifest = export_zip(data["format"], since=data["since"], until=data["until"])
+            archive, filename, _manifest = export_zip(data["format"], selection=select_records(params))
+        except FilterError as exc:
+            raise serializers.ValidationError(exc.errors) from exc
         except ExportError as exc:
             raise serializers.ValidationError({"range": [str(exc)]}) from exc
         return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")

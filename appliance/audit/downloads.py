@@ -24,7 +24,7 @@ _LABELS = {
 EXPORT_FORMATS = tuple((name, _LABELS.get(name, name)) for name in FORMATS)
 
 
-def export_zip(fmt: str, since: datetime | None = None, until: datetime | None = None):
+def export_zip(fmt: str, since: datetime | None = None, until: datetime | None = None, selection=None):
     """Returns (open binary file positioned at 0, download file name, manifest).
 
     The file is an anonymous temporary file: it disappears when the response closes it.
@@ -36,7 +36,8 @@ def export_zip(fmt: str, since: datetime | None = None, until: datetime | None =
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         name = f"audit-{fmt}-{stamp}"
         # The record names the download, not this temporary folder (gone when the response ends).
-        manifest = export_bundle(bundle_dir, fmt, since=since, until=until, destination=f"download {name}.zip")
+        manifest = export_bundle(bundle_dir, fmt, since=since, until=until, destination=f"download {name}.zip",
+                                 selection=selection)
         archive = tempfile.TemporaryFile()
         try:
             with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:

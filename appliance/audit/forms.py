@@ -1,18 +1,11 @@
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from .downloads import EXPORT_FORMATS
 
 
 class ExportForm(forms.Form):
-    format = forms.ChoiceField(choices=EXPORT_FORMATS, initial="jsonl")
-    since = forms.DateTimeField(required=False, label="Since (UTC)",
-                                widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
-    until = forms.DateTimeField(required=False, label="Until (UTC, not included)",
-                                widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
+    """The format of an export; what it holds is the audit log's filter (queries.AuditRecordFilter),
+    carried from the log page and shown beside this field."""
 
-    def clean(self):
-        cleaned = super().clean()
-        since, until = cleaned.get("since"), cleaned.get("until")
-        if since and until and until <= since:
-            self.add_error("until", "must be later than 'since'")
-        return cleaned
+    format = forms.ChoiceField(label=_("Format"), choices=EXPORT_FORMATS, initial="jsonl")

@@ -1,5 +1,9 @@
-"""Reading the audit log, for the portal and the API alike: one set of filters, keyset paging that
-stays fast on millions of records, and the records that reads of the log itself leave behind.
+"""Reading the audit log, for the portal, the API and the CLI alike: one set of filters (the log
+page, the records API and every export read them through `AuditRecordFilter`, so what an auditor
+sees filtered is what is exported), keyset paging that stays fast on millions of records, and the
+records that reads of the log itself leave behind.
+
+Time filters are a half-open window: since <= timestamp < until.
 
 Filters on actor, event, target, request id, time and the rare outcomes (denied, failure) use an
 index each (see AuditRecord.Meta); the others narrow the newest-first walk of the primary key
@@ -7,14 +11,17 @@ index each (see AuditRecord.Meta); the others narrow the newest-first walk of th
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import django_filters
 from django import forms
+from django.db.models import QuerySet
+from django.utils.translation import gettext_lazy as _
 
 from appliance import audit
 from appliance.core.filters import FilterSet, IntegerFilter
 
-from . import catalogue
+from . import catalogue, chain
 from .models import AuditRecord, Channel, Outcome
 
 COUNT_CAP = 10_000
@@ -23,6 +30,17 @@ PAGE_SIZE = 50
 
 def categories() -> list[str]:
     return sorted({event.category for event in catalogue.CATALOGUE.values()})
+
+
+class AuditFilterForm(forms.Form):
+    """The filters' form: a time window must not end before it starts."""
+
+    def clean(self):
+        cleaned = super().clean()
+        since, until = cleaned.get("since"), cleaned.get("until")
+        if since and until and until <= since:
+            self.add_error("until", _("must be later than 'since'"))
+        return cleaned
 
 
 class AuditRecordFilter(FilterSet):
@@ -42,12 +60,13 @@ class AuditRecordFilter(FilterSet):
     request_id = django_filters.CharFilter(field_name="request_id", label="Request id")
     since = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="gte", label="Since (UTC)",
                                              widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
-    until = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="lte", label="Until (UTC)",
+    until = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="lt", label="Until (UTC, not included)",
                                              widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
 
     class Meta:
         model = AuditRecord
         fields: list[str] = []
+        form = AuditFilterForm
 
     def filter_event(self, queryset, name, value):
         value = value.strip()
@@ -63,6 +82,57 @@ def active_filters(params, filterset_class=AuditRecordFilter) -> dict[str, str]:
     names = filterset_class.base_filters
     return {name: str(params.get(name)).strip() for name in names
             if name in params and str(params.get(name)).strip()}
+
+
+TIME_FILTERS = frozenset({"since", "until"})
+
+
+class FilterError(ValueError):
+    """Filter values the log cannot apply: {parameter: [messages]}, each naming its parameter."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{name}: {' '.join(messages)}" for name, messages in errors.items()))
+
+
+@dataclass(frozen=True)
+class AuditSelection:
+    """The records a filter selects, and the filter as applied ({parameter: exact value}, times as
+    UTC ISO 8601 with microseconds): what an export's manifest states."""
+
+    filters: dict
+    queryset: QuerySet
+
+    @property
+    def is_time_window(self) -> bool:
+        """Whether only the time filters are used: such a selection is a contiguous run of the chain."""
+        return set(self.filters) <= TIME_FILTERS
+
+
+def _stated(value):
+    if isinstance(value, datetime):
+        return chain.format_timestamp(value)
+    return value
+
+
+def select_records(params, queryset=None) -> AuditSelection:
+    """The one parser of audit filters for exports (portal, API, CLI): `params` maps filter names to
+    their text values, as a query string would. Unknown names and bad values raise FilterError."""
+    names = AuditRecordFilter.base_filters
+    unknown = sorted(str(name) for name in params if name not in names)
+    if unknown:
+        raise FilterError({name: [f"not a filter of the audit log (the filters are {', '.join(names)})"]
+                           for name in unknown})
+    filterset = AuditRecordFilter(params, queryset=AuditRecord.objects.all() if queryset is None else queryset)
+    if not filterset.is_valid():
+        raise FilterError({name: [str(message) for message in messages]
+                           for name, messages in filterset.errors.items()})
+    used = active_filters(params)
+    cleaned = filterset.form.cleaned_data
+    stated = {name: _stated(cleaned[name]) if cleaned.get(name) is not None else used[name] for name in used}
+    if "event" in stated:
+        stated["event"] = str(stated["event"]).strip()
+    return AuditSelection(filters=stated, queryset=filterset.qs)
 
 
 @dataclass

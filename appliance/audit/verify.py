@@ -17,6 +17,12 @@ kinds below, told apart this way:
 - bad signature / unknown key: a signed statement that does not verify, or one signed by a key that
   is not the one trusted.
 
+A selection bundle (the records an audit filter chose, scattered through the chain) has no chain to
+follow: each record is checked against its hash and its inclusion proof (proofs.jsonl) against the
+signed checkpoint the manifest names, the sequence numbers must rise, the count match the signed
+manifest, and every record must match the filter the manifest states. That the selection is
+complete (holds every record the filter matches) only the live log can show; the summary says so.
+
 A bundle is checked on a fast path first: hashing the stored line bytes, reading the sequence and
 the link at known places, without parsing JSON. Any doubt sends it to the careful path, which
 parses every line and classifies.
@@ -47,6 +53,7 @@ DAMAGE_KINDS = (MODIFIED, DELETED, INSERTED, REORDERED, TRUNCATED, BAD_SIGNATURE
 MANIFEST_NAME = "manifest.json"
 PUBLIC_KEY_NAME = "public-key.pem"
 RECORDS_NAME = "records.jsonl"
+PROOFS_NAME = "proofs.jsonl"
 
 
 @dataclass
@@ -73,6 +80,11 @@ class VerificationResult:
     key_id: str = ""
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # The filter the manifest states ({} for the whole log), and whether the bundle is a selection
+    # proven record by record (not a contiguous range).
+    filter: dict = field(default_factory=dict)
+    selection: bool = False
+    checkpoint_tree_size: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -85,7 +97,13 @@ class VerificationResult:
     def summary(self) -> str:
         if self.ok:
             span = f"#{self.first_sequence}..#{self.last_sequence}" if self.records else "no records"
-            return (f"intact: {self.records} records ({span}), {self.checkpoints} signed checkpoints, "
+            stated = ", ".join(f"{name}={value}" for name, value in self.filter.items())
+            if self.selection:
+                return (f"intact: a selection of {self.records} records ({span}) matching {stated}, each proven "
+                        f"included in signed checkpoint #{self.checkpoint_tree_size}, key {self.key_id}; "
+                        "that it holds every matching record only the live log can show")
+            where = f" matching {stated}" if stated else ""
+            return (f"intact: {self.records} records ({span}){where}, {self.checkpoints} signed checkpoints, "
                     f"{self.tombstones} tombstones, key {self.key_id}")
         return f"DAMAGED: {self.first}"
 
@@ -399,6 +417,20 @@ _MANIFEST = _Shape("object", fields={
 })
 
 
+# A filter's stated value: text, an id, or a time (UTC ISO 8601 text).
+_FILTER = _Shape("mapping", _Shape("filter-value"), optional=True)
+_MANIFEST.fields["filter"] = _FILTER
+_SELECTION_MANIFEST = _Shape("object", fields={
+    **{name: shape for name, shape in _MANIFEST.fields.items() if name not in ("range", "tree", "filter")},
+    "filter": _Shape("mapping", _Shape("filter-value")),
+    "selection": _Shape("object", fields={
+        "count": _int(1), "first_sequence": _int(1), "last_sequence": _int(1),
+        "checkpoint_tree_size": _int(1), "checkpoint_root_hash": _HEX}),
+    "files": _Shape("mapping", _FILE, fields={"records": _FILE, "display": _FILE, "public_key": _FILE,
+                                              "proofs": _FILE}),
+})
+
+
 def _shape_problem(value, shape: _Shape, path: str) -> str | None:
     kind = shape.kind
     if isinstance(kind, tuple):
@@ -419,6 +451,8 @@ def _shape_problem(value, shape: _Shape, path: str) -> str | None:
         return None if (isinstance(value, list) and len(value) == 2 and type(value[0]) is int and value[0] >= 1
                         and isinstance(value[1], str) and _HEX64.fullmatch(value[1])) else \
             f"{path} must be a [size, hash] pair"
+    if kind == "filter-value":
+        return None if isinstance(value, str) or type(value) is int else f"{path} must be a string or an integer"
     if kind == "ocsf-class":
         from .export.formats import OCSF_CLASS_MAPPINGS
 
@@ -457,12 +491,15 @@ def check_manifest_shape(manifest: dict) -> None:
     does not is refused with the field's path, whoever signed it."""
     from .export.formats import FORMATS
 
-    problem = _shape_problem(manifest, _MANIFEST, "manifest")
+    selection = isinstance(manifest, dict) and "selection" in manifest
+    problem = _shape_problem(manifest, _SELECTION_MANIFEST if selection else _MANIFEST, "manifest")
     if problem is None:
         formatter = FORMATS.get(manifest["format"])
         files = manifest["files"]
         expected = {"records": RECORDS_NAME, "public_key": PUBLIC_KEY_NAME,
                     "display": f"records.{formatter.extension}" if formatter else None}
+        if selection:
+            expected["proofs"] = PROOFS_NAME
         if formatter is None:
             problem = f"manifest.format {manifest['format']!r} is not one of {', '.join(FORMATS)}"
         elif manifest.get("public_key", PUBLIC_KEY_NAME) != PUBLIC_KEY_NAME:
@@ -570,6 +607,10 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
         problem.where = MANIFEST_NAME
         raise Stop(problem)
     check_bundle_coverage(bundle, manifest, entries)
+    result.filter = dict(manifest.get("filter") or {})
+    if "selection" in manifest:
+        _verify_selection(bundle, manifest, keys, result)
+        return
 
     first_sequence = _manifest_field(manifest, "range", "first_sequence", kind=int)
     last_sequence = _manifest_field(manifest, "range", "last_sequence", kind=int)
@@ -580,19 +621,7 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
     prefix = merkle.frontier_from_json(_manifest_field(manifest, "tree", "prefix_frontier", kind=list))
     result.first_sequence, result.last_sequence = first_sequence, last_sequence
 
-    for statement in checkpoints:
-        problem = check_statement(statement, keys, f"checkpoint #{statement.get('tree_size')}",
-                                  statement.get("tree_size"))
-        if problem:
-            problem.where = MANIFEST_NAME
-            raise Stop(problem)
-    for statement in tombstones:
-        problem = check_statement(statement, keys,
-                                  f"tombstone #{statement.get('first_sequence')}..#{statement.get('last_sequence')}",
-                                  statement.get("first_sequence"))
-        if problem:
-            problem.where = MANIFEST_NAME
-            raise Stop(problem)
+    _check_signed_statements(checkpoints, tombstones, keys)
     result.checkpoints, result.tombstones = len(checkpoints), len(tombstones)
     _check_start(first_sequence, first_prev, prefix, tombstones)
 
@@ -619,6 +648,22 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
     if sha256_file(records_path) != manifest["files"]["records"]["sha256"]:
         raise Stop(Finding(MODIFIED, None, f"{RECORDS_NAME} differs from the manifest's digest", RECORDS_NAME))
     _check_display_file(bundle, manifest, digests, first_sequence)
+
+
+def _check_signed_statements(checkpoints: list, tombstones: list, keys) -> None:
+    for statement in checkpoints:
+        problem = check_statement(statement, keys, f"checkpoint #{statement.get('tree_size')}",
+                                  statement.get("tree_size"))
+        if problem:
+            problem.where = MANIFEST_NAME
+            raise Stop(problem)
+    for statement in tombstones:
+        problem = check_statement(statement, keys,
+                                  f"tombstone #{statement.get('first_sequence')}..#{statement.get('last_sequence')}",
+                                  statement.get("first_sequence"))
+        if problem:
+            problem.where = MANIFEST_NAME
+            raise Stop(problem)
 
 
 def _check_start(first_sequence: int, first_prev: str, prefix, tombstones: list) -> None:
@@ -684,7 +729,8 @@ def _check_tree(manifest, digests, last_hash, prefix, checkpoints, first_sequenc
                          f"#{anchor_size}: {exc}") from None
 
 
-def _check_display_file(bundle: Path, manifest: dict, digests, first_sequence: int) -> None:
+def _check_display_file(bundle: Path, manifest: dict, digests, first_sequence: int,
+                        sequences: list[int] | None = None) -> None:
     display = manifest["files"]["display"]
     if display["name"] == RECORDS_NAME:
         return
@@ -707,15 +753,172 @@ def _check_display_file(bundle: Path, manifest: dict, digests, first_sequence: i
     with (bundle / RECORDS_NAME).open("rb") as handle:
         for offset, line in enumerate(handle):
             entry = json.loads(line)
+            sequence = sequences[offset] if sequences is not None else first_sequence + offset
             if entry["record"]["event"] not in context.event_types:
-                raise Stop(Finding(MODIFIED, first_sequence + offset, f"the manifest's event_types do not describe "
+                raise Stop(Finding(MODIFIED, sequence, f"the manifest's event_types do not describe "
                                    f"{entry['record']['event']!r}", MANIFEST_NAME))
             text = formatter.line(entry["record"], entry["hash"], context)
             if data[position:position + len(text)] != text:
-                raise Stop(Finding(MODIFIED, first_sequence + offset,
+                raise Stop(Finding(MODIFIED, sequence,
                                     f"the {manifest['format']} line of this record differs from the record",
                                     str(path)))
             position += len(text)
     if position != len(data):
         raise Stop(Finding(INSERTED, None, f"{display['name']} has content after the last record", str(path)))
     raise Stop(Finding(MODIFIED, None, f"{display['name']} differs from the manifest's digest", str(path)))
+
+
+# -- selections: records an audit filter chose, each proven against a signed checkpoint ---------------
+
+def _text_at(*keys):
+    def read(record: dict):
+        value = record
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+    return read
+
+
+def _event_matches(event, wanted: str) -> bool:
+    if not isinstance(event, str):
+        return False
+    if wanted.endswith("*"):
+        return event.startswith(wanted[:-1])
+    if wanted.endswith("."):
+        return event.startswith(wanted)
+    return event == wanted
+
+
+def _timestamp_of(record: dict):
+    try:
+        return chain.parse_timestamp(record.get("timestamp"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _time_matches(record: dict, wanted: str, after: bool) -> bool:
+    moment, bound = _timestamp_of(record), chain.parse_timestamp(wanted)
+    return moment is not None and (moment >= bound if after else moment < bound)
+
+
+# What each filter of the audit log (appliance.audit.queries.AuditRecordFilter, the same names) asks
+# of a record, offline: a test holds the two to the same names and the same answers.
+FILTER_MATCHES = {
+    "actor": lambda record, wanted: _text_at("actor", "username")(record) == wanted,
+    "actor_id": lambda record, wanted: _text_at("actor", "id")(record) == wanted,
+    "event": lambda record, wanted: _event_matches(record.get("event"), wanted),
+    "action": lambda record, wanted: record.get("action") == wanted,
+    "category": lambda record, wanted: record.get("category") == wanted,
+    "target_type": lambda record, wanted: _text_at("target", "type")(record) == wanted,
+    "target_id": lambda record, wanted: _text_at("target", "id")(record) == wanted,
+    "target": lambda record, wanted: str(wanted).casefold() in str(_text_at("target", "name")(record)).casefold(),
+    "outcome": lambda record, wanted: record.get("outcome") == wanted,
+    "channel": lambda record, wanted: record.get("channel") == wanted,
+    "request_id": lambda record, wanted: record.get("request_id") == wanted,
+    "since": lambda record, wanted: _time_matches(record, wanted, after=True),
+    "until": lambda record, wanted: _time_matches(record, wanted, after=False),
+}
+
+
+def _check_filter_statement(filters: dict) -> None:
+    for name, wanted in filters.items():
+        if name not in FILTER_MATCHES:
+            raise Stop(Finding(MODIFIED, None, f"manifest.filter.{name} is not a filter of the audit log "
+                               f"(the filters are {', '.join(FILTER_MATCHES)})", MANIFEST_NAME))
+        if name in ("since", "until"):
+            try:
+                chain.parse_timestamp(wanted)
+            except (TypeError, ValueError):
+                raise Stop(Finding(MODIFIED, None, f"manifest.filter.{name} must be a UTC time "
+                                   "(2026-01-31T12:00:00.000000Z)", MANIFEST_NAME)) from None
+
+
+def unmatched_filter(record: dict, filters: dict) -> str | None:
+    """The first filter of `filters` that `record` (a payload) does not match, else None."""
+    return next((name for name, wanted in filters.items() if not FILTER_MATCHES[name](record, wanted)), None)
+
+
+def _proof_line(raw: bytes, number: int, sequence: int) -> list[bytes]:
+    where = f"{PROOFS_NAME}:{number}"
+    try:
+        entry = json.loads(raw, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise Stop(Finding(MODIFIED, sequence, "the inclusion proof is not valid JSON", where)) from None
+    path = entry.get("audit_path") if isinstance(entry, dict) else None
+    if not isinstance(path, list) or not all(isinstance(node, str) and _HEX64.fullmatch(node) for node in path):
+        raise Stop(Finding(MODIFIED, sequence, "the inclusion proof is not a list of SHA-256 digests", where))
+    proven = entry.get("sequence")
+    if type(proven) is int and proven < sequence:
+        raise Stop(Finding(DELETED, proven, f"#{proven} is missing (its inclusion proof is here, the record here is "
+                           f"#{sequence})", where))
+    if proven != sequence:
+        raise Stop(Finding(REORDERED, sequence, f"the inclusion proof here is for #{proven}", where))
+    return [bytes.fromhex(node) for node in path]
+
+
+def _verify_selection(bundle: Path, manifest: dict, keys, result: VerificationResult) -> None:
+    selection = manifest["selection"]
+    filters = manifest["filter"]
+    _check_filter_statement(filters)
+    result.selection = True
+    count, size = selection["count"], selection["checkpoint_tree_size"]
+    result.first_sequence, result.last_sequence = selection["first_sequence"], selection["last_sequence"]
+    result.checkpoint_tree_size = size
+    _check_signed_statements(manifest["checkpoints"], manifest["tombstones"], keys)
+    result.checkpoints, result.tombstones = len(manifest["checkpoints"]), len(manifest["tombstones"])
+    anchor = next((c for c in manifest["checkpoints"] if c["tree_size"] == size), None)
+    if anchor is None:
+        raise Stop(Finding(TRUNCATED, None, f"the signed checkpoint #{size} the records are proven against is not in "
+                           "the manifest", MANIFEST_NAME))
+    if anchor["root_hash"] != selection["checkpoint_root_hash"]:
+        raise Stop(Finding(MODIFIED, None, f"manifest.selection names a root other than checkpoint #{size}'s",
+                           MANIFEST_NAME))
+    root = bytes.fromhex(anchor["root_hash"])
+    records_path = _bundle_path(bundle, RECORDS_NAME)
+    try:
+        raw_lines = records_path.read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        raise Stop(Finding(DELETED, None, f"{RECORDS_NAME} is missing", str(records_path))) from None
+    proof_lines = _bundle_path(bundle, PROOFS_NAME).read_bytes().splitlines(keepends=True)
+    digests, sequences, previous = [], [], 0
+    for index, raw in enumerate(raw_lines):
+        where = f"{RECORDS_NAME}:{index + 1}"
+        line = _examine(index + 1, raw, index == len(raw_lines) - 1)
+        if not line.intact:
+            if line.cut:
+                raise Stop(Finding(TRUNCATED, line.sequence, "the last line is cut short", where))
+            raise Stop(Finding(MODIFIED, line.sequence, "the record's bytes do not match its hash", where))
+        sequence = line.sequence
+        if sequence <= previous:
+            kind = INSERTED if sequence == previous else REORDERED
+            raise Stop(Finding(kind, sequence, f"#{sequence} comes after #{previous}", where))
+        if not 1 <= sequence <= size:
+            raise Stop(Finding(INSERTED, sequence, f"#{sequence} lies beyond signed checkpoint #{size}", where))
+        if index >= len(proof_lines):
+            raise Stop(Finding(DELETED, sequence, "the record has no inclusion proof", PROOFS_NAME))
+        path = _proof_line(proof_lines[index], index + 1, sequence)
+        try:
+            merkle.verify_inclusion(sequence - 1, size, chain.merkle_leaf(line.hash), path, root)
+        except merkle.ProofError:
+            raise Stop(Finding(MODIFIED, sequence, f"record #{sequence} is not included in signed checkpoint "
+                               f"#{size}: its content or its hash was changed", where)) from None
+        unmatched = unmatched_filter(json.loads(raw)["record"], filters)
+        if unmatched:
+            raise Stop(Finding(INSERTED, sequence, f"record #{sequence} does not match the manifest's filter "
+                               f"{unmatched}={filters[unmatched]}", where))
+        digests.append(bytes.fromhex(line.hash))
+        sequences.append(sequence)
+        previous = sequence
+    result.records = len(digests)
+    if len(digests) < count:
+        raise Stop(Finding(TRUNCATED, None, f"{len(digests)} records, the manifest says {count}", RECORDS_NAME))
+    if len(digests) > count or len(proof_lines) != len(digests):
+        what = RECORDS_NAME if len(digests) > count else PROOFS_NAME
+        raise Stop(Finding(INSERTED, None, f"{len(digests)} records and {len(proof_lines)} proofs, the manifest "
+                           f"says {count}", what))
+    if (sequences[0], sequences[-1]) != (result.first_sequence, result.last_sequence):
+        raise Stop(Finding(MODIFIED, None, f"the records run #{sequences[0]}..#{sequences[-1]}, the manifest says "
+                           f"#{result.first_sequence}..#{result.last_sequence}", RECORDS_NAME))
+    if sha256_file(records_path) != manifest["files"]["records"]["sha256"]:
+        raise Stop(Finding(MODIFIED, None, f"{RECORDS_NAME} differs from the manifest's digest", RECORDS_NAME))
+    _check_display_file(bundle, manifest, digests, sequences[0], sequences)

@@ -1,6 +1,8 @@
 """Portal pages of the audit log (Auditors and Administrators). Read-only: nothing here changes
 a record, and every read of the log is itself recorded."""
 
+from urllib.parse import urlencode
+
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404
 from django.views.generic import FormView, TemplateView
@@ -11,7 +13,15 @@ from . import catalogue, chain, presentation
 from .downloads import ExportError, export_zip
 from .forms import ExportForm
 from .models import AuditRecord
-from .queries import AuditRecordFilter, active_filters, keyset_page, record_read
+from .queries import (
+    COUNT_CAP,
+    AuditRecordFilter,
+    FilterError,
+    active_filters,
+    keyset_page,
+    record_read,
+    select_records,
+)
 
 READ_ONLY_METHODS = ["get", "head", "options"]
 
@@ -123,17 +133,53 @@ class RecordVerifyView(CapabilityMixin, TemplateView):
         return context
 
 
+def _filter_params(params) -> dict:
+    """The audit filters among a request's parameters (the log page's names)."""
+    return {name: params.get(name) for name in AuditRecordFilter.base_filters if name in params}
+
+
 class ExportView(CapabilityMixin, FormView):
+    """Export what the log page shows: its filter arrives in the query string (the page's Export
+    link carries it), is shown and can be changed here, and is posted with the format."""
+
     capability = "audit.export"
     write_capability = "audit.export"
     http_method_names = ["get", "post", "head", "options"]
     template_name = "audit/export.html"
     form_class = ExportForm
+    filter_errors: dict | None = None
+
+    def get_initial(self):
+        initial = super().get_initial()
+        if self.request.GET.get("format"):
+            initial["format"] = self.request.GET["format"]
+        return initial
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        source = self.request.POST if self.request.method == "POST" else self.request.GET
+        params = _filter_params(source)
+        filterset = AuditRecordFilter(params or None)
+        matching = None
+        if filterset.is_bound and filterset.is_valid() or not params:
+            matching = (filterset.qs if params else AuditRecord.objects.all())[:COUNT_CAP + 1].count()
+        for name, messages in (self.filter_errors or {}).items():
+            if name in filterset.form.fields and name not in filterset.form.errors:
+                filterset.form.add_error(name, messages)
+        stated = active_filters(params)
+        context.update(filter_form=filterset.form, stated=stated, filter_query=urlencode(stated), matching=matching,
+                       matching_capped=matching is not None and matching > COUNT_CAP, count_cap=COUNT_CAP,
+                       event_names=sorted(catalogue.CATALOGUE),
+                       event_prefixes=sorted({name.split(".", 1)[0] + ".*" for name in catalogue.CATALOGUE}))
+        return context
 
     def form_valid(self, form):
         try:
-            archive, filename, _manifest = export_zip(
-                form.cleaned_data["format"], since=form.cleaned_data["since"], until=form.cleaned_data["until"])
+            selection = select_records(_filter_params(self.request.POST))
+            archive, filename, _manifest = export_zip(form.cleaned_data["format"], selection=selection)
+        except FilterError as exc:
+            self.filter_errors = exc.errors
+            return self.form_invalid(form)
         except ExportError as exc:
             form.add_error(None, str(exc))
             return self.form_invalid(form)

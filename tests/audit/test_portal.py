@@ -1,6 +1,8 @@
 """Portal pages of the audit log: who may see them, filters and paging, the timeline, the record
 detail, the catalogue, and that reading the log is itself recorded."""
 
+from datetime import timedelta
+
 import pytest
 from django.test import Client
 
@@ -76,8 +78,12 @@ def test_time_range_filter(client_for, users):
     first = audit.record("task.run", target_type="task", target_name="early")
     client = client_for(Role.AUDITOR)
     since = first.timestamp.strftime("%Y-%m-%dT%H:%M:%S.%f")
-    response = client.get("/audit/", {"since": since, "until": since, "event": "task.run"})
+    # A half-open window, as every export reads it: since <= timestamp < until.
+    until = (first.timestamp + timedelta(microseconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    response = client.get("/audit/", {"since": since, "until": until, "event": "task.run"})
     assert [r.sequence for r in response.context["page"].records] == [first.sequence]
+    response = client.get("/audit/", {"since": since, "until": since, "event": "task.run"})
+    assert response.context["page"] is None and "until" in response.context["form"].errors
 
 
 def test_bad_filter_shows_an_error_and_no_records(client_for):

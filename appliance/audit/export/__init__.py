@@ -1,4 +1,5 @@
-"""Export bundles: a contiguous range of the log, ready for an auditor or a SIEM.
+"""Export bundles: a contiguous range of the log, or the records an audit filter selects, ready for
+an auditor or a SIEM.
 
 A bundle is a directory:
 - records.jsonl: the canonical records (always, whatever the display format), what `audit verify` checks;
@@ -10,7 +11,15 @@ A bundle is a directory:
   itself signed with the audit key;
 - public-key.pem: the key that signed it all.
 
+A filter on more than time (actor, event, outcome, target...) selects records scattered through
+the chain: such a bundle (a selection) cannot show a contiguous chain, so it proves each record
+instead. Its manifest states the filter and, in place of the range and tree, the signed checkpoint
+the records are proven against; proofs.jsonl holds each record's RFC 6962 inclusion proof in that
+checkpoint's tree. A filter on time alone still exports the contiguous range (first to last
+matching record), which proves completeness as well.
+
 `export_bundle` is the one path for the CLI, the portal and the API, and records `audit.export`.
+The filter comes from `appliance.audit.queries.select_records`, the parser the log page uses too.
 """
 
 import hashlib
@@ -39,7 +48,8 @@ from ..models import (
     AuditTombstone,
     payload_from_values,
 )
-from ..verify import MANIFEST_NAME, PUBLIC_KEY_NAME, RECORDS_NAME, level_root
+from ..queries import AuditSelection
+from ..verify import MANIFEST_NAME, PROOFS_NAME, PUBLIC_KEY_NAME, RECORDS_NAME, level_root
 from .formats import FORMATS, ExportContext
 
 __all__ = ["FORMATS", "ExportError", "export_bundle", "prefix_frontier"]
@@ -64,16 +74,29 @@ def _describe_event(name: str) -> dict:
             "ocsf_class_name": event_type.ocsf_class_name, "ocsf_activity": event_type.ocsf_activity}
 
 
-def _range(since: datetime | None, until: datetime | None) -> tuple[int, int]:
-    records = AuditRecord.objects.all()
-    if since is not None:
-        records = records.filter(timestamp__gte=since)
-    if until is not None:
-        records = records.filter(timestamp__lt=until)
+def _describe_filter(filters: dict) -> str:
+    return ", ".join(f"{name}={value}" for name, value in filters.items())
+
+
+def _bounds(records, filters: dict) -> tuple[int, int]:
     bounds = records.aggregate(first=Min("sequence"), last=Max("sequence"))
     if bounds["first"] is None:
-        raise ExportError("the audit log holds no records in that time range")
+        if set(filters) <= {"since", "until"}:
+            raise ExportError("the audit log holds no records in that time range")
+        raise ExportError(f"the audit log holds no records that match the filter ({_describe_filter(filters)})")
     return bounds["first"], bounds["last"]
+
+
+def _range(since: datetime | None, until: datetime | None) -> tuple[int, int]:
+    records = AuditRecord.objects.all()
+    filters = {}
+    if since is not None:
+        records = records.filter(timestamp__gte=since)
+        filters["since"] = chain.format_timestamp(since)
+    if until is not None:
+        records = records.filter(timestamp__lt=until)
+        filters["until"] = chain.format_timestamp(until)
+    return _bounds(records, filters)
 
 
 def _prepare_directory(out: Path) -> Path:
@@ -91,9 +114,10 @@ def _prepare_directory(out: Path) -> Path:
 
 
 def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datetime | None = None,
-                  destination: str | None = None) -> dict:
-    """Write a bundle of the records with since <= timestamp < until (all when not given) to
-    `out_dir` (created; it must not exist or be empty) and return its manifest.
+                  destination: str | None = None, selection: AuditSelection | None = None) -> dict:
+    """Write a bundle of the records with since <= timestamp < until (all when not given), or of
+    those `selection` holds (from queries.select_records; not with since/until), to `out_dir`
+    (created; it must not exist or be empty) and return its manifest.
 
     `destination` is what the `audit.export` record names as where the bundle went: the directory
     by default; the download's file name when the bundle is only a step towards a download.
@@ -111,7 +135,19 @@ def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datet
     if since is not None and until is not None and since >= until:
         raise ExportError("since: must be earlier than until")
     out = Path(out_dir)
-    first, last = _range(since, until)
+    if selection is not None and (since is not None or until is not None):
+        raise ExportError("since/until: give them inside the selection's filter, not beside it")
+    if selection is None:
+        filters = {name: chain.format_timestamp(moment) for name, moment in (("since", since), ("until", until))
+                   if moment is not None}
+        first, last = _range(since, until)
+        scattered = False
+    else:
+        filters = dict(selection.filters)
+        first, last = _bounds(selection.queryset, filters)
+        scattered = not selection.is_time_window
+        since, until = (chain.parse_timestamp(filters[name]) if name in filters else None
+                        for name in ("since", "until"))
     from ..verify_database import witness_disagreement
 
     disagreement = witness_disagreement()
@@ -121,7 +157,10 @@ def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datet
     anchor = covering_checkpoint(last) or make_checkpoint()
     staging = _prepare_directory(out)
     try:
-        manifest = _write(staging, formatter, first, last, anchor, since, until)
+        if scattered:
+            manifest = _write_selection(staging, formatter, selection.queryset, anchor, filters)
+        else:
+            manifest = _write(staging, formatter, first, last, anchor, since, until, filters)
         if out.exists():
             out.rmdir()
         os.rename(staging, out)
@@ -129,17 +168,21 @@ def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datet
         shutil.rmtree(staging, ignore_errors=True)
         raise
     with transaction.atomic():
+        span = manifest["selection"] if scattered else manifest["range"]
+        first, last = span["first_sequence"], span["last_sequence"]
         services.record("audit.export", target_type="audit.export", target_id=f"{first}-{last}",
                         target_name=destination or str(out), details={
                             "format": fmt, "first_sequence": first, "last_sequence": last,
-                            "count": manifest["range"]["count"],
+                            "count": span["count"], "filter": filters,
+                            "kind": "selection" if scattered else "range",
                             "since": chain.format_timestamp(since) if since else None,
                             "until": chain.format_timestamp(until) if until else None,
                             "manifest_sha256": hashlib.sha256((out / MANIFEST_NAME).read_bytes()).hexdigest()})
     return manifest
 
 
-def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpoint, since, until) -> dict:
+def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpoint, since, until,
+           filters: dict) -> dict:
     key = signing.load_signing_key()
     context = ExportContext(product_version=product_version(), host=socket.gethostname(),
                             resolve=_describe_event)
@@ -215,12 +258,101 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
             "checkpoint_root_hash": anchor.root_hash,
             "consistency_proof": [node.hex() for node in proof],
         },
+        "filter": filters,
         "checkpoints": [c.signed() for c in checkpoints.order_by("tree_size")],
         "tombstones": [t.signed() for t in AuditTombstone.objects.order_by("first_sequence")],
         "key_id": key.key_id,
         "public_key": PUBLIC_KEY_NAME,
         # Every handover between signing keys, each signed by both: checkpoints made under an
         # earlier key verify against today's, and the other way round.
+        "key_rotations": [r.signed() for r in AuditKeyRotation.objects.all()],
+        "files": files,
+        "event_types": context.event_types,
+    }
+    manifest["signature"] = key.sign(chain.signed_statement(manifest))
+    (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                                         encoding="utf-8")
+    return manifest
+
+
+def _memoized_subtrees(tree: merkle.PrunedTree):
+    """The subtree roots of `tree`, each computed once: the proofs of many records share most of
+    their nodes, and a subtree past the archived part is built from its two halves."""
+    cache: dict[tuple[int, int], bytes] = {}
+
+    def root(start: int, end: int) -> bytes:
+        node = cache.get((start, end))
+        if node is None:
+            if end - start > 64 and start >= tree.pruned_size:
+                half = 1 << ((end - start - 1).bit_length() - 1)
+                node = merkle.node_hash(root(start, start + half), root(start + half, end))
+            else:
+                node = tree(start, end)
+            cache[(start, end)] = node
+        return node
+
+    return root
+
+
+def _write_selection(staging: Path, formatter, records, anchor: AuditCheckpoint, filters: dict) -> dict:
+    """The records `records` selects, each with its inclusion proof in the tree `anchor` signs."""
+    from ..proofs import _tree_for
+
+    key = signing.load_signing_key()
+    context = ExportContext(product_version=product_version(), host=socket.gethostname(),
+                            resolve=_describe_event)
+    rows = (records.order_by("sequence").values_list(*PAYLOAD_COLUMNS, "hash").iterator(chunk_size=CHUNK))
+    records_path = staging / RECORDS_NAME
+    proofs_path = staging / PROOFS_NAME
+    display_path = staging / f"records.{formatter.extension}"
+    separate_display = formatter.name != "jsonl"
+    subtree_root = None
+    count, first, last = 0, None, None
+    with records_path.open("wb", buffering=1 << 20) as records_file, \
+            proofs_path.open("wb", buffering=1 << 20) as proofs_file, \
+            (display_path.open("wb", buffering=1 << 20) if separate_display else nullcontext()) as display:
+        if separate_display:
+            display.write(formatter.header(context))
+        for row in rows:
+            payload = payload_from_values(row[:-1])
+            record_hash, sequence = row[-1], payload["sequence"]
+            if sequence > anchor.tree_size:
+                break  # recorded after the checkpoint was signed (this export's own reads among them)
+            if subtree_root is None:
+                try:
+                    subtree_root = _memoized_subtrees(_tree_for(sequence - 1, anchor.tree_size))
+                except merkle.ProofError as exc:
+                    raise ExportError(str(exc)) from exc
+            records_file.write(chain.export_line(chain.canonical_payload(payload), record_hash))
+            if separate_display:
+                display.write(formatter.line(payload, record_hash, context))
+            else:
+                context.event_type(payload["event"])
+            path = merkle.inclusion_proof(sequence - 1, anchor.tree_size, subtree_root)
+            proofs_file.write(json.dumps({"audit_path": [node.hex() for node in path], "sequence": sequence},
+                                         sort_keys=True, separators=(",", ":")).encode() + b"\n")
+            first = sequence if first is None else first
+            last, count = sequence, count + 1
+    (staging / PUBLIC_KEY_NAME).write_text(key.public_pem())
+    files = {"records": {"name": RECORDS_NAME, "sha256": sha256_file(records_path)}}
+    files["display"] = ({"name": display_path.name, "sha256": sha256_file(display_path)} if separate_display
+                        else files["records"])
+    files["proofs"] = {"name": PROOFS_NAME, "sha256": sha256_file(proofs_path)}
+    files["public_key"] = {"name": PUBLIC_KEY_NAME, "sha256": sha256_file(staging / PUBLIC_KEY_NAME)}
+    manifest = {
+        "type": chain.MANIFEST_TYPE,
+        "format": formatter.name,
+        "created": chain.format_timestamp(timezone.now()),
+        "source": {"product": "appliance-suite", "version": context.product_version, "host": context.host},
+        "filter": filters,
+        "selection": {
+            "count": count, "first_sequence": first, "last_sequence": last,
+            "checkpoint_tree_size": anchor.tree_size, "checkpoint_root_hash": anchor.root_hash,
+        },
+        "checkpoints": [anchor.signed()],
+        "tombstones": [t.signed() for t in AuditTombstone.objects.order_by("first_sequence")],
+        "key_id": key.key_id,
+        "public_key": PUBLIC_KEY_NAME,
         "key_rotations": [r.signed() for r in AuditKeyRotation.objects.all()],
         "files": files,
         "event_types": context.event_types,

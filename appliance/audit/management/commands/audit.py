@@ -35,8 +35,21 @@ class Command(BaseCommand):
         export = sub.add_parser("export", help="write an export bundle (records, manifest, public key)")
         export.add_argument("--format", required=True, choices=["jsonl", "cef", "syslog", "ocsf", "csv"])
         export.add_argument("--out", required=True, help="bundle directory to create")
-        export.add_argument("--since", type=parse_moment, help="first instant included (ISO 8601)")
-        export.add_argument("--until", type=parse_moment, help="first instant excluded (ISO 8601)")
+        # The log page's filters, by the same names (one parser: appliance.audit.queries).
+        from appliance.audit.queries import AuditRecordFilter
+
+        for name, log_filter in AuditRecordFilter.base_filters.items():
+            option = "--" + name.replace("_", "-")
+            if name == "since":
+                export.add_argument(option, dest="filter_since", type=parse_moment,
+                                    help="first instant included (ISO 8601; UTC when no offset)")
+            elif name == "until":
+                export.add_argument(option, dest="filter_until", type=parse_moment,
+                                    help="first instant excluded (ISO 8601; UTC when no offset)")
+            else:
+                choices = getattr(log_filter, "extra", {}).get("choices")
+                export.add_argument(option, dest=f"filter_{name}", metavar="VALUE", help=f"{log_filter.label}" + (
+                    f" (one of {', '.join(str(value) for value, _label in choices)})" if choices else ""))
 
         verify = sub.add_parser("verify", help="verify an export bundle offline, or the live log with --database")
         verify.add_argument("path", nargs="?", help="bundle directory")
@@ -86,16 +99,28 @@ class Command(BaseCommand):
     def handle(self, *args, subcommand, **options):
         return getattr(self, f"handle_{subcommand.replace('-', '_')}")(**options)
 
-    def handle_export(self, *, format, out, since=None, until=None, **options):
+    def handle_export(self, *, format, out, **options):
         from appliance.audit.export import ExportError, export_bundle
+        from appliance.audit.queries import FilterError, select_records
 
+        params = {}
+        for key, value in options.items():
+            if key.startswith("filter_") and value is not None:
+                params[key.removeprefix("filter_")] = value.isoformat() if isinstance(value, datetime) else value
         try:
-            manifest = export_bundle(out, format, since=since, until=until)
+            selection = select_records(params)
+            manifest = export_bundle(out, format, selection=selection)
+        except FilterError as exc:
+            raise CommandError("; ".join(f"--{name.replace('_', '-')}: {' '.join(messages)}"
+                                         for name, messages in exc.errors.items())) from exc
         except ExportError as exc:
             raise CommandError(str(exc)) from exc
-        span = manifest["range"]
-        self.stdout.write(f"exported records #{span['first_sequence']}..#{span['last_sequence']} "
-                          f"({span['count']}) as {format} to {out}; key {manifest['key_id']}")
+        span = manifest.get("selection") or manifest["range"]
+        stated = ", ".join(f"{name}={value}" for name, value in manifest["filter"].items())
+        kind = "a selection of records" if "selection" in manifest else "records"
+        self.stdout.write(f"exported {kind} #{span['first_sequence']}..#{span['last_sequence']} "
+                          f"({span['count']}){f' matching {stated}' if stated else ''} as {format} to {out}; "
+                          f"key {manifest['key_id']}")
 
     def handle_verify(self, *, path=None, public_key=None, database=False, **options):
         if database:
