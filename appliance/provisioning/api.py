@@ -1,12 +1,13 @@
-"""REST API of provisioning: runs (list, detail, start, cancel), stage runs, task events (paged) and
-the acceptance report. Starting a run returns at once (202): the run executes in a worker."""
+"""REST API of provisioning: runs (list, detail with live progress, start, cancel), stage runs, task
+events (paged) and the acceptance report. Starting a run returns at once (202): the run executes in a
+worker. A run's progress is the portal's (appliance.provisioning.progress): the two cannot disagree."""
 
 import json
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -16,7 +17,7 @@ from appliance import audit
 from appliance.core.api import error_response
 from appliance.inventory.models import Appliance
 
-from . import acceptance, services
+from . import acceptance, progress, services
 from .filtersets import TaskEventFilterSet
 from .models import AcceptanceCheck, AcceptanceReport, HostResult, Run, StageRun, TaskEvent
 
@@ -27,35 +28,84 @@ class HostResultSerializer(serializers.ModelSerializer):
         fields = ["host", "ok", "changed", "failed", "unreachable", "skipped", "failed_task", "message"]
 
 
-class StageRunSerializer(serializers.ModelSerializer):
+class DurationMixin(serializers.Serializer):
+    duration_seconds = serializers.SerializerMethodField(
+        help_text="from start to end, or to now while it runs; null before it starts")
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_duration_seconds(self, obj) -> int | None:
+        elapsed = progress.duration(obj.started, obj.ended)
+        return None if elapsed is None else max(int(elapsed.total_seconds()), 0)
+
+
+class StageRunSerializer(DurationMixin, serializers.ModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="provisioning-stagerun-detail")
     host_results = HostResultSerializer(many=True, read_only=True)
+    message = serializers.CharField(source="reason", read_only=True, help_text="the same as reason (older name)")
 
     class Meta:
         model = StageRun
-        fields = ["id", "url", "run", "stage", "order", "state", "message", "hosts", "started", "ended", "strategy",
-                  "ok_count", "changed_count", "failed_count", "unreachable_count", "skipped_count",
-                  "failed_host", "failed_task", "events_emitted", "events_stored", "carried_from", "host_results"]
+        fields = ["id", "url", "run", "stage", "order", "state", "reason", "message", "hosts", "started", "ended",
+                  "duration_seconds", "strategy", "ok_count", "changed_count", "failed_count", "unreachable_count",
+                  "skipped_count", "failed_host", "failed_task", "events_emitted", "events_stored", "carried_from",
+                  "host_results"]
 
 
-class BriefStageRunSerializer(serializers.ModelSerializer):
+class BriefStageRunSerializer(DurationMixin, serializers.ModelSerializer):
+    message = serializers.CharField(source="reason", read_only=True, help_text="the same as reason (older name)")
+
     class Meta:
         model = StageRun
-        fields = ["id", "stage", "order", "state", "message", "changed_count", "failed_count"]
+        fields = ["id", "stage", "order", "state", "reason", "message", "started", "ended", "duration_seconds",
+                  "changed_count", "failed_count"]
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(DurationMixin, serializers.ModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="provisioning-run-detail")
     appliance = serializers.SlugRelatedField(slug_field="name", read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     stage_runs = BriefStageRunSerializer(many=True, read_only=True)
+    message = serializers.CharField(source="reason", read_only=True, help_text="the same as reason (older name)")
 
     class Meta:
         model = Run
-        fields = ["id", "url", "appliance", "kind", "stages", "node_names", "dry_run", "force", "state", "message",
-                  "requested_by", "resumes", "created", "started", "ended", "heartbeat_at", "cancel_requested",
-                  "cancel_requested_by", "failed_stage", "failed_host", "failed_task", "ok_count", "changed_count",
-                  "failed_count", "unreachable_count", "skipped_count", "stage_runs"]
+        fields = ["id", "url", "appliance", "kind", "stages", "node_names", "dry_run", "force", "state", "reason",
+                  "message", "requested_by", "resumes", "created", "started", "ended", "duration_seconds",
+                  "heartbeat_at", "cancel_requested", "cancel_requested_by", "failed_stage", "failed_host",
+                  "failed_task", "ok_count", "changed_count", "failed_count", "unreachable_count", "skipped_count",
+                  "stage_runs"]
+
+
+class RunProgressSerializer(serializers.Serializer):
+    """How far the run has got, as the run page shows it (appliance.provisioning.progress)."""
+
+    percent = serializers.IntegerField(help_text="stages done plus the fraction of the running one, 0-100")
+    stages_done = serializers.IntegerField()
+    stages_total = serializers.IntegerField()
+    current_stage = serializers.CharField(allow_null=True)
+    current_task = serializers.CharField(allow_blank=True)
+    tasks_started = serializers.IntegerField(allow_null=True, help_text="tasks the running stage has started")
+    tasks_expected = serializers.IntegerField(
+        allow_null=True, help_text="tasks the previous successful run of the stage started; null when unknown")
+    elapsed_seconds = serializers.IntegerField(allow_null=True)
+    remaining_seconds = serializers.IntegerField(
+        allow_null=True, help_text="by the previous successful runs of the stages left; null when one is unknown")
+    heartbeat_age_seconds = serializers.IntegerField(allow_null=True)
+    counts = serializers.DictField(child=serializers.IntegerField(),
+                                   help_text="ok, changed, failed, unreachable, skipped; live while a stage runs")
+    stages = serializers.ListField(child=serializers.DictField(), help_text="per stage: state, duration, "
+                                   "counts per host (live while it runs), task N of M, remaining seconds")
+
+
+class RunDetailSerializer(RunSerializer):
+    progress = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "progress"]
+
+    @extend_schema_field(RunProgressSerializer)
+    def get_progress(self, run) -> dict:
+        return progress.run_progress(run).as_dict()
 
 
 class ApplianceNameField(serializers.SlugRelatedField):
@@ -79,7 +129,9 @@ class ApplianceNameField(serializers.SlugRelatedField):
 class RunRequestSerializer(serializers.Serializer):
     appliance = ApplianceNameField(slug_field="name", queryset=Appliance.objects.all(), required=False,
                                    help_text="appliance name; may be left out when there is only one")
-    kind = serializers.ChoiceField(choices=Run.Kind.choices, default=Run.Kind.STAGES)
+    kind = serializers.ChoiceField(choices=Run.Kind.choices, required=False,
+                                   help_text="left out: the run service decides (every stage: the resumable "
+                                             "bootstrap; some stages: a stages run), as for the portal")
     stages = serializers.ListField(child=serializers.CharField(), required=False, default=list,
                                    help_text="stage names; empty means every stage")
     from_stage = serializers.CharField(required=False, allow_blank=True, default="")
@@ -133,28 +185,34 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         return Run.objects.select_related("appliance", "requested_by").prefetch_related("stage_runs")
 
-    @extend_schema(request=RunRequestSerializer, responses={202: RunSerializer})
+    def get_serializer_class(self):
+        # Progress is read per run (a few aggregate queries): on one run, not on every run of a list.
+        return RunDetailSerializer if self.action == "retrieve" else RunSerializer
+
+    @extend_schema(request=RunRequestSerializer, responses={202: RunDetailSerializer})
     def create(self, request):
         data = RunRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         options = dict(data.validated_data)
         appliance = options.pop("appliance")
+        # The kind goes to the service only when the client named it: otherwise the service decides.
+        kind = {"kind": options["kind"]} if "kind" in options else {}
         try:
-            run = services.start_run(appliance, kind=options["kind"], stages=options["stages"] or None,
+            run = services.start_run(appliance, **kind, stages=options["stages"] or None,
                                      from_stage=options["from_stage"] or None, nodes=options["nodes"] or None,
                                      dry_run=options["dry_run"], force=options["force"], user=request.user)
         except services.RunRefused as exc:
             return error_response(400, "refused", str(exc), request, errors=exc.errors)
-        return Response(RunSerializer(run, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
+        return Response(RunDetailSerializer(run, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses={200: RunSerializer, 409: None})
+    @extend_schema(request=None, responses={200: RunDetailSerializer, 409: None})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         try:
             run = services.cancel_run(self.get_object(), user=request.user)
         except services.RunRefused as exc:
             return error_response(409, "finished", str(exc), request)
-        return Response(RunSerializer(run, context={"request": request}).data)
+        return Response(RunDetailSerializer(run, context={"request": request}).data)
 
     @extend_schema(responses=AcceptanceReportSerializer)
     @action(detail=True, methods=["get"])

@@ -1,56 +1,67 @@
-"""Portal pages of provisioning: start a run or a dry run, watch it live (stages x hosts, latest task
-events, refreshed by htmx polling), cancel it, browse history, read a stage's output page by page or
-download it as text. Every action is a call to appliance.provisioning.services."""
+"""Portal pages of provisioning: start a run or a dry run, watch it live (progress, stages x hosts with
+running counts, latest task results, refreshed by htmx polling), cancel it after a confirmation, browse
+history, read a stage's output page by page or download it as text. Every action is a call to
+appliance.provisioning.services; what a page shows of a run's progress comes from
+appliance.provisioning.progress, as the API's does."""
 
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views import View
 from django.views.generic import TemplateView
 
 from appliance.core.permissions import CapabilityMixin
 from appliance.inventory.models import Appliance
 
-from . import acceptance, services
+from . import acceptance, progress, services
 from . import catalogue as stage_catalogue
-from .models import AcceptanceReport, Run, StageRun, TaskEvent
+from .models import AcceptanceReport, HostResult, Run, StageRun, TaskEvent
 from .states import StageState
 
-LATEST_EVENTS = 15
+LATEST_EVENTS = 12
 EVENTS_PER_PAGE = 200
 
 
-def host_grid(run: Run) -> tuple[list[StageRun], list[dict]]:
-    """Rows of hosts, one cell per stage: the host's state in that stage."""
-    stage_runs = list(run.stage_runs.prefetch_related("host_results").order_by("order"))
-    hosts = list(run.node_names) or list(run.appliance.nodes.order_by("name").values_list("name", flat=True))
-    for stage_run in stage_runs:
-        hosts.extend(h for h in stage_run.hosts if h not in hosts)
+def host_grid(run: Run, run_progress: progress.RunProgress) -> list[dict]:
+    """Rows of hosts, one cell per stage: the host's state in that stage, with its counts (live while the
+    stage runs, Ansible's recap once it has ended)."""
+    hosts = set(run.node_names) or set(run.appliance.nodes.values_list("name", flat=True))
+    for stage in run_progress.stages:
+        hosts.update(stage.stage_run.hosts)
+    failures = {(r.stage_run_id, r.host): r for r in HostResult.objects.filter(stage_run__run=run)
+                .filter(Q(failed__gt=0) | Q(unreachable__gt=0)).only("stage_run_id", "host", "failed_task",
+                                                                     "message", "unreachable")}
     rows = []
     for host in sorted(hosts):
-        cells = []
-        for stage_run in stage_runs:
-            result = next((r for r in stage_run.host_results.all() if r.host == host), None)
-            cells.append(_cell(stage_run, host, result))
+        cells = [_cell(stage, host, failures.get((stage.stage_run.pk, host))) for stage in run_progress.stages]
         rows.append({"host": host, "cells": cells})
-    return stage_runs, rows
+    return rows
 
 
-def _cell(stage_run: StageRun, host: str, result) -> dict:
+def _cell(stage: progress.StageProgress, host: str, failure) -> dict:
+    stage_run = stage.stage_run
     if stage_run.state == StageState.SKIPPED:
-        return {"state": "skipped", "label": "carried over" if stage_run.carried_from_id else "skipped"}
+        return {"state": "skipped", "label": _("carried over") if stage_run.carried_from_id else _("skipped")}
     if host not in stage_run.hosts:
-        return {"state": "none", "label": "-" if stage_run.state != StageState.PENDING else "pending"}
-    if result is not None:
-        if result.failed or result.unreachable:
-            return {"state": "failed", "label": "unreachable" if result.unreachable else "failed",
-                    "title": f"{result.failed_task}: {result.message}"}
-        return {"state": "succeeded", "label": f"ok · {result.changed} changed"}
-    if stage_run.state == StageState.RUNNING:
-        return {"state": "running", "label": "running"}
-    return {"state": stage_run.state, "label": stage_run.state}
+        return {"state": "none", "label": "—" if stage_run.state != StageState.PENDING else _("pending")}
+    counts = stage.hosts.get(host)
+    if failure is not None:
+        return {"state": "failed", "label": _("unreachable") if failure.unreachable else _("failed"),
+                "title": f"{failure.failed_task}: {failure.message}", "counts": counts}
+    if stage.live:
+        counts = counts or progress.Counts()
+        if counts.problem:  # the stage goes on, but this host has already failed a task
+            return {"state": "failed", "label": _("unreachable") if counts.unreachable else _("failed"),
+                    "counts": counts}
+        return {"state": "running", "label": _("running"), "counts": counts}
+    if counts is not None:
+        return {"state": "succeeded", "label": _("ok"), "counts": counts}
+    return {"state": stage_run.state, "label": stage_run.get_state_display()}
 
 
 class ProvisioningIndexView(CapabilityMixin, TemplateView):
@@ -59,14 +70,17 @@ class ProvisioningIndexView(CapabilityMixin, TemplateView):
     template_name = "provisioning/index.html"
 
     def get_context_data(self, **kwargs):
-        # A page load is also a watchdog round: a dead worker's run never shows as running.
-        services.watchdog()
+        # The watchdog runs on the beat (and when a run is created), never inside a page load.
         context = super().get_context_data(**kwargs)
         appliances = list(Appliance.objects.prefetch_related("nodes").order_by("name"))
+        now = timezone.now()
+        runs = list(Run.objects.select_related("appliance", "requested_by").order_by("-created", "-id")[:50])
+        for run in runs:
+            run.duration_text = progress.format_duration(progress.duration(run.started, run.ended, now))
         context.update(
             appliances=appliances,
             stages=stage_catalogue.active().stages,
-            runs=Run.objects.select_related("appliance", "requested_by").order_by("-created", "-id")[:50],
+            runs=runs,
             active_runs=Run.objects.filter(state__in=["pending", "running"]).select_related("appliance"),
         )
         return context
@@ -75,17 +89,16 @@ class ProvisioningIndexView(CapabilityMixin, TemplateView):
         appliance = get_object_or_404(Appliance, pk=request.POST.get("appliance") or 0)
         stages = request.POST.getlist("stages")
         nodes = request.POST.getlist("nodes")
-        all_stages = len(stages) in (0, len(stage_catalogue.active()))
-        kind = Run.Kind.BOOTSTRAP if all_stages and not nodes else Run.Kind.STAGES
+        # The run service decides the kind from what was asked, as it does for the API.
         try:
-            run = services.start_run(appliance, kind=kind, stages=stages or None, nodes=nodes or None,
+            run = services.start_run(appliance, stages=stages or None, nodes=nodes or None,
                                      dry_run=request.POST.get("dry_run") == "on",
                                      force=request.POST.get("force") == "on", user=request.user)
         except services.RunRefused as exc:
             for error in exc.errors:
                 messages.error(request, error)
             return redirect("provisioning:index")
-        messages.success(request, f"{run} started.")
+        messages.success(request, _("%(run)s started.") % {"run": run})
         return redirect("provisioning:run", pk=run.pk)
 
 
@@ -102,16 +115,33 @@ class RunDetailView(CapabilityMixin, TemplateView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         run = get_object_or_404(Run.objects.select_related("appliance", "requested_by", "resumes"), pk=kwargs["pk"])
-        stage_runs, rows = host_grid(run)
-        latest = list(TaskEvent.objects.filter(stage_run__run=run).exclude(task="")
-                      .select_related("stage_run").order_by("-stage_run__order", "-counter")[:LATEST_EVENTS])
-        context.update(run=run, stage_runs=stage_runs, rows=rows, latest_events=latest,
-                       report=AcceptanceReport.objects.filter(run=run).prefetch_related("checks").first())
+        run_progress = progress.run_progress(run)
+        report = AcceptanceReport.objects.filter(run=run).first()
+        checks = list(report.checks.order_by("passed", "host", "name")) if report else []
+        stage_reasons = [s for s in run_progress.stages
+                         if s.stage_run.reason and s.stage_run.state != StageState.SUCCEEDED]
+        context.update(run=run, progress=run_progress, stage_runs=[s.stage_run for s in run_progress.stages],
+                       rows=host_grid(run, run_progress), latest_events=progress.task_lines(run, LATEST_EVENTS),
+                       report=report, failed_checks=[c for c in checks if not c.passed],
+                       passed_checks=[c for c in checks if c.passed],
+                       # The run's reason is its failed stage's: printed once, at the top.
+                       stage_reasons=[s for s in stage_reasons if s.stage_run.reason != run.reason])
         return context
 
 
-class RunCancelView(CapabilityMixin, View):
+class RunCancelView(CapabilityMixin, TemplateView):
+    """GET asks for confirmation (a page of its own: no script needed); only the POST cancels."""
+
+    capability = "provisioning.run"
     write_capability = "provisioning.run"
+    template_name = "provisioning/run_cancel.html"
+
+    def get(self, request, pk):
+        run = get_object_or_404(Run.objects.select_related("appliance"), pk=pk)
+        if run.finished:
+            messages.error(request, _("%(run)s has already ended.") % {"run": run})
+            return redirect("provisioning:run", pk=pk)
+        return self.render_to_response(self.get_context_data(run=run, progress=progress.run_progress(run)))
 
     def post(self, request, pk):
         run = get_object_or_404(Run, pk=pk)
@@ -120,7 +150,7 @@ class RunCancelView(CapabilityMixin, View):
         except services.RunRefused as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, f"Cancel of {run} requested.")
+            messages.success(request, _("Cancel of %(run)s requested.") % {"run": run})
         return redirect("provisioning:run", pk=pk)
 
 
