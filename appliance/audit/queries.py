@@ -11,17 +11,19 @@ index each (see AuditRecord.Meta); the others narrow the newest-first walk of th
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import django_filters
 from django import forms
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
+from django_filters.fields import IsoDateTimeField
 
 from appliance import audit
 from appliance.core.filters import FilterSet, IntegerFilter
 
-from . import catalogue, chain
+from . import catalogue
 from .models import AuditRecord, Channel, Outcome
 
 COUNT_CAP = 10_000
@@ -30,6 +32,22 @@ PAGE_SIZE = 50
 
 def categories() -> list[str]:
     return sorted({event.category for event in catalogue.CATALOGUE.values()})
+
+
+class UtcDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time (UTC when it names no offset) that exists in UTC: 0001-01-01T00:00+05:00
+    does not, and is refused by name instead of overflowing later (a 500)."""
+
+    def to_python(self, value):
+        try:
+            moment = super().to_python(value)
+            return None if moment is None else moment.astimezone(UTC)
+        except OverflowError:
+            raise ValidationError(_("Enter a time between the years 1 and 9999 in UTC."), code="overflow") from None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
 
 
 class AuditFilterForm(forms.Form):
@@ -58,9 +76,9 @@ class AuditRecordFilter(FilterSet):
     outcome = django_filters.ChoiceFilter(field_name="outcome", choices=Outcome.choices, label="Outcome")
     channel = django_filters.ChoiceFilter(field_name="channel", choices=Channel.choices, label="Channel")
     request_id = django_filters.CharFilter(field_name="request_id", label="Request id")
-    since = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="gte", label="Since (UTC)",
+    since = UtcDateTimeFilter(field_name="timestamp", lookup_expr="gte", label="Since (UTC)",
                                              widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
-    until = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="lt", label="Until (UTC, not included)",
+    until = UtcDateTimeFilter(field_name="timestamp", lookup_expr="lt", label="Until (UTC, not included)",
                                              widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
 
     class Meta:
@@ -111,7 +129,8 @@ class AuditSelection:
 
 def _stated(value):
     if isinstance(value, datetime):
-        return chain.format_timestamp(value)
+        # chain's timestamp form, four-digit year included (strftime drops the zeros of year 1).
+        return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
     return value
 
 

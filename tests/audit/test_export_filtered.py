@@ -94,6 +94,12 @@ def test_the_timeline_export_link_names_its_user(client_for, mixed_log):
     assert 'href="/audit/export/?event=task.%2A&amp;actor=operator-user"' in page.content.decode()
 
 
+def test_a_time_that_does_not_exist_in_utc_is_refused_by_name(client_for, mixed_log):
+    page = client_for(Role.AUDITOR).get("/audit/", {"until": "9999-12-31T23:59:59-05:00"})
+    assert page.status_code == 200 and page.context["page"] is None
+    assert page.context["form"].errors["until"] == ["Enter a time between the years 1 and 9999 in UTC."]
+
+
 def test_portal_export_refuses_a_bad_filter_naming_it(client_for, mixed_log):
     response = client_for(Role.AUDITOR).post("/audit/export/", {"format": "jsonl", "actor_id": "seven"})
     assert response.status_code == 400
@@ -120,6 +126,7 @@ def test_api_export_applies_every_filter_given(client_for, mixed_log, tmp_path):
     ({"outcome": "maybe"}, "outcome"),
     ({"actr": "operator-user"}, "actr"),
     ({"since": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"}, "until"),
+    ({"since": "0001-01-01T00:00:00+05:00"}, "since"),
 ])
 def test_api_export_refuses_a_bad_filter_naming_the_parameter(client_for, mixed_log, body, field):
     response = client_for(Role.AUDITOR).post("/api/audit/exports/", {"format": "jsonl", **body},
