@@ -5,6 +5,8 @@ import uuid
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from . import context
 from .addresses import client_address
@@ -71,11 +73,11 @@ class SessionLimitsMiddleware:
             session = request.session
             logged_in_at, last = session.get(LOGIN_TIME_KEY), session.get(self.ACTIVITY_KEY)
             if logged_in_at is None or now - logged_in_at > settings.SESSION_COOKIE_AGE:
-                self._end(request, "max_age", "Your session reached its maximum length of "
-                          f"{_duration(settings.SESSION_COOKIE_AGE)}; log in again.")
+                self._end(request, "max_age", _("Your session reached its maximum length of %(duration)s; "
+                                                "log in again.") % {"duration": _duration(settings.SESSION_COOKIE_AGE)})
             elif last is not None and now - last > settings.SESSION_IDLE_TIMEOUT:
-                self._end(request, "idle", f"Your session ended after {_duration(settings.SESSION_IDLE_TIMEOUT)} "
-                          "without activity; log in again.")
+                self._end(request, "idle", _("Your session ended after %(duration)s without activity; "
+                                             "log in again.") % {"duration": _duration(settings.SESSION_IDLE_TIMEOUT)})
             else:
                 session[self.ACTIVITY_KEY] = now
         return self.get_response(request)
@@ -90,6 +92,6 @@ class SessionLimitsMiddleware:
 def _duration(seconds: int) -> str:
     if seconds >= 3600 and seconds % 3600 == 0:
         hours = seconds // 3600
-        return f"{hours} hour{'s' if hours != 1 else ''}"
+        return ngettext("%(count)d hour", "%(count)d hours", hours) % {"count": hours}
     minutes = max(1, seconds // 60)
-    return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return ngettext("%(count)d minute", "%(count)d minutes", minutes) % {"count": minutes}

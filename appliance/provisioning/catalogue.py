@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+from django.utils.translation import gettext_lazy as _
 
 from appliance.partitioning.renderers import stage_vars
 
@@ -29,7 +30,8 @@ ALL_ROLES = frozenset({"gpu", "storage", "management", "login"})
 class Stage:
     name: str
     playbook: str  # relative to settings.PLAYBOOKS_DIR, or absolute
-    description: str
+    # Lazy text, in the reader's language: not part of what makes two stages equal.
+    description: str = field(compare=False)
     roles: frozenset[str] = ALL_ROLES
     vars_provider: Callable | None = field(default=None, compare=False)
     validate: Callable | None = field(default=None, compare=False)
@@ -100,36 +102,36 @@ def _firmware_baselines(nodes) -> list[str]:
 
 DEFAULT = Catalogue([
     Stage("firmware", "stages/firmware.yml",
-          "BIOS settings over each node's BMC (Redfish): the platform baseline, checked against the "
-          "attribute registry, changed attributes read back.",
+          _("BIOS settings over each node's BMC (Redfish): the platform baseline, checked against the "
+           "attribute registry, changed attributes read back."),
           validate=_firmware_baselines),
     Stage("os", "stages/os.yml",
-          "Kernel command line (IOMMU passthrough, nouveau off), memlock limits for RDMA, CPU governor, "
-          "chrony, PCIe ACS off on bridges at boot."),
+          _("Kernel command line (IOMMU passthrough, nouveau off), memlock limits for RDMA, CPU governor, "
+           "chrony, PCIe ACS off on bridges at boot.")),
     Stage("gpu", "stages/gpu.yml",
-          "NVIDIA driver, persistence daemon, fabric manager (NVSwitch), DCGM; verified through NVML.",
+          _("NVIDIA driver, persistence daemon, fabric manager (NVSwitch), DCGM; verified through NVML."),
           roles=frozenset({"gpu"})),
     Stage("fabric", "stages/fabric.yml",
-          "RDMA stack and InfiniBand tools, the subnet manager (opensm with priority, or the site's "
-          "external one), IPoIB interfaces with partition keys; every port verified Active, LinkUp, at "
-          "the platform's rate, error counters below thresholds.",
+          _("RDMA stack and InfiniBand tools, the subnet manager (opensm with priority, or the site's "
+           "external one), IPoIB interfaces with partition keys; every port verified Active, LinkUp, at "
+           "the platform's rate, error counters below thresholds."),
           vars_provider=stage_vars.fabric_stage_vars),
     Stage("gpudirect", "stages/gpudirect.yml",
-          "GPUDirect RDMA (nvidia-peermem) and Storage (nvidia-fs, cufile.json, gdscheck -p enforced); "
-          "each GPU's nearest HCA from the topology recorded and checked against the platform.",
+          _("GPUDirect RDMA (nvidia-peermem) and Storage (nvidia-fs, cufile.json, gdscheck -p enforced); "
+           "each GPU's nearest HCA from the topology recorded and checked against the platform."),
           roles=frozenset({"gpu"}), vars_provider=stage_vars.gpudirect_stage_vars),
     Stage("storage", "stages/storage.yml",
-          "Parallel filesystem clients (Lustre over o2ib, BeeGFS with RDMA, NFS over RDMA) as systemd "
-          "mount units, each verified with its declared options, and a throughput smoke test.",
+          _("Parallel filesystem clients (Lustre over o2ib, BeeGFS with RDMA, NFS over RDMA) as systemd "
+           "mount units, each verified with its declared options, and a throughput smoke test."),
           vars_provider=stage_vars.storage_stage_vars),
     Stage("workloads", "stages/workloads.yml",
-          "Slurm for the training pool (slurm.conf, gres.conf, cgroup.conf, munge key, node health "
-          "check) and the Kubernetes inference pool (GPU operator values, time-slicing, labels, taints).",
+          _("Slurm for the training pool (slurm.conf, gres.conf, cgroup.conf, munge key, node health "
+           "check) and the Kubernetes inference pool (GPU operator values, time-slicing, labels, taints)."),
           vars_provider=stage_vars.workloads_stage_vars),
     Stage("acceptance", "stages/acceptance.yml",
-          "The result checked against the platform's expectations: GPUs, driver, persistence, NVLink, "
-          "BIOS values, the settings of the other stages, the fabric, GPUDirect, NCCL and InfiniBand "
-          "bandwidth, DCGM diagnostics and XID errors."),
+          _("The result checked against the platform's expectations: GPUs, driver, persistence, NVLink, "
+           "BIOS values, the settings of the other stages, the fabric, GPUDirect, NCCL and InfiniBand "
+           "bandwidth, DCGM diagnostics and XID errors.")),
 ])
 
 

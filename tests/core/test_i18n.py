@@ -253,3 +253,29 @@ def test_the_api_answers_in_english_whatever_the_client_asks(make_user):
     assert refused.json()["error"]["message"] == "Your role does not allow this."
     record = AuditRecord.objects.filter(event="access.denied").latest("sequence")
     assert record.reason == "Your role does not allow this."
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("idle_seconds", "expected"), [
+    (60, "Сеанс завершён из-за бездействия (1 минута); войдите снова."),
+    (120, "Сеанс завершён из-за бездействия (2 минуты); войдите снова."),
+    (300, "Сеанс завершён из-за бездействия (5 минут); войдите снова."),
+])
+def test_the_session_ending_notice_is_russian_with_the_right_plural(users, settings, idle_seconds, expected):
+    settings.SESSION_IDLE_TIMEOUT = idle_seconds
+    client = Client(**RUSSIAN)
+    assert client.post("/accounts/login/", {"username": "viewer-user", "password": PASSWORD}).status_code == 302
+    session = client.session
+    session["_last_activity"] -= idle_seconds + 1
+    session.save()
+    response = client.get("/inventory/nodes/", follow=True)
+    assert expected in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_stage_catalogue_describes_the_stages_in_russian(make_user, inventory):
+    client = Client()
+    client.force_login(make_user(Role.OPERATOR, "otto"))
+    page = client.get("/provisioning/", **RUSSIAN).content.decode()
+    assert "Драйвер NVIDIA, persistence daemon, fabric manager (NVSwitch), DCGM; проверка через NVML." in page
+    assert "NVIDIA driver, persistence daemon" not in page
