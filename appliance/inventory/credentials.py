@@ -15,6 +15,7 @@ from pathlib import Path
 from cryptography import x509
 from django.db import transaction
 from django.db.models import ProtectedError
+from django.utils.translation import gettext as _
 
 from appliance.core import context
 from appliance.core.roles import can
@@ -27,7 +28,8 @@ MAX_SECRET_LENGTH = 1024
 
 
 class CredentialError(ValueError):
-    """A request about a credential that cannot be done; `field` names the offending input."""
+    """A request about a credential that cannot be done; `field` names the offending input. The message
+    is in the reader's language (the API's and the command line's are English)."""
 
     def __init__(self, message: str, field: str = ""):
         super().__init__(message)
@@ -59,21 +61,21 @@ def check_name(name: str) -> str:
 
 def check_secret(secret: str) -> str:
     if not isinstance(secret, str) or not secret:
-        raise CredentialError("the secret is empty", "secret")
+        raise CredentialError(_("the secret is empty"), "secret")
     if len(secret) > MAX_SECRET_LENGTH:
-        raise CredentialError(f"the secret is longer than {MAX_SECRET_LENGTH} characters", "secret")
+        raise CredentialError(_("the secret is longer than %(max)d characters") % {"max": MAX_SECRET_LENGTH}, "secret")
     if any(ord(c) < 32 or ord(c) == 127 for c in secret):
-        raise CredentialError("the secret holds a control character (a line break?)", "secret")
+        raise CredentialError(_("the secret holds a control character (a line break?)"), "secret")
     return secret
 
 
 def check_username(username: str) -> str:
     if not isinstance(username, str) or not username.strip():
-        raise CredentialError("the user name is empty", "username")
+        raise CredentialError(_("the user name is empty"), "username")
     username = username.strip()
     if len(username) > 100 or any(ord(c) < 32 or ord(c) == 127 or c == ":" for c in username):
-        raise CredentialError(f"{username!r} is not a user name (at most 100 characters, no ':' or control "
-                              "characters)", "username")
+        raise CredentialError(_("%(username)r is not a user name (at most 100 characters, no ':' or control "
+                                "characters)") % {"username": username}, "username")
     return username
 
 
@@ -90,13 +92,13 @@ def check_ca_file(path: str) -> str:
         return ""
     candidate = Path(path)
     if not candidate.is_absolute():
-        raise CredentialError(f"{path!r} is not an absolute path", "ca_file")
+        raise CredentialError(_("%(path)r is not an absolute path") % {"path": path}, "ca_file")
     try:
         x509.load_pem_x509_certificates(candidate.read_bytes())
     except OSError as exc:
         raise CredentialError(f"{path}: {exc.strerror}", "ca_file") from None
     except ValueError:
-        raise CredentialError(f"{path} holds no PEM certificate", "ca_file") from None
+        raise CredentialError(_("%(path)s holds no PEM certificate") % {"path": path}, "ca_file") from None
     return str(candidate)
 
 
@@ -107,7 +109,7 @@ def check_ca_file(path: str) -> str:
 def get(name: str) -> Credential:
     credential = Credential.objects.filter(name=name).first()
     if credential is None:
-        raise CredentialError(f"no credential named {name!r}", "name")
+        raise CredentialError(_("no credential named %(name)r") % {"name": name}, "name")
     return credential
 
 
@@ -116,7 +118,7 @@ def create(name: str, *, username: str, secret: str, endpoints: list[str] = (), 
            ca_file: str = "") -> Credential:
     name = check_name(name)
     if Credential.objects.filter(name=name).exists():
-        raise CredentialError(f"a credential named {name!r} exists already", "name")
+        raise CredentialError(_("a credential named %(name)r exists already") % {"name": name}, "name")
     bound = []
     for value in endpoints:
         endpoint = check_endpoint(value)
@@ -135,7 +137,7 @@ def update(name: str, *, username: str | None = None, secret: str | None = None,
     """Change the given fields (None: keep); `endpoints` replaces the whole binding."""
     credential = Credential.objects.select_for_update().filter(name=name).first()
     if credential is None:
-        raise CredentialError(f"no credential named {name!r}", "name")
+        raise CredentialError(_("no credential named %(name)r") % {"name": name}, "name")
     if username is not None:
         credential.username = check_username(username)
     if secret is not None:
@@ -166,7 +168,8 @@ def unbind(name: str, endpoints: list[str]) -> Credential:
     removed = {check_endpoint(value) for value in endpoints}
     missing = sorted(removed - set(credential.endpoints))
     if missing:
-        raise CredentialError(f"credential {name} is not bound to {', '.join(missing)}", "endpoints")
+        raise CredentialError(_("credential %(name)s is not bound to %(endpoints)s") % {
+            "name": name, "endpoints": ", ".join(missing)}, "endpoints")
     return update(name, endpoints=[e for e in credential.endpoints if e not in removed])
 
 
@@ -177,8 +180,8 @@ def delete(name: str) -> None:
         credential.delete()
     except ProtectedError:
         users = sorted(BMC.objects.filter(credential=credential).values_list("node__name", flat=True))
-        raise CredentialError(f"credential {name} is used by the BMC of {', '.join(users)}: change the site "
-                              "definition first", "name") from None
+        raise CredentialError(_("credential %(name)s is used by the BMC of %(nodes)s: change the site "
+                                "definition first") % {"name": name, "nodes": ", ".join(users)}, "name") from None
 
 
 # --------------------------------------------------------------------------------------------------
