@@ -2,14 +2,18 @@
 
 from django.db import models, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
-from appliance.audit import record
 from appliance.audit.tracking import AuditedModel
 from appliance.core.fields import EncryptedTextField
 from appliance.core.models import TimestampedModel
+from appliance.core.roles import can
 
 from .choices import ComponentKind, HealthStatus, NodeRole
-from .states import NodeState, check_transition
+from .states import NODE_MACHINE, OVERRIDE_CAPABILITY, NodeState, StateOverrideRefused, is_by_hand
+
+# How a state an Administrator declared is shown, wherever the state shows.
+SET_BY_HAND = gettext_lazy("set by hand")
 
 
 class Platform(AuditedModel, TimestampedModel):
@@ -82,6 +86,9 @@ class Node(AuditedModel, TimestampedModel):
     state = models.CharField(max_length=20, choices=NodeState.choices, default=NodeState.NEW)
     state_changed = models.DateTimeField(default=timezone.now)
     state_reason = models.TextField(blank=True)
+    # Set by an Administrator (not proven by a run): who. The reason is state_reason, when state_changed.
+    state_by_hand = models.BooleanField(default=False)
+    state_set_by = models.CharField(max_length=150, blank=True)
     sysroot = models.CharField(max_length=500, blank=True, help_text="simulated node's root directory; empty on real nodes")
     facts = models.JSONField(default=dict, blank=True, help_text="facts discovered by provisioning")
 
@@ -91,16 +98,35 @@ class Node(AuditedModel, TimestampedModel):
     def __str__(self):
         return self.name
 
-    @transaction.atomic
-    def transition(self, target: str, reason: str = "") -> None:
-        """Move to `target` if the transition table allows it (raises InvalidTransition otherwise)."""
-        locked = type(self).objects.select_for_update().get(pk=self.pk)
-        check_transition(locked.state, target)
-        previous = locked.state
-        self.state, self.state_reason, self.state_changed = target, reason, timezone.now()
-        super(AuditedModel, self).save(update_fields=["state", "state_reason", "state_changed", "updated"])
-        record("inventory.node.transition", target=self,
-               details={"from": previous, "to": target, "reason": reason})
+    def transition(self, target: str, reason: str = "", *, by=None) -> str:
+        """Move to `target` if the transition table allows it (raises InvalidTransition otherwise); one audit
+        record. A move BY_HAND declares (Ready without a run) needs `by`, a user holding nodes.override_state,
+        and a reason; the node then says who set it by hand. Any other move ends "set by hand".
+        Returns the state it left."""
+        with transaction.atomic():
+            current = type(self)._base_manager.select_for_update().only("state").get(pk=self.pk).state
+            by_hand = is_by_hand(current, target)
+            if by_hand:
+                _check_override(by, reason, current, target)
+            self.state_by_hand = by_hand
+            self.state_set_by = by.get_username() if by_hand else ""
+            return NODE_MACHINE.transition(self, target, reason, also=("state_by_hand", "state_set_by"),
+                                           details={"by_hand": True, "set_by": self.state_set_by} if by_hand else None)
+
+    @property
+    def state_label(self) -> str:
+        """The state as people read it: "Ready (set by hand)" when an Administrator declared it."""
+        label = NodeState(self.state).label
+        return f"{label} ({SET_BY_HAND})" if self.state_by_hand else label
+
+
+def _check_override(user, reason: str, current: str, target: str) -> None:
+    if user is None or not can(user, OVERRIDE_CAPABILITY):
+        raise StateOverrideRefused(
+            f"node state {current} to {target} without a run is set by hand, which only an Administrator "
+            f"({OVERRIDE_CAPABILITY}) may do")
+    if not reason.strip():
+        raise StateOverrideRefused(f"reason: required to set a node {target} by hand")
 
 
 class Credential(AuditedModel, TimestampedModel):

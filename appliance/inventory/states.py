@@ -1,22 +1,31 @@
-"""A node's provisioning states and the transitions allowed between them: one explicit table."""
+"""A node's provisioning states and the transitions allowed between them: one explicit table, run by
+the shared state machine (appliance.core.statemachine)."""
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from appliance.audit.services import record
+from appliance.core.statemachine import InvalidTransition, StateMachine
+
+__all__ = ["NodeState", "TRANSITIONS", "FAILED_TWIN", "BY_HAND", "NODE_MACHINE", "InvalidTransition",
+           "StateOverrideRefused", "check_transition", "is_by_hand"]
 
 
 class NodeState(models.TextChoices):
-    NEW = "new", "New"
-    PROVISIONING = "provisioning", "Provisioning"
-    READY = "ready", "Ready"
-    FAILED = "failed", "Failed"
-    MAINTENANCE = "maintenance", "Maintenance"
-    RETIRED = "retired", "Retired"
+    NEW = "new", _("New")
+    PROVISIONING = "provisioning", _("Provisioning")
+    READY = "ready", _("Ready")
+    FAILED = "failed", _("Failed")
+    MAINTENANCE = "maintenance", _("Maintenance")
+    RETIRED = "retired", _("Retired")
 
 
 TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
     NodeState.NEW: frozenset({NodeState.PROVISIONING, NodeState.MAINTENANCE, NodeState.RETIRED}),
     NodeState.PROVISIONING: frozenset({NodeState.READY, NodeState.FAILED}),
     NodeState.READY: frozenset({NodeState.PROVISIONING, NodeState.MAINTENANCE, NodeState.RETIRED}),
-    NodeState.FAILED: frozenset({NodeState.PROVISIONING, NodeState.MAINTENANCE, NodeState.RETIRED}),
+    # failed -> ready only by hand (BY_HAND): a run goes through provisioning.
+    NodeState.FAILED: frozenset({NodeState.PROVISIONING, NodeState.READY, NodeState.MAINTENANCE, NodeState.RETIRED}),
     NodeState.MAINTENANCE: frozenset({NodeState.PROVISIONING, NodeState.READY, NodeState.RETIRED}),
     NodeState.RETIRED: frozenset({NodeState.NEW}),
 }
@@ -24,13 +33,26 @@ TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
 # A state that outlives its deadline is moved to its failed twin by the watchdog.
 FAILED_TWIN: dict[NodeState, NodeState] = {NodeState.PROVISIONING: NodeState.FAILED}
 
+# Ready that a run did not reach (from provisioning) is declared by a person: an Administrator (the
+# capability nodes.override_state), with a reason; the node then says "set by hand" wherever it shows.
+BY_HAND: dict[NodeState, frozenset[NodeState]] = {
+    NodeState.READY: frozenset({NodeState.FAILED, NodeState.MAINTENANCE}),
+}
+OVERRIDE_CAPABILITY = "nodes.override_state"
 
-class InvalidTransition(ValueError):
-    pass
+
+class StateOverrideRefused(InvalidTransition):
+    """A state set by hand without the capability or a reason it needs."""
+
+
+def is_by_hand(current: str, target: str) -> bool:
+    return NodeState(current) in BY_HAND.get(NodeState(target), frozenset())
+
+
+NODE_MACHINE = StateMachine(
+    label="node state", choices=NodeState, transitions=TRANSITIONS, failed_twin=FAILED_TWIN, record=record,
+    event="inventory.node.transition", reason_field="state_reason", changed_field="state_changed")
 
 
 def check_transition(current: str, target: str) -> None:
-    current, target = NodeState(current), NodeState(target)
-    if target not in TRANSITIONS[current]:
-        allowed = ", ".join(sorted(TRANSITIONS[current])) or "none"
-        raise InvalidTransition(f"node state cannot go from {current} to {target} (allowed: {allowed})")
+    NODE_MACHINE.check(current, target)

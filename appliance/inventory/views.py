@@ -5,8 +5,9 @@ import hashlib
 
 from django import forms
 from django.contrib import messages
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 from django.views import View
 from django.views.generic import DetailView, ListView, TemplateView
 
@@ -14,9 +15,16 @@ from appliance.core.permissions import CapabilityMixin
 from appliance.core.roles import can
 
 from . import credentials
+from .choices import ComponentKind, HealthStatus
 from .filtersets import NodeFilterSet
-from .models import BMC, Credential, Node, Pool, PoolMembership
-from .states import TRANSITIONS, InvalidTransition, NodeState
+from .models import BMC, Credential, HealthCheck, Node, Pool, PoolMembership
+from .states import (
+    BY_HAND,
+    OVERRIDE_CAPABILITY,
+    TRANSITIONS,
+    InvalidTransition,
+    NodeState,
+)
 
 
 class NodeListView(CapabilityMixin, ListView):
@@ -27,7 +35,9 @@ class NodeListView(CapabilityMixin, ListView):
 
     def get_queryset(self):
         queryset = Node.objects.select_related("appliance", "platform", "pool_membership__pool").annotate(
-            gpu_count=Count("gpus", distinct=True)).order_by("name")
+            gpu_count=Count("gpus", distinct=True),
+            failing_checks=Count("health_checks", filter=Q(health_checks__status=HealthStatus.FAILING), distinct=True),
+        ).order_by("name")
         self.filterset = NodeFilterSet(self.request.GET, queryset=queryset)
         return self.filterset.qs
 
@@ -67,16 +77,65 @@ class NodeDetailView(CapabilityMixin, DetailView):
             bmc = node.bmc
         except BMC.DoesNotExist:
             bmc = None
+        checks = _health_by_component(node)
+        gpus = list(node.gpus.all())
+        for gpu in gpus:
+            gpu.health = _ComponentHealth(checks.get((ComponentKind.GPU, str(gpu.index)), []))
         ports = [port for hca in node.hcas.prefetch_related("ports__closest_gpu") for port in hca.ports.all()]
+        for port in ports:
+            port.health = _ComponentHealth(checks.get((ComponentKind.HCA_PORT, f"{port.hca.device}/{port.port}"), []))
+        known = {(ComponentKind.GPU, str(g.index)) for g in gpus} | {
+            (ComponentKind.HCA_PORT, f"{p.hca.device}/{p.port}") for p in ports}
+        user = self.request.user
+        may_change, may_override = can(user, "inventory.change"), can(user, OVERRIDE_CAPABILITY)
+        current = NodeState(node.state)
+        by_hand = {target for target, sources in BY_HAND.items() if current in sources}
         context.update(
-            gpus=node.gpus.all(),
+            gpus=gpus,
             ports=ports,
+            mounts=[_ComponentHealth(rows) for key, rows in checks.items() if key[0] == ComponentKind.MOUNT],
+            node_checks=sorted(checks.get((ComponentKind.NODE, ""), []), key=lambda row: (row.status != "failing", row.name)),
+            # Rows of parts the inventory no longer lists (a GPU pruned by an import, a port renamed).
+            other_checks=[row for key, rows in checks.items() if key[0] in (ComponentKind.GPU, ComponentKind.HCA_PORT)
+                          and key not in known for row in rows],
+            health=_summary(checks),
             bmc=bmc,
             pool=pool,
-            transitions=[NodeState(s) for s in sorted(TRANSITIONS[NodeState(node.state)])]
-            if can(self.request.user, "inventory.change") else [],
+            transitions=[NodeState(s) for s in sorted(TRANSITIONS[current]) if s not in by_hand] if may_change else [],
+            by_hand_transitions=[NodeState(s) for s in sorted(by_hand)] if may_override else [],
         )
         return context
+
+
+def _health_by_component(node) -> dict[tuple[str, str], list[HealthCheck]]:
+    checks: dict[tuple[str, str], list[HealthCheck]] = {}
+    for row in HealthCheck.objects.filter(node=node).order_by("component_kind", "component_id", "name"):
+        checks.setdefault((row.component_kind, row.component_id), []).append(row)
+    return checks
+
+
+def _summary(checks: dict) -> dict:
+    rows = [row for group in checks.values() for row in group]
+    return {status: sum(1 for row in rows if row.status == status) for status in HealthStatus.values}
+
+
+class _ComponentHealth:
+    """A part's checks and its verdict: failing if one fails, ok when every check passed, else unknown."""
+
+    def __init__(self, rows: list[HealthCheck]):
+        self.rows = rows
+        self.failing = [row for row in rows if row.status == HealthStatus.FAILING]
+        if self.failing:
+            self.status = HealthStatus.FAILING
+        elif rows and all(row.status == HealthStatus.OK for row in rows):
+            self.status = HealthStatus.OK
+        else:
+            self.status = HealthStatus.UNKNOWN
+        self.label = rows[0].component_label or rows[0].component_id if rows else ""
+
+    @property
+    def status_label(self):
+        return HealthStatus(self.status).label if self.rows else _("not checked")
 
 
 class NodeTransitionView(CapabilityMixin, View):
@@ -87,14 +146,15 @@ class NodeTransitionView(CapabilityMixin, View):
         node = get_object_or_404(Node, name=name)
         target, reason = request.POST.get("state", ""), request.POST.get("reason", "").strip()[:2000]
         if target not in NodeState.values:
-            messages.error(request, f"state: {target!r} is not a node state")
+            messages.error(request, _("state: %(state)r is not a node state") % {"state": target})
         else:
             try:
-                node.transition(target, reason)
+                node.transition(target, reason, by=request.user)
             except InvalidTransition as exc:
                 messages.error(request, str(exc))
             else:
-                messages.success(request, f"{node.name} is now {NodeState(target).label.lower()}.")
+                messages.success(request, _("%(node)s is now %(state)s.") % {
+                    "node": node.name, "state": str(node.state_label).lower()})
         return redirect("inventory:node-detail", name=node.name)
 
 
