@@ -6,23 +6,25 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from . import chain
 from .tracking import AuditedModel
 
 
 class Outcome(models.TextChoices):
-    SUCCESS = "success", "Success"
-    FAILURE = "failure", "Failure"
-    DENIED = "denied", "Denied"
+    # The values are what records, exports and the API say; the labels are the portal's.
+    SUCCESS = "success", _("Success")
+    FAILURE = "failure", _("Failure")
+    DENIED = "denied", _("Denied")
 
 
 class Channel(models.TextChoices):
-    WEB = "web", "Web"
+    WEB = "web", _("Web")
     API = "api", "API"
-    CLI = "cli", "CLI"
-    TASK = "task", "Task"
-    SYSTEM = "system", "System"
+    CLI = "cli", _("CLI")
+    TASK = "task", _("Task")
+    SYSTEM = "system", _("System")
 
 
 class AuditRecord(models.Model):
