@@ -11,6 +11,7 @@ is recorded explicitly by appliance.provisioning.services with audit.record.
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from appliance.audit.tracking import AuditedModel
 from appliance.core.models import TimestampedModel
@@ -21,9 +22,9 @@ from .states import RUN_FINISHED, RUN_MACHINE, STAGE_FINISHED, STAGE_MACHINE, Ru
 
 class Run(AuditedModel, TimestampedModel):
     class Kind(models.TextChoices):
-        BOOTSTRAP = "bootstrap", "Bootstrap (every stage)"
-        STAGES = "stages", "Some stages"
-        NODE = "node", "One stage on some nodes"
+        BOOTSTRAP = "bootstrap", _("Bootstrap (every stage)")
+        STAGES = "stages", _("Some stages")
+        NODE = "node", _("One stage on some nodes")
 
     # The heartbeat moves every few seconds; its history is not an action anyone took.
     audit_exclude = ("created", "updated", "heartbeat_at")

@@ -5,6 +5,7 @@ success. The tables drive appliance.core.statemachine, which records one audit e
 """
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from appliance.audit.services import record
 from appliance.core.statemachine import InvalidTransition, StateMachine
@@ -15,20 +16,20 @@ __all__ = ["InvalidTransition", "RunState", "StageState", "RUN_MACHINE", "STAGE_
 
 
 class RunState(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 class StageState(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    SKIPPED = "skipped", "Skipped"
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+    SKIPPED = "skipped", _("Skipped")
 
 
 RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
