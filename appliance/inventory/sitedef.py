@@ -17,6 +17,13 @@ from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.reader import ReaderError
 
 from . import sitevalues, tunables, yamllimits
+from .choices import (
+    DEFAULT_OPENSM_PRIORITY,
+    NODE_ROLES,
+    OPENSM_PRIORITY_MAX,
+    OPENSM_PRIORITY_MIN,
+    SubnetManagerKind,
+)
 from .endpoints import endpoint_of
 
 # --------------------------------------------------------------------------------------------------
@@ -306,12 +313,11 @@ NAME_WHAT = "a name (lower-case letters, digits and '-', at most 63 characters)"
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 PKEY = re.compile(r"^0x[0-9a-fA-F]{1,4}$")
 
-NODE_ROLES = ("gpu", "storage", "management", "login")
 NETWORK_KINDS = ("ipoib", "management", "bmc")
 FILESYSTEM_TYPES = ("lustre", "beegfs", "nfs-rdma")
 POOL_KINDS = ("training", "inference")
 SWITCH_KINDS = ("infiniband", "ethernet")
-SUBNET_MANAGERS = ("opensm", "external")
+SUBNET_MANAGERS = tuple(SubnetManagerKind.values)
 
 
 # Keys of a BMC that once held a login or a path to one: each gets its own answer, the same whatever
@@ -747,7 +753,8 @@ class _Parser:
                     if spec is not None and not spec.ports:
                         node.error(f"node {node_name} has no InfiniBand port to run opensm on")
                 result["subnet_manager"]["node"] = node_name
-            priority = sm["priority"].integer(0, 15) if "priority" in sm else 0
+            priority = (sm["priority"].integer(OPENSM_PRIORITY_MIN, OPENSM_PRIORITY_MAX) if "priority" in sm
+                        else DEFAULT_OPENSM_PRIORITY)
             result["subnet_manager"]["priority"] = priority
         elif kind == "external":
             for key in ("node", "priority"):

@@ -19,11 +19,12 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
+from appliance.inventory.choices import NODE_ROLES
 from appliance.partitioning.renderers import stage_vars
 
 from . import baseline
 
-ALL_ROLES = frozenset({"gpu", "storage", "management", "login"})
+ALL_ROLES = frozenset(NODE_ROLES)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from appliance.inventory.choices import DEFAULT_OPENSM_PRIORITY, OPENSM_PRIORITY_MAX, OPENSM_PRIORITY_MIN
+
 from .quoting import file_name, word
 from .site import NetworkView, NodeView, RenderError, SiteView
 
@@ -45,12 +47,12 @@ def subnet_manager(site: SiteView) -> dict:
     sm = dict(site.fabric.get("subnet_manager") or site.settings.get("subnet_manager") or {})
     if not sm:
         # The appliance runs its own SM on the management node unless the site says otherwise.
-        sm = {"kind": "opensm", "node": site.management_node.name, "priority": 15}
+        sm = {"kind": "opensm", "node": site.management_node.name, "priority": DEFAULT_OPENSM_PRIORITY}
     if sm.get("kind") not in ("opensm", "external"):
         raise RenderError(f"fabric.subnet_manager.kind {sm.get('kind')!r}: expected opensm or external")
     if sm["kind"] == "opensm":
         site.node(sm.get("node") or "")
-        sm.setdefault("priority", 15)
+        sm.setdefault("priority", DEFAULT_OPENSM_PRIORITY)
     return sm
 
 
@@ -73,8 +75,9 @@ def render_opensm_conf(site: SiteView, pin_guid: bool = True) -> str:
         raise RenderError("the site's subnet manager is external: no opensm.conf to render")
     node = site.node(sm["node"])
     priority = int(sm["priority"])
-    if not 0 <= priority <= 15:
-        raise RenderError(f"fabric.subnet_manager.priority {priority}: opensm priorities are 0-15")
+    if not OPENSM_PRIORITY_MIN <= priority <= OPENSM_PRIORITY_MAX:
+        raise RenderError(f"fabric.subnet_manager.priority {priority}: opensm priorities are "
+                          f"{OPENSM_PRIORITY_MIN}-{OPENSM_PRIORITY_MAX}")
     lines = [HEADER.rstrip("\n")]
     guid = sm_port_guid(node) if pin_guid else ""
     if guid:

@@ -14,6 +14,7 @@ from pathlib import Path
 from django.conf import settings
 
 from appliance.core.files import create_once
+from appliance.inventory.choices import DEFAULT_STORAGE_CLIENT_ROLES
 
 from . import fabric, gpudirect, kubernetes, slurm, storage
 from .site import RenderError, SiteView, site_view
@@ -75,7 +76,7 @@ def expected_affinity(node) -> dict[str, str]:
 
 
 def storage_client_roles(site: SiteView) -> list[str]:
-    return list((site.settings.get("storage") or {}).get("client_roles") or ["gpu", "login"])
+    return list((site.settings.get("storage") or {}).get("client_roles") or DEFAULT_STORAGE_CLIENT_ROLES)
 
 
 def smoke_test_gates(appliance_settings: dict) -> dict:
