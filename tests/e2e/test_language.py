@@ -1,0 +1,51 @@
+"""The portal in Russian, as a Russian operator meets it: their browser's language first, then the
+switch in the frame, which holds across pages and over their browser's choice."""
+
+import pytest
+
+from appliance.core.roles import Role
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def russian_page(browser, live_server):
+    context = browser.new_context(base_url=live_server.url, locale="ru-RU", viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def test_a_russian_browser_gets_russian_and_the_switch_changes_it(russian_page, users):
+    from tests.conftest import PASSWORD
+
+    page = russian_page
+    page.goto("/accounts/login/")
+    assert page.locator("html").get_attribute("lang") == "ru"
+    assert page.locator("h1").inner_text() == "Войти"
+
+    page.fill("#id_username", users[Role.OPERATOR].username)
+    page.fill("#id_password", PASSWORD)
+    page.locator("main button[type=submit]").click()
+    page.wait_for_url("**/")
+    assert page.get_by_test_id("current-role").inner_text() == "Оператор"
+    assert page.locator("h1").first.inner_text() == "Обзор"
+
+    # The frame's switch: English, kept on the next page although the browser still asks for Russian.
+    switch = page.locator("form[data-language-switch]").first
+    switch.locator("select[name=language]").select_option("en")
+    switch.locator("button").click()
+    page.wait_for_load_state()
+    assert page.locator("html").get_attribute("lang") == "en"
+    assert page.get_by_test_id("current-role").inner_text() == "Operator"
+    page.goto("/provisioning/")
+    assert page.locator("html").get_attribute("lang") == "en"
+    assert page.locator("h1").first.inner_text() == "Provisioning"
+
+    switch = page.locator("form[data-language-switch]").first
+    switch.locator("select[name=language]").select_option("ru")
+    switch.locator("button").click()
+    page.wait_for_load_state()
+    assert page.url.endswith("/provisioning/")
+    assert page.locator("h1").first.inner_text() == "Развёртывание"
