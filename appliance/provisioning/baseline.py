@@ -1,8 +1,13 @@
 """The BIOS baseline of a platform, checked against the platform's attribute registry before anything
 is sent to a BMC: an unknown attribute or a value the registry does not allow is an error naming the
 platform file and line (firmware/platforms/<file>:<line>).
+
+The rules are the playbook module's own (playbooks/module_utils/appliance_bios_registry.py, plain
+Python that runs on the node side too): what passes here is what the redfish_bios module accepts.
 """
 
+import functools
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,30 +54,14 @@ def _line_of(mapping, key) -> int:
         return getattr(getattr(mapping, "lc", None), "line", -1) + 1
 
 
-def _value_error(attribute: str, value, spec: dict, registry: str) -> str | None:
-    kind = spec.get("type", "Enumeration")
-    if kind == "Enumeration":
-        allowed = [str(v) for v in spec.get("values", [])]
-        if str(value) not in allowed:
-            return (f"BIOS attribute {attribute}: {value!r} is not allowed by {registry} "
-                    f"(allowed: {', '.join(allowed)})")
-    elif kind == "Integer":
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f"BIOS attribute {attribute}: {value!r} is not an integer ({registry})"
-        low, high = spec.get("min"), spec.get("max")
-        if (low is not None and value < low) or (high is not None and value > high):
-            return f"BIOS attribute {attribute}: {value} is outside {low}..{high} ({registry})"
-    elif kind == "String":
-        if not isinstance(value, str):
-            return f"BIOS attribute {attribute}: {value!r} is not text ({registry})"
-        if spec.get("max_length") is not None and len(value) > spec["max_length"]:
-            return f"BIOS attribute {attribute}: longer than {spec['max_length']} characters ({registry})"
-    elif kind == "Boolean":
-        if not isinstance(value, bool):
-            return f"BIOS attribute {attribute}: {value!r} is not true/false ({registry})"
-    else:
-        return f"BIOS attribute {attribute}: type {kind!r} in {registry} is not one this suite knows"
-    return None
+@functools.cache
+def bios_rules():
+    """The BIOS validator of the playbooks (module_utils/appliance_bios_registry.py), loaded from its file."""
+    path = Path(settings.PLAYBOOKS_DIR) / "module_utils" / "appliance_bios_registry.py"
+    spec = importlib.util.spec_from_file_location("appliance_bios_registry", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def validate_platform_file(path: Path) -> list[BaselineError]:
@@ -96,16 +85,14 @@ def validate_platform_file(path: Path) -> list[BaselineError]:
     baseline = bios.get("baseline") or {}
     if not hasattr(baseline, "items"):
         return [BaselineError(display, _line_of(bios, "baseline"), "bios.baseline: must be a mapping")]
+    if not hasattr(attributes, "items"):
+        return [BaselineError(registry_display, _line_of(registry, "attributes"), "attributes: must be a mapping")]
+    rules = bios_rules()
     for attribute, value in baseline.items():
-        line = _line_of(baseline, attribute)
-        spec = attributes.get(attribute)
-        if spec is None:
-            errors.append(BaselineError(display, line,
-                                        f"BIOS attribute {attribute} is not in the registry {registry_display}"))
-            continue
-        problem = _value_error(str(attribute), value, dict(spec), registry_display)
+        problem = rules.attribute_problem(str(attribute), value, attributes)
         if problem:
-            errors.append(BaselineError(display, line, problem))
+            errors.append(BaselineError(display, _line_of(baseline, attribute),
+                                        f"BIOS attribute {problem} ({registry_display})"))
     return errors
 
 

@@ -2,13 +2,21 @@
 # the platform's attribute registry, comparing it with what a BMC reports, and converging a BMC to it.
 #
 # Emulated and many real BMCs publish no attribute registry (or accept any value and fail later), so
-# every value is checked against firmware/registries/ BEFORE anything is sent.
+# every value is checked against firmware/registries/ BEFORE anything is sent, by the validator in
+# appliance_bios_registry (the controller's pre-flight check runs the same one).
 
 from __future__ import annotations
 
 try:
+    from ansible.module_utils.appliance_bios_registry import (  # noqa: F401  (validate_* are re-exported)
+        is_integer,
+        validate_baseline,
+        validate_value,
+        wire_baseline,
+    )
     from ansible.module_utils.appliance_redfish import RedfishError
 except ImportError:  # imported outside Ansible (unit tests put module_utils on sys.path)
+    from appliance_bios_registry import is_integer, validate_baseline, validate_value, wire_baseline  # noqa: F401
     from appliance_redfish import RedfishError
 
 SETTINGS_ANNOTATION = "@Redfish.Settings"
@@ -18,55 +26,22 @@ class BaselineError(Exception):
     """The baseline asks for something the registry or the BMC does not allow; nothing was sent."""
 
 
-def _is_integer(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def validate_value(name, value, definition):
-    """An error text when `value` is not allowed for attribute `name`, else None."""
-    kind = definition.get("type", "Enumeration")
-    if kind == "Enumeration":
-        allowed = [str(v) for v in definition.get("values", [])]
-        if not isinstance(value, str) or value not in allowed:
-            return f"{name}: {value!r} is not one of {', '.join(allowed)}"
-    elif kind == "Integer":
-        if not _is_integer(value):
-            return f"{name}: {value!r} is not an integer"
-        if "min" in definition and value < definition["min"]:
-            return f"{name}: {value} is below the minimum {definition['min']}"
-        if "max" in definition and value > definition["max"]:
-            return f"{name}: {value} is above the maximum {definition['max']}"
-    elif kind == "Boolean":
-        if not isinstance(value, bool):
-            return f"{name}: {value!r} is not a boolean"
-    elif kind == "String":
-        if not isinstance(value, str):
-            return f"{name}: {value!r} is not a string"
-        if "max_length" in definition and len(value) > definition["max_length"]:
-            return f"{name}: {value!r} is longer than {definition['max_length']} characters"
-    else:
-        return f"{name}: the registry gives the unknown type {kind!r}"
+def _as_number(value):
+    if is_integer(value):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
     return None
 
 
-def validate_baseline(baseline, registry):
-    """All errors of `baseline` ({attribute: value}) against `registry` ({attribute: definition})."""
-    errors = []
-    for name in sorted(baseline):
-        definition = registry.get(name)
-        if definition is None:
-            errors.append(f"{name}: unknown attribute (not in the BIOS attribute registry)")
-            continue
-        error = validate_value(name, baseline[name], definition)
-        if error:
-            errors.append(error)
-    return errors
-
-
 def same_value(wanted, reported):
-    # BMCs report enumerations as strings and integers as numbers, but some send numbers as strings.
-    if _is_integer(wanted) and isinstance(reported, str) and reported.strip().lstrip("-").isdigit():
-        return wanted == int(reported)
+    # BMCs report enumerations as strings and integers as numbers, but some send numbers as strings,
+    # and an enumeration of numbers (NumaNodesPerSocket "1") may come back either way.
+    if is_integer(wanted) != is_integer(reported) and not isinstance(wanted, bool) \
+            and not isinstance(reported, bool):
+        number = _as_number(wanted), _as_number(reported)
+        if None not in number:
+            return number[0] == number[1]
     return wanted == reported
 
 
@@ -115,6 +90,7 @@ def converge(client, baseline, registry, check_mode=False, system_id=None):
     errors = validate_baseline(baseline, registry)
     if errors:
         raise BaselineError("the BIOS baseline does not match the attribute registry: " + "; ".join(errors))
+    baseline = wire_baseline(baseline, registry)
 
     system, bios, current, pending = read_bios(client, system_id)
     missing = sorted(name for name in baseline if name not in current)
