@@ -5,6 +5,7 @@ tests call. See PROVISIONING-INTERFACES.md, sections 1 and 5, and DESIGN.md "The
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from ruamel.yaml import YAML
 
 from appliance import audit
 
-from . import bmc, hardware, nvml, packages
+from . import bmc, hardware, nvml, packages, ports
 from . import state as node_state
 from .tools import COMMANDS, kmod
 
@@ -67,12 +68,45 @@ def ensure_credentials() -> None:
 DEMO_CREDENTIAL = "demo-bmc"
 
 
+_QUOTED_URL = re.compile(r'"(https?://[^"]+)"')
+
+
+def _demo_nodes() -> list[dict]:
+    return YAML(typ="safe").load(Path(settings.DEMO_SITE).read_text())["nodes"]
+
+
+def demo_bmc_ports(refresh: bool = False) -> dict[str, int]:
+    """{node: port} of the demo's BMC emulators in this state directory, allocated on first use
+    (ports.py). With `refresh`, a port another process now holds is replaced by a free one."""
+    try:
+        return ports.allocate(settings.SIMULATION_DIR, [node["name"] for node in _demo_nodes()], refresh=refresh,
+                              serving=lambda name, port: bmc.running_pid(name) is not None)
+    except ports.PortError as exc:
+        raise SimulationError(f"BMC ports: {exc}") from None
+
+
+def demo_site_text(refresh: bool = False) -> str:
+    """The bundled demo site as this state directory imports it: each node's BMC URL names the port
+    allocated to its emulator here, so two simulated appliances on one machine never share one. Only
+    the port changes, on its own line: a message naming demo.yml:line still points at the right line."""
+    text = Path(settings.DEMO_SITE).read_text()
+    allocation = demo_bmc_ports(refresh)
+    served = {}
+    for node in _demo_nodes():
+        written = node["bmc"]["url"]
+        if text.count(f'"{written}"') != 1:
+            raise SimulationError(f"{settings.DEMO_SITE}: node {node['name']}: its BMC URL {written} must be "
+                                  "written once, in double quotes")
+        served[written] = f"https://127.0.0.1:{allocation[node['name']]}"
+    return _QUOTED_URL.sub(lambda match: f'"{served.get(match.group(1), match.group(1))}"', text)
+
+
 def demo_bmc_endpoints() -> list[str]:
-    """The BMC endpoints the bundled demo site names (its emulators' https://127.0.0.1:<port>)."""
+    """The endpoints of the demo's BMC emulators in this state directory (https://127.0.0.1:<port>)."""
     from appliance.inventory.endpoints import endpoint_of
 
-    site = YAML(typ="safe").load(Path(settings.DEMO_SITE).read_text())
-    return [endpoint_of(node["bmc"]["url"]) for node in site["nodes"]]
+    allocation = demo_bmc_ports()
+    return [endpoint_of(f"https://127.0.0.1:{allocation[node['name']]}") for node in _demo_nodes()]
 
 
 def ensure_demo_credential():

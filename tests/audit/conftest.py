@@ -1,5 +1,3 @@
-from pathlib import Path
-
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -24,7 +22,7 @@ def real_session(db, make_user, settings, tmp_path):
     inventory edits, a denied request, a logout."""
     from appliance.inventory.models import Appliance
     from appliance.inventory.services import import_site
-    from appliance.simulation.services import ensure_demo_credential
+    from appliance.simulation.services import demo_site_text, ensure_demo_credential
 
     admin = make_user("administrator", "alice")
     make_user("viewer", "victor")
@@ -37,7 +35,7 @@ def real_session(db, make_user, settings, tmp_path):
     (settings.SIMULATION_DIR / "ca").mkdir(parents=True)
     (settings.SIMULATION_DIR / "bmc-password").write_text(DEMO_BMC_PASSWORD + "\n")
     ensure_demo_credential()
-    import_site(Path(settings.DEMO_SITE).read_text(), "demo.yml")
+    import_site(demo_site_text(), "demo.yml")
 
     appliance = Appliance.objects.first()
     appliance.description = 'Rack "A" | row=3 \\ east ]'

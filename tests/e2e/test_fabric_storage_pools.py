@@ -8,7 +8,7 @@ import pytest
 from appliance.core.roles import Role
 from appliance.inventory.models import HCAPort, Node
 from appliance.inventory.services import import_site
-from appliance.simulation.services import ensure_demo_credential
+from appliance.simulation.services import demo_site_text, ensure_demo_credential
 from tests.e2e.conftest import screenshot
 
 pytestmark = pytest.mark.e2e
@@ -22,7 +22,7 @@ def demo(settings, tmp_path, db):
     (settings.SIMULATION_DIR / "ca").mkdir(parents=True)
     (settings.SIMULATION_DIR / "bmc-password").write_text("Demo-bmc-Pw-e2e-fabric\n")
     ensure_demo_credential()
-    appliance = import_site(Path(settings.DEMO_SITE).read_text(), "demo.yml").appliance
+    appliance = import_site(demo_site_text(), "demo.yml").appliance
     for port in HCAPort.objects.select_related("hca__node"):
         port.state, port.physical_state, port.rate_gbps = "Active", "LinkUp", 400
         port.guid = f"0x58a2e10300{port.pk:06x}"

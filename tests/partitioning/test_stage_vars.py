@@ -12,7 +12,7 @@ from appliance.audit.models import AuditRecord
 from appliance.inventory.models import Appliance
 from appliance.inventory.services import import_site
 from appliance.partitioning.renderers import site_view, stage_vars
-from appliance.simulation.services import ensure_demo_credential
+from appliance.simulation.services import demo_site_text, ensure_demo_credential
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def demo(db, tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "KEYS_DIR", tmp_path / "keys")
     # The demo site names the credential demo-bmc, which the bootstrap creates before importing it.
     ensure_demo_credential()
-    import_site(settings.DEMO_SITE.read_text(), str(settings.DEMO_SITE))
+    import_site(demo_site_text(), str(settings.DEMO_SITE))
     return Appliance.objects.get(name="demo")
 
 

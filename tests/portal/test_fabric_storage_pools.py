@@ -10,7 +10,7 @@ import pytest
 from appliance.core.roles import Role
 from appliance.inventory.models import GPU, HCAPort, Node, Pool
 from appliance.inventory.services import import_site
-from appliance.simulation.services import ensure_demo_credential
+from appliance.simulation.services import demo_site_text, ensure_demo_credential
 from tests.access import AccessMatrix, Endpoint
 from tests.sample_inventory import build_sample_inventory
 
@@ -28,7 +28,7 @@ def demo(settings, tmp_path):
     (settings.SIMULATION_DIR / "ca").mkdir(parents=True)
     (settings.SIMULATION_DIR / "bmc-password").write_text(DEMO_BMC_PASSWORD + "\n")
     ensure_demo_credential()
-    return import_site(Path(settings.DEMO_SITE).read_text(), "demo.yml").appliance
+    return import_site(demo_site_text(), "demo.yml").appliance
 
 
 def discover_ports(node_name: str, **overrides) -> None:

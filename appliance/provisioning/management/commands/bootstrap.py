@@ -5,6 +5,7 @@ failure (or a kill -9) continues from the first unfinished stage of the last boo
 """
 
 import io
+import os
 from pathlib import Path
 
 from django.conf import settings
@@ -19,11 +20,11 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from appliance.core import context, dispatch
 
-from ... import services
+from ... import services, terminal
+from ...catalogue import UnknownStage
 from ...catalogue import active as active_catalogue
 from ...models import AcceptanceReport, Run
 from ...states import RunState, StageState
@@ -41,14 +42,52 @@ class Command(BaseCommand):
         parser.add_argument("--only", metavar="STAGE[,STAGE]", help="run only these stages")
         parser.add_argument("--force", action="store_true", help="rerun stages an unfinished bootstrap completed")
         parser.add_argument("--no-input", action="store_true", dest="no_input", help="never ask anything")
+        parser.add_argument("--all", action="store_true", dest="all_checks",
+                            help="print every acceptance check, not only the failed ones and a summary per node")
 
-    def handle(self, *args, site=None, dry_run=False, from_stage=None, only=None, force=False, **options):
-        self.console = Console(file=self.stdout, highlight=False, soft_wrap=True)
+    def handle(self, *args, site=None, dry_run=False, from_stage=None, only=None, force=False, all_checks=False,
+               **options):
+        # Django's OutputWrapper ends every write with a newline: rich's live progress needs the stream itself.
+        stream = getattr(self.stdout, "_out", self.stdout)
+        plain = options.get("no_color") or bool(os.environ.get("NO_COLOR"))
+        self.console = Console(file=stream, highlight=False, soft_wrap=True,
+                               color_system=None if plain else "auto",
+                               force_terminal=True if options.get("force_color") and not plain else None)
+        self.all_checks = all_checks
+        # Everything the operator typed is checked before anything is changed: a wrong stage name or
+        # site path must not leave a migrated database, a new administrator or an imported site behind.
+        stages = [s.strip() for s in only.split(",") if s.strip()] if only else None
+        self._check_stages(stages, from_stage)
+        site_path = Path(site).resolve() if site else Path(settings.DEMO_SITE)
+        site_text = self._read_site(site_path)
         with context.acting_as(channel="cli"):
-            return self._bootstrap(site, dry_run, from_stage, only, force)
+            return self._bootstrap(site_path, site_text, dry_run, stages, from_stage, force)
+
+    @staticmethod
+    def _check_stages(stages, from_stage):
+        catalogue = active_catalogue()
+        valid = ", ".join(catalogue.names)
+        for option, names in (("--only", stages or []), ("--from", [from_stage] if from_stage else [])):
+            for name in names:
+                try:
+                    catalogue.get(name)
+                except UnknownStage:
+                    raise CommandError(f"{option}: unknown stage {name!r} (stages: {valid})", returncode=2) from None
+        if not catalogue.select(only=stages, start=from_stage):
+            raise CommandError(f"--only {','.join(stages)} --from {from_stage}: no stage left to run "
+                               f"(stages in order: {valid})", returncode=2)
+
+    @staticmethod
+    def _read_site(path: Path) -> str:
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise CommandError(f"--site {path}: {exc.strerror}", returncode=2) from None
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"--site {path}: not UTF-8 text (byte {exc.start})", returncode=2) from None
 
     # ----------------------------------------------------------------------------------------------
-    def _bootstrap(self, site, dry_run, from_stage, only, force):
+    def _bootstrap(self, site_path, site_text, dry_run, stages, from_stage, force):
         say = self.console.print
         call_command("migrate", interactive=False, verbosity=0)
         say("[bold]Database[/bold] ready.")
@@ -61,19 +100,22 @@ class Command(BaseCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         self._administrator()
 
-        site_path = Path(site).resolve() if site else Path(settings.DEMO_SITE)
-        demo = site is None or site_path == Path(settings.DEMO_SITE).resolve()
-        if demo:
+        if site_path.resolve() == Path(settings.DEMO_SITE).resolve():
             from appliance.simulation import services as simulation
 
-            # The Administrator's first run: the simulation's BMC login, as the credential demo.yml names.
-            simulation.ensure_demo_credential()
-        appliance = self._import_site(site_path)
+            try:
+                # The demo's BMC emulators listen on this state directory's own ports: the site is
+                # imported with them, and the credential bound to them (the Administrator's first run).
+                site_text = simulation.demo_site_text(refresh=True)
+                simulation.ensure_demo_credential()
+            except simulation.SimulationError as exc:
+                raise CommandError(str(exc), returncode=1) from None
+        appliance = self._import_site(site_path, site_text)
 
         stopped = services.watchdog()
         for run in stopped:
-            say(f"[yellow]{run} was left running by a worker that died; marked failed ({run.message}).[/yellow]")
-        stages = [s.strip() for s in only.split(",") if s.strip()] if only else None
+            say(f"{terminal.run_title(run)} was left running by a worker that died; marked failed ({run.message}).",
+                style="yellow", markup=False)
         try:
             run = services.create_run(appliance, kind=Run.Kind.BOOTSTRAP, stages=stages, from_stage=from_stage,
                                       dry_run=dry_run, force=force)
@@ -81,14 +123,13 @@ class Command(BaseCommand):
             raise CommandError("the bootstrap cannot start:\n" + "\n".join(exc.errors), returncode=1) from None
         carried = list(run.stage_runs.filter(state=StageState.SKIPPED, carried_from__isnull=False))
         if carried:
-            say(f"Resuming {run.resumes}: already completed: {', '.join(s.stage for s in carried)} "
-                "(--force reruns them).")
-        say(f"[bold]{run}[/bold]: stages {', '.join(run.stages)} on appliance {appliance.name}"
-            f"{' (check mode)' if dry_run else ''}.")
+            say(f"Resuming {terminal.run_title(run.resumes)}: already completed: {', '.join(s.stage for s in carried)} "
+                "(--force reruns them).", markup=False)
+        say(f"[bold]{terminal.run_title(run)}[/bold]: stages {', '.join(run.stages)} on appliance {appliance.name}.")
         run = self._execute(run, dry_run)
         self._report(run)
         if run.state != RunState.SUCCEEDED:
-            raise CommandError(f"{run} {run.state}: {run.message}", returncode=1)
+            raise CommandError(f"{terminal.run_title(run)} {run.state}: {run.message}", returncode=1)
         self._how_to_open()
 
     def _administrator(self):
@@ -102,14 +143,10 @@ class Command(BaseCommand):
         if kept.exists():
             self.console.print(f"Log in as the administrator with the password kept in {kept}.", markup=False)
 
-    def _import_site(self, path: Path):
+    def _import_site(self, path: Path, text: str):
         from appliance.inventory.services import import_site
         from appliance.inventory.sitedef import SiteValidationError
 
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise CommandError(f"{path}: {exc.strerror}", returncode=1) from None
         display = str(path.relative_to(settings.BASE_DIR)) if path.is_relative_to(settings.BASE_DIR) else str(path)
         try:
             result = import_site(text, display)
@@ -139,7 +176,8 @@ class Command(BaseCommand):
                         diffs.append(data["event"].get("stdout") or "")
                 elif what == "stage_end":
                     progress.advance(bar)
-                    progress.console.print(_stage_line(stage_run), markup=False)
+                    reported = AcceptanceReport.objects.filter(run=stage_run.run_id).exists()
+                    progress.console.print(terminal.stage_line(stage_run, listed_below=reported), markup=False)
                 elif what == "notice":
                     progress.console.print(data["message"], markup=False)
 
@@ -153,21 +191,20 @@ class Command(BaseCommand):
 
     def _report(self, run):
         say = self.console.print
-        say(f"{run}: {run.state} · {run.ok_count} ok, {run.changed_count} changed, {run.failed_count} failed, "
+        say(f"{terminal.run_title(run)}: {run.state} · {run.ok_count} ok, {run.changed_count} changed, {run.failed_count} failed, "
             f"{run.unreachable_count} unreachable", markup=False)
         report = AcceptanceReport.objects.filter(run=run).prefetch_related("checks").first()
         if report is not None:
-            table = Table(title=f"Acceptance: {'PASSED' if report.passed else 'FAILED'} "
-                                f"({report.checks_total - report.checks_failed}/{report.checks_total} checks passed)")
-            for column in ("node", "check", "expected", "measured", "result"):
-                table.add_column(column)
-            for check in report.checks.all():
-                table.add_row(check.host, check.name, _show(check.expected), _show(check.measured),
-                              "pass" if check.passed else f"FAIL {check.message}")
-            say(table)
+            self._acceptance(run, report)
         if run.state != RunState.SUCCEEDED and run.failed_stage:
             say(f"Failed: stage {run.failed_stage}, host {run.failed_host or '-'}, task {run.failed_task or '-'}",
                 markup=False)
+
+    def _acceptance(self, run, report):
+        lines = terminal.acceptance_lines(run, report, all_checks=self.all_checks)
+        self.console.print(f"[bold]{lines[0]}[/bold]")
+        for line in lines[1:]:
+            self.console.print(line, markup=False)
 
     def _how_to_open(self):
         self.console.print(
@@ -178,20 +215,3 @@ class Command(BaseCommand):
 def _has_diff(event: dict) -> bool:
     result = (event.get("event_data") or {}).get("res") or {}
     return bool(isinstance(result, dict) and result.get("diff") and event.get("stdout"))
-
-
-def _stage_line(stage_run) -> str:
-    mark = {StageState.SUCCEEDED: "ok", StageState.SKIPPED: "skipped", StageState.FAILED: "FAILED",
-            StageState.CANCELLED: "cancelled"}.get(stage_run.state, stage_run.state)
-    line = f"  {stage_run.stage:<11} {mark}"
-    if stage_run.state == StageState.SKIPPED:
-        return f"{line} ({stage_run.message})"
-    line += (f" · {len(stage_run.hosts)} hosts, {stage_run.ok_count} ok, {stage_run.changed_count} changed, "
-             f"{stage_run.failed_count} failed, events {stage_run.events_stored}/{stage_run.events_emitted} stored")
-    if stage_run.state == StageState.FAILED:
-        line += f"\n    {stage_run.message}"
-    return line
-
-
-def _show(value) -> str:
-    return "" if value is None else str(value)

@@ -1,0 +1,87 @@
+"""What the command line prints about a run: its title, a line per stage, the acceptance result.
+
+Plain text, one finding per line, never cut to a width: a check name is read whole in a terminal and
+in a pipe alike (`service.nvidia-dcgm` and `service.nvidia-fabricmanager` must stay apart), and a
+line can be found with grep. Colour and layout are the caller's (bootstrap uses rich).
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.urls import reverse
+
+from .catalogue import active as active_catalogue
+from .states import StageState
+
+PORTAL = "http://127.0.0.1:8000"
+
+# "<op> <number> <unit>", as the acceptance expectations are written (">= 380 Gb/s").
+_THRESHOLD_UNIT = re.compile(r"^\s*(?:[<>]=?|==?|!=)?\s*-?[0-9][0-9.]*\s*([^\s0-9].*?)\s*$")
+
+
+def run_title(run) -> str:
+    """What the run does, in words: a bootstrap of some stages is not "every stage"."""
+    if run.stages == active_catalogue().names:
+        what = f"{run.kind}, every stage"
+    else:
+        what = f"{run.kind}, stage{'s' if len(run.stages) > 1 else ''} {', '.join(run.stages)}"
+    return f"run #{run.pk} ({what}{', check mode' if run.dry_run else ''})"
+
+
+def stage_line(stage_run, listed_below: bool = False) -> str:
+    """One stage's end. `listed_below`: its failures are printed after it (the acceptance checks),
+    so its message, which repeats them, is not."""
+    mark = {StageState.SUCCEEDED: "ok", StageState.SKIPPED: "skipped", StageState.FAILED: "FAILED",
+            StageState.CANCELLED: "cancelled"}.get(stage_run.state, stage_run.state)
+    line = f"  {stage_run.stage:<11} {mark}"
+    if stage_run.state == StageState.SKIPPED:
+        return f"{line} ({stage_run.message})"
+    line += (f" · {len(stage_run.hosts)} hosts, {stage_run.ok_count} ok, {stage_run.changed_count} changed, "
+             f"{stage_run.failed_count} failed, events {stage_run.events_stored}/{stage_run.events_emitted} stored")
+    if stage_run.state == StageState.FAILED:
+        line += "\n    the failed checks are listed below" if listed_below else f"\n    {stage_run.message}"
+    return line
+
+
+def measured(value, expected) -> str:
+    """The measured value as read; a number gated by "<op> <number> <unit>" carries that unit."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, int | float) and not isinstance(value, bool) and isinstance(expected, str):
+        unit = _THRESHOLD_UNIT.match(expected)
+        if unit:
+            return f"{value} {unit.group(1)}"
+    return str(value)
+
+
+def check_line(check) -> str:
+    expected = "nothing" if check.expected is None else str(check.expected)
+    line = (f"  {'pass' if check.passed else 'FAIL'}  {check.host}  {check.name}  expected {expected}, "
+            f"measured {measured(check.measured, check.expected)}")
+    if not check.passed and check.message:
+        line += f"  ({check.message})"
+    return line
+
+
+def acceptance_lines(run, report, all_checks: bool = False) -> list[str]:
+    """The verdict, passed and failed counts per node, the failed checks (every check with
+    `all_checks`), and where the whole report is."""
+    checks = list(report.checks.order_by("host", "name"))
+    failed = [check for check in checks if not check.passed]
+    lines = [f"Acceptance: {'PASSED' if report.passed else 'FAILED'} "
+             f"({len(checks) - len(failed)}/{len(checks)} checks passed)"]
+    per_node: dict[str, list[int]] = {}
+    for check in checks:
+        per_node.setdefault(check.host, [0, 0])[0 if check.passed else 1] += 1
+    width = max((len(host) for host in per_node), default=4)
+    lines.append(f"  {'node':<{width}}  {'passed':>6}  {'failed':>6}")
+    lines += [f"  {host:<{width}}  {passed:>6}  {failing:>6}" for host, (passed, failing) in sorted(per_node.items())]
+    shown = checks if all_checks else failed
+    if shown:
+        lines.append("Checks:" if all_checks else "Failed checks:")
+        lines += [check_line(check) for check in shown]
+    page = f"{PORTAL}{reverse('provisioning:acceptance')}?appliance={run.appliance.name}"
+    lines.append(f"Full report: {page} (this run: {PORTAL}{reverse('provisioning:run', args=[run.pk])})"
+                 + ("" if all_checks else "; --all prints every check here"))
+    return lines
