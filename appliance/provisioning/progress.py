@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import pgettext, pgettext_lazy
 
 from .models import HostResult, Run, StageRun, TaskEvent
 from .states import STAGE_FINISHED, StageState
@@ -26,15 +26,25 @@ TASK_START = "playbook_on_task_start"
 
 # Readable outcomes of Ansible's event names, for task lines ("gpu01 · Install NVIDIA driver · ok").
 OUTCOMES = {
-    "runner_on_ok": gettext_lazy("ok"),
-    "runner_on_failed": gettext_lazy("failed"),
-    "runner_on_skipped": gettext_lazy("skipped"),
-    "runner_on_unreachable": gettext_lazy("unreachable"),
-    "runner_item_on_ok": gettext_lazy("item ok"),
-    "runner_item_on_failed": gettext_lazy("item failed"),
-    "runner_item_on_skipped": gettext_lazy("item skipped"),
-    "runner_retry": gettext_lazy("retrying"),
-    "runner_on_start": gettext_lazy("started"),
+    "runner_on_ok": pgettext_lazy("task outcome", "ok"),
+    "runner_on_failed": pgettext_lazy("task outcome", "failed"),
+    "runner_on_skipped": pgettext_lazy("task outcome", "skipped"),
+    "runner_on_unreachable": pgettext_lazy("task outcome", "unreachable"),
+    "runner_item_on_ok": pgettext_lazy("task outcome", "item ok"),
+    "runner_item_on_failed": pgettext_lazy("task outcome", "item failed"),
+    "runner_item_on_skipped": pgettext_lazy("task outcome", "item skipped"),
+    "runner_retry": pgettext_lazy("task outcome", "retrying"),
+    "runner_on_start": pgettext_lazy("task outcome", "started"),
+    "playbook_on_start": pgettext_lazy("task outcome", "playbook started"),
+    "playbook_on_play_start": pgettext_lazy("task outcome", "play started"),
+    "playbook_on_task_start": pgettext_lazy("task outcome", "task started"),
+    "playbook_on_handler_task_start": pgettext_lazy("task outcome", "handler started"),
+    "playbook_on_stats": pgettext_lazy("task outcome", "recap"),
+    "playbook_on_no_hosts_matched": pgettext_lazy("task outcome", "no host matched"),
+    "verbose": pgettext_lazy("task outcome", "output"),
+    "warning": pgettext_lazy("task outcome", "warning"),
+    "deprecated": pgettext_lazy("task outcome", "deprecation"),
+    "error": pgettext_lazy("task outcome", "error"),
 }
 RESULT_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable")
 
@@ -336,14 +346,18 @@ def task_lines(run: Run, limit: int) -> list[TaskLine]:
     return [task_line(event) for event in events]
 
 
+def outcome(event: TaskEvent) -> tuple[str, str]:
+    """(what happened, in words; its colour: ok, changed, failed, skipped) for one stored event."""
+    if event.event in ("runner_on_ok", "runner_item_on_ok") and event.changed:
+        return pgettext("task outcome", "changed"), "changed"
+    if event.event == "runner_on_failed" and not event.failed:
+        return pgettext("task outcome", "failed (ignored)"), "skipped"
+    state = {"runner_on_failed": "failed", "runner_item_on_failed": "failed", "runner_on_unreachable": "failed",
+             "runner_on_skipped": "skipped", "runner_item_on_skipped": "skipped"}.get(event.event, "ok")
+    return str(OUTCOMES.get(event.event, event.event)), state
+
+
 def task_line(event: TaskEvent) -> TaskLine:
-    if event.event == "runner_on_ok" and event.changed:
-        outcome, state = _("changed"), "changed"
-    elif event.event == "runner_on_failed" and not event.failed:
-        outcome, state = _("failed (ignored)"), "skipped"
-    else:
-        outcome = str(OUTCOMES.get(event.event, event.event))
-        state = {"runner_on_failed": "failed", "runner_on_unreachable": "failed",
-                 "runner_on_skipped": "skipped"}.get(event.event, "ok")
+    text, state = outcome(event)
     return TaskLine(stage=event.stage_run.stage, counter=event.counter, host=event.host, task=event.task,
-                    outcome=outcome, state=state)
+                    outcome=text, state=state)

@@ -176,7 +176,11 @@ class StageOutputView(CapabilityMixin, TemplateView):
         if request.GET.get("failed") == "1":
             events = events.filter(failed=True)
         page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+        for event in page:
+            event.outcome = progress.outcome(event)[0]
         context = self.get_context_data(stage_run=stage_run, page=page, host=host,
+                                        duration_text=progress.format_duration(
+                                            progress.duration(stage_run.started, stage_run.ended)),
                                         failed_only=request.GET.get("failed") == "1",
                                         download=reverse("provisioning:stage-output", args=[stage_run.pk]) + "?format=text")
         return self.render_to_response(context)

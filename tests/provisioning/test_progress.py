@@ -299,14 +299,40 @@ def test_loading_a_page_does_not_run_the_watchdog(appliance, client_for, setting
     assert services.watchdog() == [run]  # the watchdog itself would fail it
 
 
-def test_the_api_leaves_the_kind_to_the_run_service(appliance, users, django_capture_on_commit_callbacks):
+def test_the_api_and_the_portal_leave_the_kind_to_the_run_service(appliance, users, client_for,
+                                                                   django_capture_on_commit_callbacks):
+    """Every stage asked for (no list) is the resumable bootstrap, a list of stages a stages run: the same
+    from the API and from the portal's form."""
+    api = APIClient()
+    api.force_authenticate(users[Role.OPERATOR])
+    portal = client_for(Role.OPERATOR)
+    kinds = []
+    for start in (lambda: api.post("/api/provisioning/runs/", {"appliance": "lab"}, format="json"),
+                  lambda: api.post("/api/provisioning/runs/", {"appliance": "lab", "stages": ["first"]},
+                                   format="json"),
+                  lambda: portal.post(reverse("provisioning:index"), {"appliance": appliance.pk}),
+                  lambda: portal.post(reverse("provisioning:index"), {"appliance": appliance.pk,
+                                                                      "stages": ["first"]})):
+        with django_capture_on_commit_callbacks(execute=False):
+            response = start()
+        assert response.status_code in (202, 302), response.content
+        run = Run.objects.order_by("-id").first()
+        kinds.append(run.kind)
+        Run.objects.filter(pk=run.pk).update(state="cancelled")  # out of the way of the next one
+    assert kinds == ["bootstrap", "stages", "bootstrap", "stages"]
+
+
+def test_a_run_started_through_the_api_answers_with_its_progress(appliance, users,
+                                                                  django_capture_on_commit_callbacks):
     api = APIClient()
     api.force_authenticate(users[Role.OPERATOR])
     with django_capture_on_commit_callbacks(execute=False):
-        response = api.post("/api/provisioning/runs/", {"appliance": "lab"}, format="json")
+        response = api.post("/api/provisioning/runs/", {"appliance": "lab", "stages": ["first", "second"]},
+                            format="json")
     assert response.status_code == 202, response.content
-    assert response.json()["kind"] == "bootstrap"
-    assert response.json()["progress"]["percent"] == 0
+    shown = response.json()["progress"]
+    assert (shown["percent"], shown["stages_done"], shown["stages_total"]) == (0, 0, 2)
+    assert shown["elapsed_seconds"] is None and shown["current_stage"] is None
 
 
 def test_history_shows_durations(appliance, client_for, now):
