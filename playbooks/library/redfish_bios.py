@@ -22,7 +22,14 @@ options:
   node: {description: node name used in messages, type: str, required: true}
   system_id: {description: Redfish ComputerSystem Id when the BMC has several, type: str}
   baseline: {description: attribute -> wanted value, type: dict, default: {}}
-  registry: {description: attribute -> {type, values, min, max}, type: dict, default: {}}
+  registry:
+    description:
+      - attribute -> {type, values, min, max, max_length}, as firmware/registries/ holds it; checked by
+        module_utils/appliance_bios_registry, the validator the controller's pre-flight check runs too.
+      - An enumeration's values are ValueNames; a number among them (or in O(baseline)) stands for its
+        decimal text and is sent as such. A bound that is absent or null is no bound.
+    type: dict
+    default: {}
   state: {description: present converges to the baseline; read only reads, type: str, choices: [present, read], default: present}
   timeout: {description: seconds per HTTP request, type: int, default: 30}
 """
