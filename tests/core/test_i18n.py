@@ -6,12 +6,17 @@ The Russian catalog is appliance/locale/ru/LC_MESSAGES/django.po, compiled to dj
         --ignore=appliance_suite.egg-info --no-obsolete --add-location=file
 then translate every new or fuzzy entry, and
     manage.py compilemessages -l ru --ignore=.venv --ignore=var --ignore=tests
-The tests below fail while an entry is untranslated or fuzzy, or the .mo is older than the .po.
+The tests below fail while an entry is untranslated or fuzzy, while the code marks a string the
+catalog lacks (or the catalog keeps one the code dropped), or when the .mo is not the .po compiled.
+makemessages needs GNU gettext's tools (Debian's gettext, in tests/run).
 """
 
 import ast
 import gettext
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +31,8 @@ from tests.conftest import PASSWORD
 CATALOG_DIR = Path(settings.BASE_DIR) / "appliance" / "locale" / "ru" / "LC_MESSAGES"
 PO_FILE, MO_FILE = CATALOG_DIR / "django.po", CATALOG_DIR / "django.mo"
 RUSSIAN = {"HTTP_ACCEPT_LANGUAGE": "ru-RU,ru;q=0.9,en;q=0.5"}
+# What makemessages leaves out: the environment, the tests, data and build folders, the catalog itself.
+NOT_SCANNED = [".venv", "tests", "var", "playbooks", "appliance_suite.egg-info", "node_modules", "appliance/locale"]
 
 
 # --- the catalog -------------------------------------------------------------------------------------
@@ -150,6 +157,32 @@ def test_the_compiled_catalog_is_the_po_file_compiled(po_entries):
     catalog = {key: value for key, value in compiled._catalog.items() if key != ""}
     assert sorted(set(expected) ^ set(catalog), key=str) == []
     assert {key: value for key, value in catalog.items() if expected[key] != value} == {}
+
+
+def _key(entry: dict) -> tuple:
+    return entry.get("msgctxt"), entry["msgid"], entry.get("msgid_plural")
+
+
+@pytest.mark.sqlite_only
+def test_the_catalog_holds_every_message_the_code_marks_and_no_other(tmp_path, po_entries):
+    """makemessages run afresh over the checkout (into a scratch folder) finds exactly the catalog's
+    messages: a string wrapped without being translated, or one the code no longer has, fails here."""
+    script = ("import sys, django\n"
+              "from django.conf import settings\n"
+              "django.setup()\n"
+              "settings.LOCALE_PATHS = [sys.argv[1]]\n"
+              "from django.core.management import call_command\n"
+              "call_command('makemessages', locale=['ru'], ignore_patterns=sys.argv[2:], no_obsolete=True,\n"
+              "             verbosity=0)\n")
+    env = {**os.environ, "APPLIANCE_STATE_DIR": str(tmp_path / "state"), "DJANGO_SETTINGS_MODULE": "appliance.settings"}
+    env.pop("DATABASE_URL", None)
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "locale"), *NOT_SCANNED], cwd=settings.BASE_DIR,
+                   env=env, check=True, capture_output=True, timeout=300)
+    fresh = parse_po((tmp_path / "locale" / "ru" / "LC_MESSAGES" / "django.po").read_text(encoding="utf-8"))
+    in_code = {_key(e) for e in _messages(fresh)}
+    in_catalog = {_key(e) for e in _messages(po_entries)}
+    assert sorted(in_code - in_catalog, key=str) == []
+    assert sorted(in_catalog - in_code, key=str) == []
 
 
 @pytest.mark.parametrize(("count", "expected"), [
