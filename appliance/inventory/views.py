@@ -5,7 +5,8 @@ import hashlib
 
 from django import forms
 from django.contrib import messages
-from django.db.models import Count, Q
+from django.db.models import Count, IntegerField, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views import View
@@ -36,7 +37,10 @@ class NodeListView(CapabilityMixin, ListView):
     def get_queryset(self):
         queryset = Node.objects.select_related("appliance", "platform", "pool_membership__pool").annotate(
             gpu_count=Count("gpus", distinct=True),
-            failing_checks=Count("health_checks", filter=Q(health_checks__status=HealthStatus.FAILING), distinct=True),
+            # A subquery, not a join: joined with the GPUs, every health row would be counted once per GPU.
+            failing_checks=Coalesce(Subquery(
+                HealthCheck.objects.filter(node=OuterRef("pk"), status=HealthStatus.FAILING).order_by()
+                .values("node").annotate(n=Count("id")).values("n"), output_field=IntegerField()), Value(0)),
         ).order_by("name")
         self.filterset = NodeFilterSet(self.request.GET, queryset=queryset)
         return self.filterset.qs

@@ -77,3 +77,17 @@ def test_overview_queries_do_not_grow_with_the_nodes(client_for, inventory):
     with CaptureQueriesContext(connection) as many:
         client.get("/")
     assert len(many.captured_queries) == len(few.captured_queries)
+
+
+def test_node_list_shows_failing_checks_and_labels(client_for, inventory):
+    _acceptance(inventory, {"gpu-01": [("gpu.count", 7, False, "NVML reports 7 GPUs"),
+                                       ("os.memlock", "unlimited", False, "memlock 64")]})
+    Node.objects.filter(pk=inventory.gpu_node.pk).update(labels={"rack": "R12", "slot": "U17"})
+    html = client_for(Role.VIEWER).get("/inventory/nodes/").content.decode()
+    row = html.split('data-node="gpu-01"')[1].split("</tr>")[0]
+    assert '<td data-testid="node-health"><span class="state state-fail">2 failing</span></td>' in row
+    assert '<span class="badge">rack: R12</span> <span class="badge">slot: U17</span>' in row
+    other = html.split('data-node="gpu-02"')[1].split("</tr>")[0]
+    assert '<td data-testid="node-health">—</td>' in other
+    detail = client_for(Role.VIEWER).get("/inventory/nodes/gpu-01/").content.decode()
+    assert '<span class="badge">rack: R12</span> <span class="badge">slot: U17</span>' in detail
