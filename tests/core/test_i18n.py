@@ -214,6 +214,29 @@ def test_the_portal_is_english_by_default_and_russian_for_a_russian_browser(make
     assert '<span class="role" data-testid="current-role">Администратор</span>' in russian.content.decode()
 
 
+def test_the_login_page_speaks_the_browser_language(db):
+    english = Client().get("/accounts/login/").content.decode()
+    assert '<html lang="en">' in english
+    assert "<h1>Log in</h1>" in english and '<label for="id_username">Username</label>' in english
+
+    russian = Client().get("/accounts/login/", **RUSSIAN).content.decode()
+    assert '<html lang="ru">' in russian
+    assert "<h1>Войти</h1>" in russian
+    assert '<label for="id_username">Имя пользователя</label>' in russian
+    assert '<label for="id_password">Пароль</label>' in russian
+    assert "Log in" not in russian
+
+
+@pytest.mark.django_db
+def test_the_overview_speaks_russian(make_user):
+    client = Client()
+    client.force_login(make_user(Role.VIEWER, "vera"))
+    page = client.get("/", **RUSSIAN).content.decode()
+    assert "<h1>Обзор</h1>" in page
+    assert "Перейти к содержимому" in page  # the skip link of the frame
+    assert "Overview" not in page.split("<main", 1)[1]
+
+
 @pytest.mark.django_db
 def test_a_language_the_portal_does_not_speak_falls_back_to_english(make_user):
     client = Client()
