@@ -7,6 +7,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -25,6 +26,14 @@ from tests.e2e.conftest import screenshot
 from tests.provisioning.conftest import appliance, catalogue, platform, probe, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
+AXE = Axe()
+
+
+def axe_violations(page) -> list[str]:
+    """axe-core on what the page shows now (the pages of every run are checked in test_accessibility.py
+    once finished; a running run and the cancel confirmation only exist here)."""
+    return [f"{v['id']}: {v['help']} ({', '.join(' '.join(map(str, n['target'])) for n in v['nodes'][:3])})"
+            for v in AXE.run(page).response["violations"]]
 
 
 @pytest.fixture(autouse=True)
@@ -64,6 +73,7 @@ def test_the_portal_shows_a_run_live(page, log_in, appliance, probe):  # noqa: F
     expect(page.get_by_test_id("run-elapsed")).to_contain_text("running for")
     expect(page.get_by_test_id("latest-events")).to_contain_text("gpu01 · Write the marker file · ", timeout=30_000)
     screenshot(page, "provisioning-running")
+    assert axe_violations(page) == []
     expect(page.get_by_test_id("run-state")).to_have_text("Succeeded", timeout=60_000)
     expect(page.get_by_test_id("stage-grid")).to_contain_text("ok · ")
     assert page.evaluate("window.__not_reloaded") is True
@@ -84,6 +94,7 @@ def test_cancel_from_the_portal(page, log_in, appliance, probe):  # noqa: F811
     # A confirmation first: nothing is cancelled yet.
     expect(page.get_by_test_id("cancel-confirm")).to_be_visible()
     assert Run.objects.get().cancel_requested is False
+    assert axe_violations(page) == []
     page.get_by_role("button", name="Cancel the run").click()
     expect(page).to_have_url(re.compile(r"/provisioning/runs/\d+/$"))
     expect(page.get_by_test_id("run-state")).to_have_text("Cancelled", timeout=30_000)
