@@ -99,8 +99,20 @@ def reason_of(row: HealthCheck) -> str:
 
 
 def open_failures(node: Node) -> list[str]:
-    """Short reasons of the node's current failing checks; empty when nothing stops it being Ready."""
-    return list(dict.fromkeys(reason_of(row) for row in failing(node)))
+    """Short reasons of the node's current failing checks, one per part (a GPU missing is one reason, not
+    one per check that saw it: its presence first), node-wide checks one each; empty when nothing stops
+    the node being Ready."""
+    by_part: dict[tuple[str, str], list[HealthCheck]] = {}
+    for row in failing(node):
+        part = (row.component_kind, row.component_id if row.component_kind != ComponentKind.NODE else row.name)
+        by_part.setdefault(part, []).append(row)
+    reasons = []
+    for rows in by_part.values():
+        rows.sort(key=lambda row: (row.name != "present", row.name))
+        more = len(rows) - 1
+        reasons.append(reason_of(rows[0]) + (f" (and {more} more failing check{'s' if more > 1 else ''})"
+                                             if more else ""))
+    return list(dict.fromkeys(reasons))
 
 
 def failure_summary(node: Node) -> str:
