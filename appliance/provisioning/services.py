@@ -426,12 +426,17 @@ def _finish_nodes(run: Run, nodes: list[Node], node_failures: dict[str, str], ru
             node.transition(NodeState.FAILED, f"run #{run.pk} did not complete: {run_message}")
 
 
-def _summarise(run: Run) -> None:
+_SUMMARY_FIELDS = ("ok_count", "changed_count", "failed_count", "unreachable_count", "skipped_count",
+                   "failed_stage", "failed_host", "failed_task")
+
+
+def _summarise(run: Run) -> tuple[str, ...]:
+    """Set the run's totals from its stage runs; returns the fields to save, with the run's end (whose
+    one audit record carries them)."""
     stage_runs = list(run.stage_runs.filter(carried_from__isnull=True))
     for name in ("ok", "changed", "failed", "unreachable", "skipped"):
         setattr(run, f"{name}_count", sum(getattr(s, f"{name}_count") for s in stage_runs))
-    run.save(update_fields=["ok_count", "changed_count", "failed_count", "unreachable_count", "skipped_count",
-                            "failed_stage", "failed_host", "failed_task", "updated"])
+    return _SUMMARY_FIELDS
 
 
 def execute_run(run_id: int, progress: ProgressCallback | None = None,
@@ -508,10 +513,10 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
         target, message = RunState.CANCELLED, f"cancelled by {who}"
     else:
         target, message = RunState.SUCCEEDED, ("check mode: nothing was changed" if run.dry_run else "")
-    _summarise(run)
+    summary = _summarise(run)
     if not run.dry_run:
         _finish_nodes(run, nodes, node_failures, message, catalogue, aborted=target == RunState.CANCELLED)
-    run.transition(target, message)
+    run.transition(target, message, also=summary)
     return run
 
 

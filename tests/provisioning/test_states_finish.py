@@ -2,6 +2,7 @@
 
 import pytest
 
+from appliance.audit.models import AuditRecord
 from appliance.inventory import health
 from appliance.inventory.choices import ComponentKind, HealthStatus
 from appliance.inventory.models import Node
@@ -24,6 +25,16 @@ def test_a_node_with_a_failing_check_is_not_ready_after_a_run(state_dir, applian
         "gpu02": ("ready", f"provisioned by run #{run.pk}"),
         "mgmt01": ("ready", f"provisioned by run #{run.pk}"),
     }
+    # The run's own records: its creation, its start and its end, the end carrying the totals (5 tasks ok on
+    # 3 hosts, 2 of them changed: the marker and the password file); a node's
+    # move is one record each (two per node: to provisioning, then to its end state).
+    records = AuditRecord.objects.filter(target_type="provisioning.run", target_id=str(run.pk)).order_by("pk")
+    assert list(records.values_list("event", flat=True)) == [
+        "provisioning.run.create", "provisioning.run.start", "provisioning.run.end"]
+    end = records.last()
+    assert (end.outcome, end.details["from"], end.details["to"]) == ("success", "running", "succeeded")
+    assert (end.details["ok"], end.details["changed"], end.details["failed"]) == (15, 6, 0)
+    assert AuditRecord.objects.filter(event="inventory.node.transition").count() == 6
 
 
 def test_no_kind_and_no_stages_is_the_resumable_bootstrap(state_dir, appliance, catalogue):
