@@ -208,7 +208,7 @@ class EventIngestor:
         if self.ansible_pid is None and event.get("pid"):
             self.ansible_pid = int(event["pid"])
         failed = (kind in _FAILED_EVENTS and not data.get("ignore_errors")) or kind == "runner_on_unreachable"
-        changed = bool(result.get("changed")) and kind in ("runner_on_ok", "runner_item_on_ok")
+        changed = kind in ("runner_on_ok", "runner_item_on_ok") and _changed(result, event.get("stdout"))
         if kind in _HOST_EVENTS and host:
             self._tally(kind, host, task, result, failed, changed)
         if kind == "playbook_on_stats":
@@ -268,6 +268,14 @@ class EventIngestor:
                 _line(kind, 64), _line(host, 255), _line(data.get("play") or "", 500), _line(task, 500),
                 _line(data.get("role") or "", 255), changed, failed,
                 self.scrubber.text(_text(event.get("stdout") or "", STDOUT_LIMIT)), clean, created_at)
+
+
+def _changed(result: dict, stdout) -> bool:
+    if "changed" in result or "censored" not in result:
+        return bool(result.get("changed"))
+    # ansible-runner replaces a no_log result with {"censored": ...}, "changed" included; Ansible's
+    # own line for it still says which ("changed: [gpu01]" or "ok: [gpu01]").
+    return isinstance(stdout, str) and stdout.lstrip().startswith("changed:")
 
 
 def _plain(value) -> str:
