@@ -216,6 +216,10 @@ TIME_ZONE = os.environ.get("APPLIANCE_TIME_ZONE", "UTC")
 USE_I18N = True
 LANGUAGES = [("en", "English"), ("ru", "Русский")]
 LOCALE_PATHS = [BASE_DIR / "appliance" / "locale"]
+# The language switch's cookie: no script reads it, no other site sends it, https only in production.
+LANGUAGE_COOKIE_HTTPONLY = True
+LANGUAGE_COOKIE_SAMESITE = "Lax"
+LANGUAGE_COOKIE_SECURE = PRODUCTION
 USE_TZ = True
 # Times and dates on every page: ISO 8601 with the zone (2026-12-01 10:15:02 UTC), in every language;
 # the per-language format modules in appliance/formats/ take precedence over Django's locale formats.

@@ -252,7 +252,8 @@ def test_the_language_switch_sets_a_cookie_the_portal_follows(make_user):
     client.force_login(make_user(Role.AUDITOR, "ivan"))
     response = client.post("/i18n/setlang/", {"language": "ru", "next": "/"})
     assert response.status_code == 302 and response["Location"] == "/"
-    assert response.cookies[settings.LANGUAGE_COOKIE_NAME].value == "ru"
+    cookie = response.cookies[settings.LANGUAGE_COOKIE_NAME]
+    assert (cookie.value, cookie["httponly"], cookie["samesite"]) == ("ru", True, "Lax")
     page = client.get("/", HTTP_ACCEPT_LANGUAGE="en")  # the reader's choice beats the browser's
     assert '<span class="role" data-testid="current-role">Аудитор</span>' in page.content.decode()
 
@@ -335,3 +336,4 @@ def test_the_stage_catalogue_describes_the_stages_in_russian(make_user, inventor
     page = client.get("/provisioning/", **RUSSIAN).content.decode()
     assert "Драйвер NVIDIA, persistence daemon, fabric manager (NVSwitch), DCGM; проверка через NVML." in page
     assert "NVIDIA driver, persistence daemon" not in page
+
