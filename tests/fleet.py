@@ -1,5 +1,6 @@
 """A generated site of N HGX H100 nodes (8 GPUs, 8 ConnectX-7 rails each), for the fleet-scale tests and
-the benchmark in tests/bench/bench_fleet.py.
+the benchmark in tests/bench/bench_fleet.py. Fleets numbered apart (`site`) have names and addresses of their
+own, so several can share one inventory.
 
 The site is a real site definition (YAML text) that `site validate` accepts, laid out the way such a
 machine is built: four GPU servers a rack (labels rack, slot), scalable units of 32 servers with one
@@ -10,8 +11,8 @@ the inference pool. Every BMC names one credential, bound to every BMC endpoint 
 Two ways to bring it into the inventory:
 - `import_fleet(n)`: through `appliance.inventory.services.import_site`, as an operator would (one
   audit record per object: about 26 s for 1,000 nodes on SQLite);
-- `bulk_fleet(n)`: the same rows written with bulk_create from the parsed definition, for tests that
-  need a large inventory fast. `tests/inventory/test_fleet_generator.py` proves both give the same
+- `bulk_fleet(n)`: the same rows written with bulk_create from the same layout, for tests that need a
+  large inventory fast. `tests/inventory/test_fleet_generator.py` proves both give the same
   inventory.
 """
 
@@ -28,17 +29,26 @@ RAILS = 8
 LEAVES_PER_SPINE = 4
 
 
-def node_name(i: int) -> str:
-    return f"gpu{i + 1:04d}"
+def node_name(i: int, site: int = 0) -> str:
+    """The i-th GPU server (from 0) of fleet number `site` (several fleets may share one inventory)."""
+    return f"gpu{i + 1:04d}" if site == 0 else f"gpu{site}-{i + 1:04d}"
 
 
-def _host(prefix: int, i: int) -> str:
-    """Address i (from 0) in 10.<prefix>.0.0/16, skipping .0 and .255 of each /24."""
-    return f"10.{prefix}.{i // 254}.{i % 254 + 1}"
+def service_name(base: str, site: int = 0) -> str:
+    return base if site == 0 else f"{base}-{site}"
 
 
-def bmc_endpoint(i: int) -> str:
-    return f"https://{_host(1, i)}"
+def credential_name(site: int = 0) -> str:
+    return service_name(FLEET_CREDENTIAL, site)
+
+
+def _host(block: int, i: int, site: int = 0) -> str:
+    """Address i (from 0) in 10.<10 x site + block>.0.0/16, skipping .0 and .255 of each /24."""
+    return f"10.{10 * site + block}.{i // 254}.{i % 254 + 1}"
+
+
+def bmc_endpoint(i: int, site: int = 0) -> str:
+    return f"https://{_host(1, i, site)}"
 
 
 def switch_count(n: int) -> tuple[int, int]:
@@ -51,89 +61,115 @@ def training_size(n: int) -> int:
     return max(1, (n * 3) // 4) if n > 1 else n
 
 
-def fleet_site(n: int, name: str = "fleet") -> str:
-    """The site definition of a fleet of n GPU servers (plus 2 storage servers and a management node)."""
+def fleet_layout(n: int, name: str = "fleet", site: int = 0) -> dict:
+    """The fleet as plain data, section by section as the site definition has them: the YAML of
+    `fleet_site` is written from it, and `bulk_fleet` writes the same rows from it without parsing."""
     if not 1 <= n <= 60_000:
         raise ValueError(f"a fleet has 1 to 60,000 GPU servers, not {n}")
-    lines = [
-        f"# Generated fleet: {n} HGX H100 servers ({n * 8} GPUs), tests/fleet.py",
-        "appliance:",
-        f"  name: {name}",
-        f"  description: Generated fleet of {n} HGX H100 servers",
-        "simulation: false",
-        "defaults:",
-        f"  bmc: {{credential: {FLEET_CREDENTIAL}, verify_tls: true}}",
-        "networks:",
-        "  - {name: mgmt, kind: management, cidr: 10.0.0.0/16, mtu: 1500}",
-        "  - {name: bmc, kind: bmc, cidr: 10.1.0.0/16}",
-        '  - {name: ib0, kind: ipoib, cidr: 10.2.0.0/16, pkey: "0x7fff", mtu: 4092}',
-        "fabric:",
-        "  subnet_manager: {kind: opensm, node: mgmt01, priority: 15}",
-        "switches:",
-    ]
+    if not 0 <= site <= 24:
+        raise ValueError(f"fleets are numbered 0 to 24 (their address blocks), not {site}")
     leaves, spines = switch_count(n)
-    for s in range(spines):
-        lines.append(f"  - {{name: ib-spine{s + 1:03d}, kind: infiniband, model: NVIDIA QM9700, tier: spine, "
-                     f"management_address: {_host(250, s)}, ports: 64}}")
+    switches = [{"name": f"ib-spine{s + 1:03d}", "kind": "infiniband", "model": "NVIDIA QM9700", "tier": "spine",
+                 "management_address": _host(9, s, site), "ports": 64} for s in range(spines)]
     for leaf in range(leaves):
         unit, rail = divmod(leaf, RAILS)
-        lines.append(f"  - {{name: ib-su{unit + 1:03d}-rail{rail}, kind: infiniband, model: NVIDIA QM9700, "
-                     f"tier: leaf, management_address: {_host(250, spines + leaf)}, ports: 64}}")
-    lines.append("nodes:")
+        switches.append({"name": f"ib-su{unit + 1:03d}-rail{rail}", "kind": "infiniband", "model": "NVIDIA QM9700",
+                         "tier": "leaf", "management_address": _host(9, spines + leaf, site), "ports": 64})
+    nodes = []
     for i in range(n):
         rack, slot = divmod(i, SERVERS_PER_RACK)
-        lines.append(f"  - {{name: {node_name(i)}, role: gpu, platform: {GPU_PLATFORM}, gpus: 8, "
-                     f"management_address: {_host(0, i)}, bmc: {{url: \"{bmc_endpoint(i)}\"}}, "
-                     f"ipoib: {{ib0: {_host(2, i)}}}, labels: {{rack: r{rack + 1:03d}, slot: {slot + 1}, "
-                     f"su: su{i // SERVERS_PER_UNIT + 1:03d}}}}}")
+        nodes.append({"name": node_name(i, site), "role": "gpu", "platform": GPU_PLATFORM, "gpus": 8,
+                      "management_address": _host(0, i, site), "bmc": {"url": bmc_endpoint(i, site)},
+                      "ipoib": {"ib0": _host(2, i, site)},
+                      "labels": {"rack": f"r{rack + 1:03d}", "slot": slot + 1, "su": f"su{i // SERVERS_PER_UNIT + 1:03d}"}})
     services = [("stor01", "storage", "storage-server", {"rack": "s01", "lustre": "mgs-mds-oss"}),
                 ("stor02", "storage", "storage-server", {"rack": "s01", "lustre": "oss"}),
                 ("mgmt01", "management", "management-server", {"rack": "s01"})]
     for offset, (service, role, platform, labels) in enumerate(services):
         i = 60_000 + offset
-        label_text = ", ".join(f"{key}: {value}" for key, value in labels.items())
-        lines.append(f"  - {{name: {service}, role: {role}, platform: {platform}, management_address: {_host(0, i)}, "
-                     f"bmc: {{url: \"{bmc_endpoint(i)}\"}}, ipoib: {{ib0: {_host(2, i)}}}, labels: {{{label_text}}}}}")
-    stor01 = _host(2, 60_000)
-    lines += [
-        "filesystems:",
-        f"  - {{name: scratch, type: lustre, servers: [stor01, stor02], source: \"{stor01}@o2ib:/scratch\", "
-        "mount_point: /mnt/scratch, options: [flock, noatime]}",
-        "pools:",
-    ]
-    names = [node_name(i) for i in range(n)]
+        nodes.append({"name": service_name(service, site), "role": role, "platform": platform,
+                      "management_address": _host(0, i, site), "bmc": {"url": bmc_endpoint(i, site)},
+                      "ipoib": {"ib0": _host(2, i, site)}, "labels": labels})
+    names = [node_name(i, site) for i in range(n)]
     trained = training_size(n)
-    lines.append(f"  - {{name: training, kind: training, settings: {{partition: train}}, "
-                 f"nodes: [{', '.join(names[:trained])}]}}")
+    pools = [{"name": "training", "kind": "training", "settings": {"partition": "train"}, "nodes": names[:trained]}]
     if names[trained:]:
-        lines.append(f"  - {{name: inference, kind: inference, settings: {{time_slicing: {{replicas: 4}}}}, "
-                     f"nodes: [{', '.join(names[trained:])}]}}")
+        pools.append({"name": "inference", "kind": "inference", "settings": {"time_slicing": {"replicas": 4}},
+                      "nodes": names[trained:]})
+    return {
+        "appliance": {"name": name, "description": f"Generated fleet of {n} HGX H100 servers"},
+        "simulation": False,
+        "defaults": {"bmc": {"credential": credential_name(site), "verify_tls": True}},
+        "networks": [{"name": "mgmt", "kind": "management", "cidr": f"10.{10 * site}.0.0/16", "mtu": 1500},
+                     {"name": "bmc", "kind": "bmc", "cidr": f"10.{10 * site + 1}.0.0/16"},
+                     {"name": "ib0", "kind": "ipoib", "cidr": f"10.{10 * site + 2}.0.0/16", "pkey": "0x7fff",
+                      "mtu": 4092}],
+        "fabric": {"subnet_manager": {"kind": "opensm", "node": service_name("mgmt01", site), "priority": 15}},
+        "switches": switches,
+        "nodes": nodes,
+        "filesystems": [{"name": "scratch", "type": "lustre",
+                         "servers": [service_name("stor01", site), service_name("stor02", site)],
+                         "source": f"{_host(2, 60_000, site)}@o2ib:/scratch", "mount_point": "/mnt/scratch",
+                         "options": ["flock", "noatime"]}],
+        "pools": pools,
+    }
+
+
+def _flow(value) -> str:
+    """A value in YAML flow style, strings quoted where YAML would read them otherwise."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_flow(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and (value.startswith(("0x", "https:")) or ":" in value):
+        return '"' + value + '"'
+    return str(value)
+
+
+def fleet_site(n: int, name: str = "fleet", site: int = 0) -> str:
+    """The site definition (YAML) of a fleet of n GPU servers, 2 storage servers and a management node."""
+    layout = fleet_layout(n, name, site)
+    lines = [f"# Generated fleet: {n} HGX H100 servers ({n * 8} GPUs), tests/fleet.py"]
+    for section, value in layout.items():
+        if isinstance(value, list):
+            lines.append(f"{section}:")
+            lines += [f"  - {_flow(item)}" for item in value]
+        elif isinstance(value, dict):
+            lines.append(f"{section}:")
+            lines += [f"  {key}: {_flow(item)}" for key, item in value.items()]
+        else:
+            lines.append(f"{section}: {_flow(value)}")
     return "\n".join(lines) + "\n"
 
 
-def fleet_endpoints(n: int) -> list[str]:
-    return [bmc_endpoint(i) for i in range(n)] + [bmc_endpoint(60_000 + k) for k in range(3)]
+def fleet_endpoints(n: int, site: int = 0) -> list[str]:
+    return [bmc_endpoint(i, site) for i in range(n)] + [bmc_endpoint(60_000 + k, site) for k in range(3)]
 
 
-def create_fleet_credential(n: int):
+def create_fleet_credential(n: int, site: int = 0):
     """The credential every BMC of the fleet names, bound to their endpoints, as an Administrator makes it."""
     from appliance.inventory import credentials
 
-    return credentials.create(FLEET_CREDENTIAL, username="root", secret=FLEET_PASSWORD, endpoints=fleet_endpoints(n))
+    return credentials.create(credential_name(site), username="root", secret=FLEET_PASSWORD,
+                              endpoints=fleet_endpoints(n, site))
 
 
-def import_fleet(n: int, name: str = "fleet"):
+def import_fleet(n: int, name: str = "fleet", site: int = 0):
     """Create the credential and import the generated site through the site import service."""
     from appliance.inventory.services import import_site
 
-    create_fleet_credential(n)
-    return import_site(fleet_site(n, name), f"{name}.yml")
+    create_fleet_credential(n, site)
+    return import_site(fleet_site(n, name, site), f"{name}.yml")
 
 
-def bulk_fleet(n: int, name: str = "fleet"):
-    """The inventory `import_fleet(n)` makes, written with bulk_create (seconds instead of minutes, no audit
-    records: a fixture, not an action). Returns the Appliance."""
+def bulk_fleet(n: int, name: str = "fleet", site: int = 0):
+    """The inventory `import_fleet(n)` makes, written with Django's plain bulk_create from `fleet_layout`
+    (seconds instead of minutes). A fixture, not an action: it records no audit events, which is why it
+    goes around the audited managers. Returns the Appliance."""
     from django.db import transaction
+    from django.db.models import QuerySet
 
     from appliance.inventory.models import (
         BMC,
@@ -149,55 +185,61 @@ def bulk_fleet(n: int, name: str = "fleet"):
         PoolMembership,
         Switch,
     )
-    from appliance.inventory.sitedef import parse_site
+    from appliance.inventory.platforms import load_platform
 
-    credential = create_fleet_credential(n)
-    site = parse_site(fleet_site(n, name), f"{name}.yml")
+    def bulk(model, rows):
+        QuerySet(model).bulk_create(list(rows), batch_size=500)
+
+    credential = create_fleet_credential(n, site)
+    layout = fleet_layout(n, name, site)
+    specs = {slug: load_platform(slug) for slug in sorted({d["platform"] for d in layout["nodes"]})}
     with transaction.atomic():
         platforms = {}
-        for slug, spec in sorted(site.platforms.items()):
-            platforms[slug], _ = Platform.objects.update_or_create(slug=slug, defaults=spec.row_values())
-        appliance = Appliance.objects.create(
-            name=site.name, description=site.description, simulated=site.simulation,
-            settings={"fabric": site.fabric}, site_file=site.filename, site_digest=site.sha256)
-        Network.objects.bulk_create(Network(appliance=appliance, name=net.name, kind=net.kind, cidr=net.cidr,
-                                            pkey=net.pkey, mtu=net.mtu) for net in site.networks)
-        Switch.objects.bulk_create(Switch(appliance=appliance, name=s.name, kind=s.kind, model=s.model, tier=s.tier,
-                                          management_address=s.management_address, port_count=s.port_count)
-                                   for s in site.switches)
-        Node.objects.bulk_create(
-            Node(appliance=appliance, name=d.name, role=d.role, platform=platforms[d.platform],
-                 management_address=d.management_address, ipoib_addresses=d.ipoib, labels=d.labels)
-            for d in site.nodes)
+        for slug, spec in specs.items():
+            platforms[slug] = Platform.objects.filter(slug=slug).first()
+            if platforms[slug] is None:
+                platforms[slug] = QuerySet(Platform).create(slug=slug, **spec.row_values())
+        appliance = QuerySet(Appliance).create(
+            name=name, description=layout["appliance"]["description"], simulated=False,
+            settings={"fabric": layout["fabric"]}, site_file=f"{name}.yml", site_digest=site_digest(n, name, site))
+        bulk(Network, (Network(appliance=appliance, name=net["name"], kind=net["kind"], cidr=net["cidr"],
+                               pkey=net.get("pkey", ""), mtu=net.get("mtu")) for net in layout["networks"]))
+        bulk(Switch, (Switch(appliance=appliance, name=s["name"], kind=s["kind"], model=s["model"], tier=s["tier"],
+                             management_address=s["management_address"], port_count=s["ports"])
+                      for s in layout["switches"]))
+        bulk(Node, (Node(appliance=appliance, name=d["name"], role=d["role"], platform=platforms[d["platform"]],
+                         management_address=d["management_address"], ipoib_addresses=d["ipoib"], labels=d["labels"])
+                    for d in layout["nodes"]))
         nodes = dict(Node.objects.filter(appliance=appliance).values_list("name", "pk"))
-        BMC.objects.bulk_create(BMC(node_id=nodes[d.name], url=d.bmc.url, credential=credential,
-                                    verify_tls=d.bmc.verify_tls) for d in site.nodes)
-        specs = {d.name: site.platforms[d.platform] for d in site.nodes}
-        GPU.objects.bulk_create(
-            GPU(node_id=nodes[name], index=index, model=spec.gpu_model, memory_mib=spec.gpu_memory_mib,
-                mig_capable=spec.mig_capable, nvlink_peers=spec.nvlink_peers(index))
-            for name, spec in specs.items() for index in range(spec.gpu_count))
-        HCA.objects.bulk_create(HCA(node_id=nodes[name], device=device, model=spec.hca_model)
-                                for name, spec in specs.items() for device in spec.hca_devices)
+        bulk(BMC, (BMC(node_id=nodes[d["name"]], url=d["bmc"]["url"], credential=credential, verify_tls=True)
+                   for d in layout["nodes"]))
+        hardware = [(nodes[d["name"]], specs[d["platform"]]) for d in layout["nodes"]]
+        bulk(GPU, (GPU(node_id=node_id, index=index, model=spec.gpu_model, memory_mib=spec.gpu_memory_mib,
+                       mig_capable=spec.mig_capable, nvlink_peers=spec.nvlink_peers(index))
+                   for node_id, spec in hardware for index in range(spec.gpu_count)))
+        bulk(HCA, (HCA(node_id=node_id, device=device, model=spec.hca_model)
+                   for node_id, spec in hardware for device in spec.hca_devices))
         gpus = {(node_id, index): pk for pk, node_id, index in
                 GPU.objects.filter(node__appliance=appliance).values_list("pk", "node_id", "index")}
         hcas = {(node_id, device): pk for pk, node_id, device in
                 HCA.objects.filter(node__appliance=appliance).values_list("pk", "node_id", "device")}
-        HCAPort.objects.bulk_create(
-            HCAPort(hca_id=hcas[(nodes[name], port.device)], port=port.port, rate_gbps=spec.hca_rate_gbps,
-                    link_layer=spec.hca_link_layer,
-                    closest_gpu_id=gpus.get((nodes[name], port.closest_gpu)) if port.closest_gpu is not None else None)
-            for name, spec in specs.items() for port in spec.ports)
-        Filesystem.objects.bulk_create(
-            Filesystem(appliance=appliance, name=fs.name, type=fs.type, servers=fs.servers, source=fs.source,
-                       mount_point=fs.mount_point, options=fs.options, tunables=fs.tunables)
-            for fs in site.filesystems)
-        for pool_def in site.pools:
-            pool = Pool.objects.create(appliance=appliance, name=pool_def.name, kind=pool_def.kind,
-                                       settings=pool_def.settings)
-            PoolMembership.objects.bulk_create(PoolMembership(pool=pool, node_id=nodes[member])
-                                               for member in pool_def.nodes)
+        bulk(HCAPort, (HCAPort(hca_id=hcas[(node_id, port.device)], port=port.port, rate_gbps=spec.hca_rate_gbps,
+                               link_layer=spec.hca_link_layer, closest_gpu_id=gpus.get((node_id, port.closest_gpu)))
+                       for node_id, spec in hardware for port in spec.ports))
+        bulk(Filesystem, (Filesystem(appliance=appliance, name=fs["name"], type=fs["type"], servers=fs["servers"],
+                                     source=fs["source"], mount_point=fs["mount_point"], options=fs["options"],
+                                     tunables=fs.get("tunables", {})) for fs in layout["filesystems"]))
+        for pool_def in layout["pools"]:
+            pool = QuerySet(Pool).create(appliance=appliance, name=pool_def["name"], kind=pool_def["kind"],
+                                         settings=pool_def["settings"])
+            bulk(PoolMembership, (PoolMembership(pool=pool, node_id=nodes[member]) for member in pool_def["nodes"]))
     return appliance
+
+
+def site_digest(n: int, name: str = "fleet", site: int = 0) -> str:
+    import hashlib
+
+    return hashlib.sha256(fleet_site(n, name, site).encode()).hexdigest()
 
 
 def inventory_dump(appliance_name: str) -> dict:

@@ -10,9 +10,11 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, parsers, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from appliance.core.api import error_response
+from appliance.core.roles import can
 
 from . import credentials, filtersets
 from .models import (
@@ -30,7 +32,7 @@ from .models import (
     PoolMembership,
     Switch,
 )
-from .states import TRANSITIONS, InvalidTransition, NodeState
+from .states import OVERRIDE_CAPABILITY, TRANSITIONS, InvalidTransition, NodeState, StateOverrideRefused
 
 # --- brief serializers: what a reference to an object looks like -------------------------------
 
@@ -138,8 +140,13 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["id", "url", "name", "role", "appliance", "platform", "management_address", "ipoib_addresses",
-                  "labels", "state", "state_changed", "state_reason", "allowed_transitions", "pool", "sysroot",
-                  "bmc", "gpus", "hca_ports", "facts", "created", "updated"]
+                  "labels", "state", "state_changed", "state_reason", "state_by_hand", "state_set_by",
+                  "allowed_transitions", "pool", "sysroot", "bmc", "gpus", "hca_ports", "facts", "created", "updated"]
+        extra_kwargs = {
+            "state_by_hand": {"help_text": "an Administrator set this state without a run (the reason is "
+                                           "state_reason, when is state_changed)"},
+            "state_set_by": {"help_text": "who set the state by hand; empty otherwise"},
+        }
 
     @extend_schema_field(BriefPoolSerializer(allow_null=True))
     def get_pool(self, node):
@@ -239,12 +246,25 @@ class PoolSerializer(serializers.ModelSerializer):
     appliance = BriefApplianceSerializer(read_only=True)
     scheduler = serializers.CharField(read_only=True)
     sharing = serializers.CharField(read_only=True)
-    nodes = BriefNodeSerializer(many=True, read_only=True)
+    node_count = serializers.IntegerField(read_only=True)
+    nodes_url = serializers.SerializerMethodField(help_text="the pool's nodes, a page at a time")
 
     class Meta:
         model = Pool
-        fields = ["id", "url", "appliance", "name", "kind", "scheduler", "sharing", "settings", "nodes",
-                  "created", "updated"]
+        fields = ["id", "url", "appliance", "name", "kind", "scheduler", "sharing", "settings", "node_count",
+                  "nodes_url", "created", "updated"]
+
+    def get_nodes_url(self, pool) -> str:
+        url = reverse("inventory-node-list")
+        request = self.context.get("request")
+        return (request.build_absolute_uri(url) if request is not None else url) + f"?pool_id={pool.pk}"
+
+
+class PoolDetailSerializer(PoolSerializer):
+    nodes = BriefNodeSerializer(many=True, read_only=True)
+
+    class Meta(PoolSerializer.Meta):
+        fields = [*PoolSerializer.Meta.fields[:-2], "nodes", "created", "updated"]
 
 
 # --- viewsets ------------------------------------------------------------------------------------
@@ -269,9 +289,18 @@ class PlatformViewSet(InventoryViewSet):
     search_fields = ["slug", "name", "gpu_model"]
 
 
+def hcas_with_ports():
+    """A node's HCAs with their ports, each port's closest GPU joined. A forward relation is joined,
+    never prefetched: Django 5.2 prefetches it with one OR term per row on SQLite, which refuses the
+    statement past 1,000 rows ("Expression tree is too large")."""
+    return Prefetch("hcas", queryset=HCA.objects.order_by("device").prefetch_related(
+        Prefetch("ports", queryset=HCAPort.objects.select_related("closest_gpu").order_by("port"))))
+
+
 class NodeViewSet(InventoryViewSet):
-    queryset = Node.objects.select_related("appliance", "platform", "bmc", "pool_membership__pool").prefetch_related(
-        "gpus", Prefetch("hcas", queryset=HCA.objects.prefetch_related("ports__closest_gpu")))
+    queryset = Node.objects.select_related(
+        "appliance", "platform", "bmc__credential", "pool_membership__pool",
+    ).prefetch_related(Prefetch("gpus", queryset=GPU.objects.order_by("index")), hcas_with_ports()).order_by("name")
     serializer_class = NodeSerializer
     filterset_class = filtersets.NodeFilterSet
     search_fields = ["name", "management_address"]
@@ -280,7 +309,10 @@ class NodeViewSet(InventoryViewSet):
 
     @extend_schema(
         request=NodeTransitionSerializer,
-        responses={200: NodeSerializer, 400: OpenApiResponse(description="unknown state"),
+        responses={200: NodeSerializer, 400: OpenApiResponse(description="unknown state, or no reason for a "
+                                                                        "state set by hand"),
+                   403: OpenApiResponse(description="a state set by hand (Ready without a run) needs an "
+                                                    "Administrator and a reason"),
                    409: OpenApiResponse(description="the transition table does not allow it; "
                                                     "`error.allowed` lists the states that are")},
     )
@@ -291,7 +323,12 @@ class NodeViewSet(InventoryViewSet):
         params = NodeTransitionSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         try:
-            node.transition(params.validated_data["state"], params.validated_data["reason"])
+            node.transition(params.validated_data["state"], params.validated_data["reason"], by=request.user)
+        except StateOverrideRefused as exc:
+            # An Administrator was refused for want of a reason (their input); anyone else for their role.
+            if can(request.user, OVERRIDE_CAPABILITY):
+                return error_response(400, "invalid", str(exc), request, fields={"reason": [str(exc)]})
+            return error_response(403, "set_by_hand_refused", str(exc), request)
         except InvalidTransition as exc:
             node.refresh_from_db(fields=["state"])
             return error_response(409, "invalid_transition", str(exc), request,
@@ -307,7 +344,8 @@ class GPUViewSet(InventoryViewSet):
 
 
 class HCAViewSet(InventoryViewSet):
-    queryset = HCA.objects.select_related("node").prefetch_related("ports__closest_gpu")
+    queryset = HCA.objects.select_related("node").prefetch_related(
+        Prefetch("ports", queryset=HCAPort.objects.select_related("closest_gpu").order_by("port")))
     serializer_class = HCASerializer
     filterset_class = filtersets.HCAFilterSet
     search_fields = ["device", "node__name", "node_guid"]
@@ -342,8 +380,21 @@ class FilesystemViewSet(InventoryViewSet):
 
 
 class PoolViewSet(InventoryViewSet):
-    queryset = Pool.objects.select_related("appliance").prefetch_related("nodes")
+    """Pools with their node counts; a pool's own page lists its nodes (the node list filters by pool too:
+    /api/inventory/nodes/?pool_id=ID, a page at a time)."""
+
+    queryset = Pool.objects.select_related("appliance").annotate(node_count=Count("memberships")).order_by(
+        "appliance__name", "name")
     serializer_class = PoolSerializer
+
+    def get_serializer_class(self):
+        return PoolDetailSerializer if self.action == "retrieve" else PoolSerializer
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related(Prefetch("nodes", queryset=Node.objects.order_by("name")))
+        return queryset
     filterset_class = filtersets.PoolFilterSet
     search_fields = ["name"]
 

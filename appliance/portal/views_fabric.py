@@ -7,15 +7,20 @@ built by plain functions below, and the views only pick the appliance and hand t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Prefetch, Q
-from django.http import Http404, HttpResponse
+from django.core.paginator import Paginator
+from django.db.models import Count, Prefetch, Q, Sum
+from django.db.models.fields.json import KT
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext as _
 from django.views import View
 from django.views.generic import TemplateView
 
 from appliance.core.permissions import CapabilityMixin
+from appliance.inventory.choices import DEFAULT_OPENSM_PRIORITY
 from appliance.inventory.models import (
     GPU,
     HCA,
@@ -24,18 +29,43 @@ from appliance.inventory.models import (
     HCAPort,
     Network,
     Node,
+    Platform,
     Pool,
     PoolMembership,
+    Switch,
 )
+from appliance.inventory.states import NodeState
 from appliance.partitioning.renderers import kubernetes, slurm, stage_vars, storage
 from appliance.partitioning.renderers.site import FilesystemView, RenderError, site_view
 
 PORT_ACTIVE, PORT_LINK_UP = "Active", "LinkUp"
-MISSING = "missing"
+MISSING, PROBLEM = "missing", "problem"
+NODES_PER_PAGE = 20  # 8 rails a GPU server: 160 port rows a page
+SWITCHES_PER_PAGE = 50
+MEMBERS_PER_PAGE = 25
+INLINE_CONFIG_NODES = 32  # above, the Pools page links each generated file instead of showing it
+UNASSIGNED_SHOWN = 50
+TOPOLOGY_LABEL = "rack"
+COUNTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*$")
 # Options that mount(8) and systemd act on without handing them to the kernel, so the mount table never
 # lists them: the same exemptions the storage stage's mount verification makes.
 USERSPACE_OPTIONS = ("_netdev", "nofail", "noauto", "auto", "defaults", "user", "users", "nouser")
 DEFAULT_STORAGE_CLIENT_ROLES = ("gpu", "login")
+
+
+def paged(items, per_page: int, query, param: str = "page", label: str = ""):
+    """One page of `items` (a queryset is sliced by the database), its links keeping the other query
+    parameters. A page number that is not one gives the first page, one past the end the last."""
+    page = Paginator(items, per_page).get_page(query.get(param, 1))
+    links = query.copy()
+    if page.has_previous():
+        links[param] = page.previous_page_number()
+        page.previous_query = "?" + links.urlencode()
+    if page.has_next():
+        links[param] = page.next_page_number()
+        page.next_query = "?" + links.urlencode()
+    page.label = label
+    return page
 
 
 def _appliance_from(request) -> Appliance | None:
@@ -128,13 +158,17 @@ def _hca_spec(node: Node) -> dict:
     return (node.platform.spec or {}).get("hcas") or {} if node.platform_id else {}
 
 
+def _thresholds(spec: dict) -> dict[str, int]:
+    # The thresholds the fabric stage enforces: the platform's, over the stage's defaults.
+    declared = {**stage_vars.DEFAULT_COUNTER_THRESHOLDS, **(spec.get("error_thresholds") or {})}
+    return {str(k): int(v) for k, v in declared.items()}
+
+
 def _port_rows(node: Node) -> list[PortRow]:
     spec = _hca_spec(node)
     rate = int(spec["rate_gbps"]) if spec.get("rate_gbps") else None
     link_layer = str(spec.get("link_layer") or "")
-    # The thresholds the fabric stage enforces: the platform's, over the stage's defaults.
-    declared = {**stage_vars.DEFAULT_COUNTER_THRESHOLDS, **(spec.get("error_thresholds") or {})}
-    thresholds = {str(k): int(v) for k, v in declared.items()}
+    thresholds = _thresholds(spec)
     found = {(hca.device, port.port): port for hca in node.hcas.all() for port in hca.ports.all()}
     expected = {(str(p["device"]), int(p.get("port", 1))): p.get("closest_gpu") for p in spec.get("ports") or []}
     rows = []
@@ -150,38 +184,176 @@ def _port_rows(node: Node) -> list[PortRow]:
     return rows
 
 
-def fabric_page(appliance: Appliance, node_name: str = "", state: str = "") -> dict:
-    port_queryset = HCAPort.objects.select_related("closest_gpu").order_by("port")
-    nodes = list(appliance.nodes.select_related("platform").prefetch_related(
-        Prefetch("hcas", queryset=HCA.objects.order_by("device").prefetch_related(
-            Prefetch("ports", queryset=port_queryset)))).order_by("name"))
-    fabric = [NodeFabric(node, rows) for node in nodes if (rows := _port_rows(node))]
-    all_rows = [r for nf in fabric for r in nf.rows]
+@dataclass
+class PlatformPortRules:
+    """What a platform expects of its nodes' ports, as conditions on HCAPort rows: the same judgement as
+    PortRow's, made by the database for a whole fleet at once."""
+
+    platform_id: int | None
+    spec: dict
+
+    @property
+    def expected_ports(self) -> list[tuple[str, int]]:
+        return [(str(p["device"]), int(p.get("port", 1))) for p in self.spec.get("ports") or []]
+
+    def on_platform(self) -> Q:
+        if self.platform_id is None:
+            return Q(hca__node__platform__isnull=True)
+        return Q(hca__node__platform_id=self.platform_id)
+
+    def expected(self) -> Q:
+        ports = self.expected_ports
+        if not ports:
+            return Q(pk__in=[])
+        condition = Q()
+        for device, port in ports:  # as many as the platform file lists: a handful, whatever the fleet
+            condition |= Q(hca__device=device, port=port)
+        return condition
+
+    def active_at_rate(self) -> Q:
+        condition = Q(state=PORT_ACTIVE, physical_state=PORT_LINK_UP)
+        if self.spec.get("rate_gbps"):
+            condition &= Q(rate_gbps=int(self.spec["rate_gbps"]))
+        if self.spec.get("link_layer"):
+            condition &= Q(link_layer=str(self.spec["link_layer"]))
+        return condition
+
+    def errors_over(self) -> Q:
+        condition = Q(pk__in=[])
+        for name, threshold in _thresholds(self.spec).items():
+            # perfquery's counter names are identifiers (SymbolErrorCounter); one holding the lookup
+            # separator could not be a key here, and no counter read by the fabric stage is named so.
+            if COUNTER_NAME.match(name):
+                condition |= Q(**{f"counters__{name}__gt": threshold})
+        return condition
+
+
+def _port_counts_by_node(appliance: Appliance, rules: list[PlatformPortRules], state: str) -> dict[int, dict]:
+    """Per node id: ports found that the platform expects, those of them active at rate, ports with a
+    counter over its threshold, unhealthy ports, and (with a state filter) ports in that state: one
+    grouped query whatever the number of nodes."""
+    expected, active, errors, unhealthy = Q(pk__in=[]), Q(pk__in=[]), Q(pk__in=[]), Q(pk__in=[])
+    for rule in rules:
+        on = rule.on_platform()
+        expected |= on & rule.expected()
+        active |= on & rule.expected() & rule.active_at_rate()
+        errors |= on & rule.errors_over()
+        unhealthy |= on & (~rule.active_at_rate() | rule.errors_over())
+    counts = {"found_expected": Count("id", filter=expected), "active": Count("id", filter=active),
+              "errors": Count("id", filter=errors), "unhealthy": Count("id", filter=unhealthy),
+              "found": Count("id")}
+    if state and state not in (PROBLEM, MISSING):
+        counts["in_state"] = Count("id", filter=Q(state=state))
+    rows = (HCAPort.objects.filter(hca__node__appliance=appliance).order_by()
+            .values("hca__node_id").annotate(**counts))
+    return {row.pop("hca__node_id"): row for row in rows}
+
+
+@dataclass
+class NodePorts:
+    """One node's ports, counted (the fabric summary and the topology are sums of these)."""
+
+    id: int
+    name: str
+    labels: dict
+    expected: int
+    counts: dict
+
+    def count(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+    @property
+    def missing(self) -> int:
+        return self.expected - self.count("found_expected")
+
+    @property
+    def problems(self) -> int:
+        return self.count("unhealthy") + self.missing
+
+    def matches(self, state: str) -> bool:
+        if state == PROBLEM:
+            return self.problems > 0
+        if state == MISSING:
+            return self.missing > 0
+        return not state or self.count("in_state") > 0
+
+
+def _topology(nodes: list[NodePorts]) -> list[dict]:
+    """Nodes and ports by rack (the `rack` label), in rack order; nodes without one come last."""
+    racks: dict[str, dict] = {}
+    for node in nodes:
+        rack = str(node.labels.get(TOPOLOGY_LABEL, "")) if isinstance(node.labels, dict) else ""
+        group = racks.setdefault(rack, {"rack": rack, "nodes": 0, "expected": 0, "active_at_rate": 0,
+                                        "problem_nodes": 0, "first": node.name})
+        group["nodes"] += 1
+        group["expected"] += node.expected
+        group["active_at_rate"] += node.count("active")
+        group["problem_nodes"] += 1 if node.problems else 0
+    return sorted(racks.values(), key=lambda g: (g["rack"] == "", g["rack"]))
+
+
+def _switches(appliance: Appliance, query) -> dict:
+    """The imported switches: counted by kind, tier and model, and listed a page at a time."""
+    groups = list(appliance.switches.order_by("kind", "tier", "model").values("kind", "tier", "model")
+                  .annotate(count=Count("id"), ports=Sum("port_count")))
+    kinds = dict(Switch.Kind.choices)
+    for group in groups:
+        group["kind_label"] = kinds.get(group["kind"], group["kind"])
+    page = paged(appliance.switches.order_by("tier", "name"), SWITCHES_PER_PAGE, query, "switch_page",
+                 _("Switch pages"))
+    return {"groups": groups, "page": page, "total": sum(g["count"] for g in groups),
+            "ports": sum(g["ports"] or 0 for g in groups)}
+
+
+def fabric_page(appliance: Appliance, query=None) -> dict:
+    """The fabric of `appliance` for the query parameters node, state, page and switch_page."""
+    query = query if query is not None else QueryDict()
+    node_name, state = query.get("node", ""), query.get("state", "")
+    platforms = {p.pk: p for p in Platform.objects.filter(nodes__appliance=appliance).distinct()}
+    rules = [PlatformPortRules(pk, (p.spec or {}).get("hcas") or {}) for pk, p in platforms.items()]
+    if appliance.nodes.filter(platform__isnull=True).exists():
+        rules.append(PlatformPortRules(None, {}))
+    expected_of = {rule.platform_id: len(rule.expected_ports) for rule in rules}
+    counts = _port_counts_by_node(appliance, rules, state)
+    fabric = [NodePorts(pk, name, labels or {}, expected_of.get(platform_id, 0), counts.get(pk, {}))
+              for pk, name, platform_id, labels in
+              appliance.nodes.order_by("name").values_list("pk", "name", "platform_id", "labels")]
+    fabric = [n for n in fabric if n.expected or n.count("found")]
     summary = {
         "nodes": len(fabric),
-        "expected": sum(nf.expected for nf in fabric),
-        "active_at_rate": sum(nf.active_at_rate for nf in fabric),
-        "missing": sum(1 for r in all_rows if r.found is None),
-        "errors_over": sum(1 for r in all_rows if r.errors_over),
+        "expected": sum(n.expected for n in fabric),
+        "active_at_rate": sum(n.count("active") for n in fabric),
+        "missing": sum(n.missing for n in fabric),
+        "errors_over": sum(n.count("errors") for n in fabric),
+        "problem_nodes": sum(1 for n in fabric if n.problems),
     }
-    states = sorted({r.state for r in all_rows})
+    states = sorted(set(HCAPort.objects.filter(hca__node__appliance=appliance).order_by()
+                        .values_list("state", flat=True).distinct()) | ({MISSING} if summary["missing"] else set()))
+    matching = [n for n in fabric if (not node_name or n.name == node_name) and n.matches(state)]
+    page = paged(matching, NODES_PER_PAGE, query, "page", _("Node pages"))
+    # The page's nodes only, with their ports: as many rows as a page holds, whatever the fleet.
+    port_queryset = HCAPort.objects.select_related("closest_gpu").order_by("port")
+    nodes = appliance.nodes.filter(pk__in=[n.id for n in page.object_list]).select_related("platform").prefetch_related(
+        Prefetch("hcas", queryset=HCA.objects.order_by("device").prefetch_related(
+            Prefetch("ports", queryset=port_queryset)))).order_by("name")
     shown = []
-    for nf in fabric:
-        if node_name and nf.node.name != node_name:
-            continue
-        rows = [r for r in nf.rows if not state or r.state == state or (state == "problem" and not r.healthy)]
+    for node in nodes:
+        rows = [r for r in _port_rows(node)
+                if not state or r.state == state or (state == PROBLEM and not r.healthy)]
         if rows:
-            shown.append(NodeFabric(nf.node, rows))
+            shown.append(NodeFabric(node, rows))
     sm = dict((appliance.settings or {}).get("fabric", {}).get("subnet_manager") or {})
     if sm.get("kind") == "opensm":
-        sm.setdefault("priority", 15)  # what the fabric stage configures when the site names none
-    sm_node = next((n for n in nodes if n.name == sm.get("node")), None)
-    networks = [n for n in appliance.networks.all() if n.kind == Network.Kind.IPOIB]
-    addressed = {n.name: sum(1 for node in nodes if n.name in (node.ipoib_addresses or {})) for n in networks}
+        sm.setdefault("priority", DEFAULT_OPENSM_PRIORITY)  # what the fabric stage configures when the site names none
+    sm_node = appliance.nodes.filter(name=sm["node"]).first() if sm.get("node") else None
+    networks = [n for n in appliance.networks.order_by("name") if n.kind == Network.Kind.IPOIB]
+    addressed = appliance.nodes.aggregate(**{
+        f"n{i}": Count("pk", filter=Q(ipoib_addresses__has_key=n.name)) for i, n in enumerate(networks)
+    }) if networks else {}
     return {
-        "fabric": shown, "summary": summary, "subnet_manager": sm, "sm_node": sm_node,
-        "ipoib_networks": [(n, addressed[n.name]) for n in networks],
-        "node_names": [nf.node.name for nf in fabric], "port_states": states,
+        "fabric": shown, "page_obj": page, "summary": summary, "subnet_manager": sm, "sm_node": sm_node,
+        "ipoib_networks": [(n, addressed[f"n{i}"]) for i, n in enumerate(networks)],
+        "port_states": states, "topology": _topology(fabric), "switches": _switches(appliance, query),
         "selected": {"node": node_name, "state": state},
     }
 
@@ -190,7 +362,7 @@ class FabricView(ApplianceScopedPage):
     template_name = "inventory/fabric.html"
 
     def page(self, appliance):
-        return fabric_page(appliance, self.request.GET.get("node", ""), self.request.GET.get("state", ""))
+        return fabric_page(appliance, self.request.GET)
 
 
 # --- storage ---------------------------------------------------------------------------------------
@@ -321,96 +493,155 @@ def _render(filename: str, title: str, render) -> RenderedFile:
         return RenderedFile(filename, title, error=str(exc))
 
 
-def rendered_configs(appliance: Appliance) -> dict[str, list[RenderedFile]]:
-    """The files the workloads stage generates for this appliance, by scheduler ("slurm", "kubernetes");
-    a rendering error is kept with the file it stops, so one broken file leaves the others readable."""
+@dataclass
+class ConfigFiles:
+    groups: dict[str, list[tuple[str, str, object]]]
+    site: object  # () -> SiteView, taken once
+
+
+def config_files(appliance: Appliance) -> ConfigFiles:
+    """The files the workloads stage generates for this appliance, by scheduler ("slurm", "kubernetes"):
+    (filename, title, render) each, `render()` giving the text or raising RenderError. Nothing is read or
+    rendered until a file's render is called; the inventory snapshot is then taken once for all."""
+    pools = list(appliance.pools.order_by("name").values_list("name", "kind"))
+    snapshot: list = []
+
+    def site():
+        if not snapshot:
+            snapshot.append(site_view(appliance))
+        return snapshot[0]
+
+    def plan_and_instances():
+        instances = stage_vars.mig_instances(site())
+        return stage_vars.partition_plan(site(), instances), instances
+
+    result: dict[str, list] = {}
+    if any(kind == Pool.Kind.TRAINING for _, kind in pools):
+        result["slurm"] = [
+            ("slurm.conf", _("nodes, GPUs and the exclusive training partitions"),
+             lambda: slurm.render_slurm_conf(site(), plan_and_instances()[0])),
+            ("gres.conf", _("explicit GPU device files per node"),
+             lambda: slurm.render_gres_conf(site(), *plan_and_instances())),
+            ("cgroup.conf", _("jobs confined to their GPUs (ConstrainDevices)"), slurm.render_cgroup_conf),
+        ]
+    inference = [name for name, kind in pools if kind == Pool.Kind.INFERENCE]
+    if inference:
+        def pool_view(name):
+            return next(p for p in kubernetes.inference_pools(site()) if p.name == name)
+
+        def labels(name):
+            settings = kubernetes.node_settings(site())
+            return kubernetes.render_node_settings_for(
+                {"nodes": {node: settings[node] for node in pool_view(name).nodes if node in settings}})
+
+        result["kubernetes"] = [
+            ("gpu-operator-values.yaml", _("GPU operator Helm values"),
+             lambda: kubernetes.render_gpu_operator_values(site())),
+            ("device-plugin-configmap.yaml", _("Device plugin ConfigMap (every inference pool)"),
+             lambda: kubernetes.render_device_plugin_config_map(site())),
+        ]
+        for name in inference:
+            result["kubernetes"] += [
+                (f"device-plugin-{name}.yaml", _("Pool %(pool)s: device plugin sharing config") % {"pool": name},
+                 lambda name=name: kubernetes.render_device_plugin_config(pool_view(name))),
+                (f"node-labels-taints-{name}.yaml", _("Pool %(pool)s: node labels and taints") % {"pool": name},
+                 lambda name=name: labels(name)),
+            ]
+    return ConfigFiles(result, site)
+
+
+def rendered_configs(appliance: Appliance, only: str = "") -> dict[str, list[RenderedFile]]:
+    """The generated files rendered (`only`: that file alone); a rendering error is kept with the file it
+    stops, so one broken file leaves the others readable."""
+    result: dict[str, list[RenderedFile]] = {}
+    catalog = config_files(appliance)
     try:
-        site = site_view(appliance)
+        if catalog.groups:
+            catalog.site()
+        for scheduler, files in catalog.groups.items():
+            result[scheduler] = [_render(filename, title, render) for filename, title, render in files
+                                 if not only or filename == only]
     except RenderError as exc:
         return {"error": [RenderedFile("", "inventory", error=str(exc))]}
-    result: dict[str, list[RenderedFile]] = {}
-    if slurm.training_pools(site):
-        def plan_and_instances():
-            instances = stage_vars.mig_instances(site)
-            return stage_vars.partition_plan(site, instances), instances
-
-        result["slurm"] = [
-            _render("slurm.conf", "nodes, GPUs and the exclusive training partitions", lambda: slurm.render_slurm_conf(site, plan_and_instances()[0])),
-            _render("gres.conf", "explicit GPU device files per node", lambda: slurm.render_gres_conf(site, *plan_and_instances())),
-            _render("cgroup.conf", "jobs confined to their GPUs (ConstrainDevices)", slurm.render_cgroup_conf),
-        ]
-    pools = kubernetes.inference_pools(site)
-    if pools:
-        result["kubernetes"] = [
-            _render("gpu-operator-values.yaml", "GPU operator Helm values",
-                    lambda: kubernetes.render_gpu_operator_values(site)),
-            _render("device-plugin-configmap.yaml", "Device plugin ConfigMap (every inference pool)",
-                    lambda: kubernetes.render_device_plugin_config_map(site)),
-        ]
-        node_settings: dict | RenderError
-        try:
-            node_settings = kubernetes.node_settings(site)
-        except RenderError as exc:
-            node_settings = exc
-        for pool in pools:
-            def labels(pool=pool):
-                if isinstance(node_settings, RenderError):
-                    raise node_settings
-                return kubernetes.render_node_settings_for(
-                    {"nodes": {name: node_settings[name] for name in pool.nodes if name in node_settings}})
-
-            result["kubernetes"] += [
-                _render(f"device-plugin-{pool.name}.yaml", f"Pool {pool.name}: device plugin sharing config",
-                        lambda pool=pool: kubernetes.render_device_plugin_config(pool)),
-                _render(f"node-labels-taints-{pool.name}.yaml", f"Pool {pool.name}: node labels and taints", labels),
-            ]
     return result
 
 
-def pools_page(appliance: Appliance) -> dict:
-    memberships = PoolMembership.objects.select_related("node__platform").annotate(
+def _pool_summaries(appliance: Appliance, query) -> list[dict]:
+    """Each pool counted by the database (nodes, GPUs, MIG, node states, racks) and its members a page at
+    a time: the same queries for 4 nodes or 1,000."""
+    totals = {row.pop("pool_id"): row for row in PoolMembership.objects.filter(pool__appliance=appliance)
+              .order_by().values("pool_id").annotate(
+                  nodes=Count("id", distinct=True),
+                  gpus_found=Count("node__gpus", distinct=True),
+                  # Before the gpu stage has run, the platform's count stands in for a node's GPUs.
+                  gpus_from_platform=Sum("node__platform__gpu_count", filter=Q(node__gpus__isnull=True)),
+                  mig_enabled=Count("node__gpus", filter=Q(node__gpus__mig_mode=GPU.MigMode.ENABLED), distinct=True),
+                  racks=Count(KT("node__labels__rack"), distinct=True))}
+    states: dict[int, dict[str, int]] = {}
+    for pool_id, state, count in (PoolMembership.objects.filter(pool__appliance=appliance).order_by()
+                                  .values_list("pool_id", "node__state").annotate(count=Count("id"))):
+        label = str(NodeState(state).label)
+        states.setdefault(pool_id, {})[label] = states.setdefault(pool_id, {}).get(label, 0) + count
+    members = PoolMembership.objects.select_related("node__platform").annotate(
         gpus_found=Count("node__gpus", distinct=True),
         mig_enabled=Count("node__gpus", filter=Q(node__gpus__mig_mode=GPU.MigMode.ENABLED), distinct=True),
     ).order_by("node__name")
-    pools = list(appliance.pools.prefetch_related(Prefetch("memberships", queryset=memberships)).order_by("kind", "name"))
-    configs = rendered_configs(appliance)
     summaries = []
-    for pool in pools:
-        members = list(pool.memberships.all())
-        for member in members:
-            # Before the gpu stage has run, the platform's count stands in for the discovered GPUs.
+    for pool in appliance.pools.order_by("kind", "name"):
+        total = totals.get(pool.pk, {})
+        page = paged(members.filter(pool=pool), MEMBERS_PER_PAGE, query, f"pool_{pool.pk}_page",
+                     _("Pages of pool %(pool)s") % {"pool": pool.name})
+        for member in page:
             member.gpu_total = member.gpus_found or (member.node.platform.gpu_count if member.node.platform_id else 0)
             member.gpus_from_platform = not member.gpus_found and member.gpu_total > 0
-        states: dict[str, int] = {}
-        for member in members:
-            label = member.node.get_state_display()
-            states[label] = states.get(label, 0) + 1
         settings = dict(pool.settings or {})
         summaries.append({
-            "pool": pool, "members": members, "gpu_total": sum(m.gpu_total for m in members),
-            "states": sorted(states.items()), "settings": settings,
+            "pool": pool, "members": page, "node_count": total.get("nodes", 0),
+            "gpu_total": total.get("gpus_found", 0) + (total.get("gpus_from_platform") or 0),
+            "mig_enabled": total.get("mig_enabled", 0), "racks": total.get("racks", 0),
+            "states": sorted(states.get(pool.pk, {}).items()), "settings": settings,
             "partition": settings.get("partition") or pool.name,
             "replicas": (settings.get("time_slicing") or {}).get("replicas", 1),
             "mig_strategy": settings.get("mig_strategy", "single"),
         })
-    unassigned = list(appliance.nodes.filter(role=Node.Role.GPU, pool_membership__isnull=True)
-                      .order_by("name").values_list("name", flat=True))
+    return summaries
+
+
+def pools_page(appliance: Appliance, query=None) -> dict:
+    query = query if query is not None else QueryDict()
+    summaries = _pool_summaries(appliance, query)
+    node_count = appliance.nodes.count()
+    # A small appliance shows its generated files inline; a fleet's (a gres.conf of thousands of lines)
+    # are each one link away, rendered when asked for.
+    inline = node_count <= INLINE_CONFIG_NODES
+    if inline:
+        configs = rendered_configs(appliance)
+        files = {k: v for k, v in configs.items() if k != "error"}
+        inventory_error = configs.get("error", [None])[0]
+    else:
+        files = {scheduler: [RenderedFile(filename, title) for filename, title, _render_ in entries]
+                 for scheduler, entries in config_files(appliance).groups.items()}
+        inventory_error = None
+    unassigned_nodes = appliance.nodes.filter(role=Node.Role.GPU, pool_membership__isnull=True).order_by("name")
+    unassigned_count = unassigned_nodes.count()
+    unassigned = list(unassigned_nodes.values_list("name", flat=True)[:UNASSIGNED_SHOWN])
     kinds = [
-        {"kind": Pool.Kind.TRAINING, "title": "Training", "subtitle": "Slurm · exclusive GPUs",
-         "files_title": "Slurm configuration", "files": configs.get("slurm", [])},
-        {"kind": Pool.Kind.INFERENCE, "title": "Inference", "subtitle": "Kubernetes · shared GPUs",
-         "files_title": "Kubernetes configuration", "files": configs.get("kubernetes", [])},
+        {"kind": Pool.Kind.TRAINING, "title": _("Training"), "subtitle": _("Slurm · exclusive GPUs"),
+         "files_title": _("Slurm configuration"), "files": files.get("slurm", [])},
+        {"kind": Pool.Kind.INFERENCE, "title": _("Inference"), "subtitle": _("Kubernetes · shared GPUs"),
+         "files_title": _("Kubernetes configuration"), "files": files.get("kubernetes", [])},
     ]
     for kind in kinds:
         kind["pools"] = [s for s in summaries if s["pool"].kind == kind["kind"]]
-    return {"kinds": kinds, "inventory_error": configs.get("error", [None])[0], "unassigned": unassigned}
+    return {"kinds": kinds, "inventory_error": inventory_error, "unassigned": unassigned,
+            "unassigned_count": unassigned_count, "files_inline": inline}
 
 
 class PoolsView(ApplianceScopedPage):
     template_name = "inventory/pools.html"
 
     def page(self, appliance):
-        return pools_page(appliance)
+        return pools_page(appliance, self.request.GET)
 
 
 class PoolConfigDownloadView(CapabilityMixin, View):
@@ -421,12 +652,15 @@ class PoolConfigDownloadView(CapabilityMixin, View):
 
     def get(self, request, appliance, filename):
         appliance = get_object_or_404(Appliance, name=appliance)
-        files = {f.filename: f for group in rendered_configs(appliance).values() for f in group if f.filename}
+        files = {f.filename: f for group in rendered_configs(appliance, only=filename).values() for f in group
+                 if f.filename}
         rendered = files.get(filename)
         if rendered is None:
             raise Http404(f"no generated file {filename!r} for appliance {appliance.name}")
         if rendered.error:
             return HttpResponse(f"{filename}: {rendered.error}\n", status=409, content_type="text/plain; charset=utf-8")
         response = HttpResponse(rendered.text, content_type="text/plain; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="{appliance.name}-{filename}"'
+        # ?view=1 shows the file in the browser; otherwise it is saved under the appliance's name.
+        if request.GET.get("view") != "1":
+            response["Content-Disposition"] = f'attachment; filename="{appliance.name}-{filename}"'
         return response

@@ -107,11 +107,17 @@ def test_ports_and_hcas(viewer, inventory):
     assert [p["port"] for p in hca["ports"]] == [1]
 
 
-def test_pools_list_their_nodes_and_scheduler(viewer, inventory):
+def test_pools_list_their_node_counts_and_scheduler(viewer, inventory):
     pools = {p["name"]: p for p in viewer.get("/api/inventory/pools/").json()["results"]}
     assert pools["training"]["scheduler"] == "slurm" and pools["training"]["sharing"] == "exclusive"
     assert pools["inference"]["scheduler"] == "kubernetes" and pools["inference"]["sharing"] == "shared"
-    assert [n["name"] for n in pools["training"]["nodes"]] == ["gpu-01"]
+    # A list stays small at fleet scale: counts and where the nodes are, not the nodes themselves.
+    assert pools["training"]["node_count"] == 1 and "nodes" not in pools["training"]
+    training = inventory.training.pk
+    assert pools["training"]["nodes_url"] == f"http://testserver/api/inventory/nodes/?pool_id={training}"
+    assert [n["name"] for n in viewer.get(pools["training"]["nodes_url"]).json()["results"]] == ["gpu-01"]
+    detail = viewer.get(f"/api/inventory/pools/{training}/").json()
+    assert [n["name"] for n in detail["nodes"]] == ["gpu-01"] and detail["node_count"] == 1
 
 
 def test_other_collections(viewer, inventory):
