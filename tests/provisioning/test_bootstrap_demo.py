@@ -136,9 +136,11 @@ def test_bootstrap_the_demo_appliance(demo):
         assert any(line.strip().startswith(f"{stage} ") and " ok · " in line for line in first.stdout.splitlines()), stage
 
     site = yaml.safe_load((ROOT / "appliance/inventory/sites/demo.yml").read_text())
+    # The emulators listen on the ports this state directory allocated (demo.yml's are placeholders).
+    ports = json.loads((fresh_state / "simulation" / "ports.json").read_text())["bmc"]
     for node in site["nodes"]:
         platform = yaml.safe_load((ROOT / "firmware/platforms" / f"{node['platform']}.yaml").read_text())
-        attributes = bmc_bios(fresh_state, node["bmc"]["url"])
+        attributes = bmc_bios(fresh_state, f"https://127.0.0.1:{ports[node['name']]}")
         baseline = platform["bios"]["baseline"]
         assert {k: attributes.get(k) for k in baseline} == baseline, node["name"]
     assert set(state for state, _, _ in inventory(fresh_state).values()) == {"ready"}
