@@ -2,7 +2,7 @@
 the shared state machine (appliance.core.statemachine)."""
 
 from django.db import models
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from appliance.audit.services import record
 from appliance.core.statemachine import InvalidTransition, StateMachine
@@ -12,12 +12,12 @@ __all__ = ["NodeState", "TRANSITIONS", "FAILED_TWIN", "BY_HAND", "NODE_MACHINE",
 
 
 class NodeState(models.TextChoices):
-    NEW = "new", _("New")
-    PROVISIONING = "provisioning", _("Provisioning")
-    READY = "ready", _("Ready")
-    FAILED = "failed", _("Failed")
-    MAINTENANCE = "maintenance", _("Maintenance")
-    RETIRED = "retired", _("Retired")
+    NEW = "new", pgettext_lazy("node state", "New")
+    PROVISIONING = "provisioning", pgettext_lazy("node state", "Provisioning")
+    READY = "ready", pgettext_lazy("node state", "Ready")
+    FAILED = "failed", pgettext_lazy("node state", "Failed")
+    MAINTENANCE = "maintenance", pgettext_lazy("node state", "Maintenance")
+    RETIRED = "retired", pgettext_lazy("node state", "Retired")
 
 
 TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {

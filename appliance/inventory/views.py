@@ -137,10 +137,6 @@ class _ComponentHealth:
             self.status = HealthStatus.UNKNOWN
         self.label = rows[0].component_label or rows[0].component_id if rows else ""
 
-    @property
-    def status_label(self):
-        return HealthStatus(self.status).label if self.rows else _("not checked")
-
 
 class NodeTransitionView(CapabilityMixin, View):
     write_capability = "inventory.change"
@@ -270,7 +266,7 @@ class CredentialListView(CapabilityMixin, View):
             except credentials.CredentialError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, str(exc))
             else:
-                messages.success(request, f"Credential {credential.name} created.")
+                messages.success(request, _("Credential %(name)s created.") % {"name": credential.name})
                 return redirect("inventory:credential-list")
         return self.render(request, form, status=400)
 
@@ -286,7 +282,7 @@ class CredentialUpdateView(CapabilityMixin, View):
         try:
             if "delete" in request.POST:
                 credentials.delete(credential.name)
-                messages.success(request, f"Credential {credential.name} deleted.")
+                messages.success(request, _("Credential %(name)s deleted.") % {"name": credential.name})
                 return redirect("inventory:credential-list")
             form = CredentialForm({**request.POST.dict(), "name": credential.name})
             if not form.is_valid():
@@ -298,5 +294,5 @@ class CredentialUpdateView(CapabilityMixin, View):
         except credentials.CredentialError as exc:
             messages.error(request, f"{credential.name}: {exc}")
         else:
-            messages.success(request, f"Credential {credential.name} changed.")
+            messages.success(request, _("Credential %(name)s changed.") % {"name": credential.name})
         return redirect("inventory:credential-list")
