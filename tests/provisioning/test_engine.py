@@ -124,8 +124,10 @@ def test_a_user_cancel_ends_cancelled(state_dir, appliance, catalogue, probe):
     assert first.events_emitted == first.events_stored
     assert (first.ended - first.started).total_seconds() < 30
     assert AuditRecord.objects.filter(event="provisioning.run.cancel").count() == 1
-    # The run wrote the marker file before it was cancelled: an abort after a change fails the node, saying so.
-    reason = f"run #{run.pk} (cancelled by a user) was aborted after changing: first: Write the marker file on it"
+    # The run wrote the marker file and the (no_log) secret file before it was cancelled: an abort after a
+    # change fails the node, saying so.
+    reason = (f"run #{run.pk} (cancelled by a user) was aborted after changing: first: Write the marker file, "
+              f"Keep the BMC password where only this test looks on it")
     assert {n.name: (n.state, n.state_reason) for n in Node.objects.all()} == {
         name: (NodeState.FAILED, reason) for name in ("gpu01", "gpu02", "mgmt01")}
     # Nothing of the cancelled playbook lives on: not ansible-playbook, not its Mitogen multiplexers.
