@@ -380,6 +380,7 @@ class FilesystemRow:
     expected: list[str]
     fstype: str
     render_error: str = ""
+    clients: dict = field(default_factory=dict)  # how its clients stand: mounted, problems, absent, ...
 
 
 @dataclass
@@ -446,7 +447,19 @@ def _by_mount_point(entries) -> dict[str, dict]:
     return {str(e.get("mount_point")): e for e in entries or [] if isinstance(e, dict) and e.get("mount_point")}
 
 
-def storage_page(appliance: Appliance) -> dict:
+def _smoke_below(smoke: dict | None, min_read, min_write) -> bool:
+    def below(value, floor):
+        return bool(floor) and isinstance(value, int | float) and value < floor
+
+    return smoke is not None and (below(smoke.get("read_mbps"), min_read) or below(smoke.get("write_mbps"), min_write))
+
+
+def storage_page(appliance: Appliance, query=None) -> dict:
+    """Filesystems with how their clients stand (counted over every client), and the clients' mounts a
+    page at a time. Only the two parts of each node's facts the page shows are read (mounts, storage
+    results), not the whole document."""
+    query = query if query is not None else QueryDict()
+    problems_only = query.get("show") == PROBLEM
     settings = dict((appliance.settings or {}).get("storage") or {})
     client_roles = set(settings.get("client_roles") or DEFAULT_STORAGE_CLIENT_ROLES)
     # The floors the storage stage enforces: the site's own, or the stage's defaults.
@@ -454,26 +467,49 @@ def storage_page(appliance: Appliance) -> dict:
     min_read, min_write = gates["min_read_mbps"], gates["min_write_mbps"]
     filesystems = [_filesystem_row(fs) for fs in appliance.filesystems.order_by("name")]
     by_mount = {row.filesystem.mount_point: row for row in filesystems}
+    tally = {point: {"mounted": 0, "problems": 0, "absent": 0, "unverified": 0, "slow": 0} for point in by_mount}
     nodes = []
-    for node in appliance.nodes.select_related("platform").order_by("name"):
-        facts = node.facts or {}
-        mounts = _by_mount_point(facts.get("mounts"))
-        smoke = _by_mount_point((facts.get("storage") or {}).get("results") if isinstance(facts.get("storage"), dict)
-                                else None)
-        if node.role not in client_roles and not mounts and not smoke:
+    rows = appliance.nodes.order_by("name").values_list("pk", "name", "role", "state", "facts__mounts",
+                                                        "facts__storage__results")
+    for pk, name, role, state, mount_facts, smoke_facts in rows:
+        mounts, smoke = _by_mount_point(mount_facts), _by_mount_point(smoke_facts)
+        if role not in client_roles and not mounts and not smoke:
             continue
         points = list(by_mount) + sorted((set(mounts) | set(smoke)) - set(by_mount))
-        rows = [MountRow(by_mount.get(p), p, mounts.get(p), smoke.get(p)) for p in points]
-        nodes.append({"node": node, "rows": rows, "verified": bool(mounts), "measured": bool(smoke)})
-    return {"filesystems": filesystems, "storage_nodes": nodes, "client_roles": sorted(client_roles),
-            "min_read_mbps": min_read, "min_write_mbps": min_write}
+        mount_rows = [MountRow(by_mount.get(p), p, mounts.get(p), smoke.get(p)) for p in points]
+        problem = False
+        for row in mount_rows:
+            row.problem = (row.status == "absent" or bool(row.missing_options) or row.fstype_differs
+                           or row.source_differs)
+            row.slow = _smoke_below(row.smoke, min_read, min_write)
+            problem = problem or row.problem or row.slow
+            counts = tally.get(row.mount_point)
+            if counts is None:
+                continue
+            if row.status in ("absent", "unverified"):
+                counts[row.status] += 1
+            elif row.problem:
+                counts["problems"] += 1
+            else:
+                counts["mounted"] += 1
+            counts["slow"] += 1 if row.slow else 0
+        if problems_only and not problem:
+            continue
+        nodes.append({"node": Node(pk=pk, name=name, role=role, state=state), "rows": mount_rows,
+                      "verified": bool(mounts), "measured": bool(smoke), "problem": problem})
+    for row in filesystems:
+        row.clients = tally[row.filesystem.mount_point]
+    page = paged(nodes, NODES_PER_PAGE, query, "page", _("Node pages"))
+    return {"filesystems": filesystems, "storage_nodes": page, "client_roles": sorted(client_roles),
+            "min_read_mbps": min_read, "min_write_mbps": min_write, "problems_only": problems_only,
+            "client_count": len(nodes) if not problems_only else None}
 
 
 class StorageView(ApplianceScopedPage):
     template_name = "inventory/storage.html"
 
     def page(self, appliance):
-        return storage_page(appliance)
+        return storage_page(appliance, self.request.GET)
 
 
 # --- pools -----------------------------------------------------------------------------------------

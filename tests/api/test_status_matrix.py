@@ -29,9 +29,15 @@ ROWS = [
     ("portal.view", "get", "/api/accounts/me/", None, codes(200, 200, 200, 200, 200, 401)),
     ("inventory.view", "get", "/api/inventory/nodes/", None, codes(200, 200, 200, 200, 200, 401)),
     ("inventory.view", "get", "/inventory/nodes/", None, codes(200, 200, 200, 200, 200, 302)),
+    ("inventory.view", "get", "/api/inventory/switches/", None, codes(200, 200, 200, 200, 200, 401)),
+    ("inventory.view", "get", "/api/inventory/switches/{switch}/", None, codes(200, 200, 200, 200, 200, 401)),
+    ("inventory.view", "get", "/inventory/fabric/", None, codes(200, 200, 200, 200, 200, 302)),
     ("inventory.change", "post", "/api/inventory/nodes/{node}/transition/",
      {"state": "maintenance", "reason": "fan replacement"}, codes(200, 200, 403, 403, 403, 401)),
     ("inventory.change", "post", "/api/inventory/site/validate/", site_body, codes(200, 200, 403, 403, 403, 401)),
+    # Ready without a run: an Administrator's call (nodes.override_state), with a reason.
+    ("nodes.override_state", "post", "/api/inventory/nodes/{failed_node}/transition/",
+     {"state": "ready", "reason": "GPU 5 reseated, checked by hand"}, codes(200, 403, 403, 403, 403, 401)),
     ("inventory.change", "get", "/inventory/site/import/", None, codes(200, 200, 403, 403, 403, 302)),
     ("provisioning.view", "get", "/api/provisioning/runs/", None, codes(200, 200, 403, 200, 200, 401)),
     ("provisioning.view", "get", "/provisioning/", None, codes(200, 200, 403, 200, 200, 302)),
@@ -59,7 +65,11 @@ CASES = [(row, role) for row in ROWS for role in ROLES_AND_ANONYMOUS]
 @pytest.fixture
 def url_values(inventory, make_user, site_credentials):
     run = Run.objects.create(appliance=inventory.appliance, kind=Run.Kind.STAGES, stages=["os"])
-    return {**inventory.ids(), "run": run.pk, "target_user": make_user(Role.VIEWER, "target-user").pk}
+    failed = inventory.gpu_node
+    failed.state = "failed"
+    failed.save()
+    return {**inventory.ids(), "run": run.pk, "target_user": make_user(Role.VIEWER, "target-user").pk,
+            "failed_node": failed.pk}
 
 
 @pytest.mark.parametrize(("row", "role"), CASES, ids=[f"{r[1].upper()} {r[2]}-{role}" for r, role in CASES])
