@@ -82,6 +82,7 @@ class NodeDetailView(CapabilityMixin, DetailView):
         except BMC.DoesNotExist:
             bmc = None
         checks = _health_by_component(node)
+        node_rows = sorted(checks.get((ComponentKind.NODE, ""), []), key=lambda row: (row.status != "failing", row.name))
         gpus = list(node.gpus.all())
         for gpu in gpus:
             gpu.health = _ComponentHealth(checks.get((ComponentKind.GPU, str(gpu.index)), []))
@@ -98,7 +99,9 @@ class NodeDetailView(CapabilityMixin, DetailView):
             gpus=gpus,
             ports=ports,
             mounts=[_ComponentHealth(rows) for key, rows in checks.items() if key[0] == ComponentKind.MOUNT],
-            node_checks=sorted(checks.get((ComponentKind.NODE, ""), []), key=lambda row: (row.status != "failing", row.name)),
+            # Failing and unknown node-wide checks first, in full; the passed ones folded.
+            node_checks=[row for row in node_rows if row.status != HealthStatus.OK],
+            node_checks_ok=[row for row in node_rows if row.status == HealthStatus.OK],
             # Rows of parts the inventory no longer lists (a GPU pruned by an import, a port renamed).
             other_checks=[row for key, rows in checks.items() if key[0] in (ComponentKind.GPU, ComponentKind.HCA_PORT)
                           and key not in known for row in rows],
