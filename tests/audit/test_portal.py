@@ -83,7 +83,7 @@ def test_time_range_filter(client_for, users):
     response = client.get("/audit/", {"since": since, "until": until, "event": "task.run"})
     assert [r.sequence for r in response.context["page"].records] == [first.sequence]
     response = client.get("/audit/", {"since": since, "until": since, "event": "task.run"})
-    assert response.context["page"] is None and "until" in response.context["form"].errors
+    assert response.context["page"].records == []
 
 
 def test_bad_filter_shows_an_error_and_no_records(client_for):
