@@ -91,3 +91,13 @@ def test_node_list_shows_failing_checks_and_labels(client_for, inventory):
     assert '<td data-testid="node-health">—</td>' in other
     detail = client_for(Role.VIEWER).get("/inventory/nodes/gpu-01/").content.decode()
     assert '<span class="badge">rack: R12</span> <span class="badge">slot: U17</span>' in detail
+
+
+def test_node_page_shows_failing_checks_first_and_folds_the_passed(client_for, inventory):
+    _acceptance(inventory, {"gpu-01": [("gpu.count", 7, False, "NVML reports 7 GPUs"),
+                                       ("os.memlock", "unlimited", True, "memlock unlimited")]})
+    html = client_for(Role.VIEWER).get("/inventory/nodes/gpu-01/").content.decode()
+    shown = html.split('data-testid="node-checks"')[1].split("</table>")[0]
+    folded = html.split('<details data-testid="node-checks-ok">')[1].split("</details>")[0]
+    assert "gpu.count: NVML reports 7 GPUs" in shown and "os.memlock" not in shown
+    assert "1 node-wide check passed" in folded and "os.memlock: memlock unlimited" in folded
