@@ -33,6 +33,7 @@ from django.conf import settings
 
 from appliance.core.files import write_private
 
+from . import ports
 from . import state as node_state
 
 USERNAME = "admin"
@@ -188,6 +189,9 @@ def _spawn(node) -> tuple[subprocess.Popen, int]:
     if node_state.has_fault(current, "bmc_down"):
         raise BMCError(f"{node.name}: the BMC is down (injected fault bmc_down)")
     port = port_of(node)
+    if not ports.listening_possible(port):
+        raise BMCError(f"{node.name}: port {port} of its BMC URL {node.bmc.url} is in use by another process "
+                       "(a bootstrap of the demo appliance moves its BMCs to free ports of their own)")
     cert, key = _server_certificate(node.name)
     auth_file = write_htpasswd(node.name, wrong_password=node_state.has_fault(current, "bmc_wrong_password"))
     executable = Path(sys.executable).with_name("sushy-emulator")

@@ -106,3 +106,17 @@ def test_the_demo_is_imported_with_its_own_ports_and_its_credential_bound_to_the
     import_site(text, "demo.yml")
     assert {bmc.node.name: bmc.url for bmc in BMC.objects.select_related("node")} == {
         name: f"https://127.0.0.1:{port}" for name, port in allocation.items()}
+
+
+def test_a_bmc_port_another_process_holds_is_one_clear_error_and_starts_nothing(prepared):
+    from appliance.simulation import bmc
+
+    port = int(prepared.bmc.url.rsplit(":", 1)[1])
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        with pytest.raises(services.SimulationError) as refused:
+            services.start_bmcs(prepared.appliance)
+    assert str(refused.value) == (f"gpu01: port {port} of its BMC URL https://127.0.0.1:{port} is in use by another "
+                                  "process (a bootstrap of the demo appliance moves its BMCs to free ports of their own)")
+    assert bmc.running_pid("gpu01") is None
