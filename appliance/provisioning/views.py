@@ -24,23 +24,31 @@ from .models import AcceptanceReport, HostResult, Run, StageRun, TaskEvent
 from .states import StageState
 
 LATEST_EVENTS = 12
+HOSTS_PER_PAGE = 50
 EVENTS_PER_PAGE = 200
 
 
-def host_grid(run: Run, run_progress: progress.RunProgress) -> list[dict]:
-    """Rows of hosts, one cell per stage: the host's state in that stage, with its counts (live while the
-    stage runs, Ansible's recap once it has ended)."""
+def host_grid(run: Run, run_progress: progress.RunProgress, page_number=None):
+    """A page of rows of hosts, one cell per stage: the host's state in that stage, with its counts (live
+    while the stage runs, Ansible's recap once it has ended). Hosts with a failure come first, so the
+    first page of a fleet-sized run shows what went wrong."""
     hosts = set(run.node_names) or set(run.appliance.nodes.values_list("name", flat=True))
     for stage in run_progress.stages:
         hosts.update(stage.stage_run.hosts)
     failures = {(r.stage_run_id, r.host): r for r in HostResult.objects.filter(stage_run__run=run)
                 .filter(Q(failed__gt=0) | Q(unreachable__gt=0)).only("stage_run_id", "host", "failed_task",
                                                                      "message", "unreachable")}
+    troubled = {host for _, host in failures}
+    for stage in run_progress.stages:
+        if stage.live:
+            troubled.update(host for host, counts in stage.hosts.items() if counts.problem)
+    ordered = sorted(hosts, key=lambda host: (host not in troubled, host))
+    page = Paginator(ordered, HOSTS_PER_PAGE).get_page(page_number)
     rows = []
-    for host in sorted(hosts):
+    for host in page:
         cells = [_cell(stage, host, failures.get((stage.stage_run.pk, host))) for stage in run_progress.stages]
         rows.append({"host": host, "cells": cells})
-    return rows
+    return rows, page
 
 
 def _cell(stage: progress.StageProgress, host: str, failure) -> dict:
@@ -120,8 +128,9 @@ class RunDetailView(CapabilityMixin, TemplateView):
         checks = list(report.checks.order_by("passed", "host", "name")) if report else []
         stage_reasons = [s for s in run_progress.stages
                          if s.stage_run.reason and s.stage_run.state != StageState.SUCCEEDED]
+        rows, hosts_page = host_grid(run, run_progress, self.request.GET.get("hosts_page"))
         context.update(run=run, progress=run_progress, stage_runs=[s.stage_run for s in run_progress.stages],
-                       rows=host_grid(run, run_progress), latest_events=progress.task_lines(run, LATEST_EVENTS),
+                       rows=rows, hosts_page=hosts_page, latest_events=progress.task_lines(run, LATEST_EVENTS),
                        report=report, failed_checks=[c for c in checks if not c.passed],
                        passed_checks=[c for c in checks if c.passed],
                        # The run's reason is its failed stage's: printed once, at the top.

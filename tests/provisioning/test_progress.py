@@ -220,8 +220,25 @@ def test_the_run_page_issues_a_constant_number_of_queries(appliance, client_for,
     small = grown_run(appliance, now, 2, ["gpu01", "gpu02"], 2)
     few = queries_of_the_run_page(client, small)
     Run.objects.filter(pk=small.pk).update(state="succeeded")
-    large = grown_run(appliance, now, 9, [f"node{i:02d}" for i in range(30)], 6)
+    large = grown_run(appliance, now, 9, [f"node{i:02d}" for i in range(70)], 6)
     assert queries_of_the_run_page(client, large) == few
+
+
+def test_the_hosts_grid_is_paged_with_failed_hosts_first(appliance, client_for, now):
+    hosts = [f"node{i:02d}" for i in range(60)]
+    run = grown_run(appliance, now, 2, hosts, 1)
+    Run.objects.filter(pk=run.pk).update(node_names=hosts)
+    HostResult.objects.filter(host="node00").update(failed=0, failed_task="")
+    HostResult.objects.filter(host="node42").update(failed=1, failed_task="Check the GPUs")
+    client = client_for(Role.VIEWER)
+    first = page_text(client.get(reverse("provisioning:run", args=[run.pk])).content)
+    grid = first[first.index("Hosts × stages"):first.index("Latest task results")]
+    assert re.findall(r"node\d\d", grid)[:3] == ["node42", "node00", "node01"]
+    assert len(re.findall(r"node\d\d", grid)) == 50
+    assert "hosts 1–50 of 60 (those with a failure first)" in grid
+    second = page_text(client.get(reverse("provisioning:run", args=[run.pk]) + "?hosts_page=2").content)
+    grid = second[second.index("Hosts × stages"):second.index("Latest task results")]
+    assert re.findall(r"node\d\d", grid) == [f"node{i}" for i in range(50, 60)]
 
 
 def finished_failed_run(appliance, now):
