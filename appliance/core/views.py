@@ -8,6 +8,7 @@ from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import loader
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularRedocView
 
@@ -34,18 +35,18 @@ def _api_error(request, status: int, code: str, message: str) -> JsonResponse:
 
 
 def bad_request(request, exception):
-    message = "The request could not be understood."
+    # The API answers in English (its messages are read by programs and become audit reasons).
     if _is_api(request):
-        return _api_error(request, 400, "bad_request", message)
-    return render(request, "400.html", {"message": message}, status=400)
+        return _api_error(request, 400, "bad_request", "The request could not be understood.")
+    return render(request, "400.html", {"message": _("The request could not be understood.")}, status=400)
 
 
 def permission_denied(request, exception):
     # The message says why (the views raise PermissionDenied("Your role does not allow this.")).
-    message = str(exception) or "You may not see this page."
+    message = str(exception)
     if _is_api(request):
-        return _api_error(request, 403, "permission_denied", message)
-    return render(request, "403.html", {"message": message}, status=403)
+        return _api_error(request, 403, "permission_denied", message or "You may not see this page.")
+    return render(request, "403.html", {"message": message or _("You may not see this page.")}, status=403)
 
 
 def page_not_found(request, exception):

@@ -62,3 +62,25 @@ def test_server_error_is_the_appliance_500_page_without_details():
     assert api.status_code == 500
     body = json.loads(api.content)
     assert body["error"]["code"] == "server_error" and "hunter2" not in api.content.decode()
+
+
+def test_the_404_page_in_the_default_mode_is_not_django_technical_page(settings):
+    settings.DEBUG = False
+    response = Client().get("/inventory/no-such-thing/at-all/")
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert "<title>Page not found · Appliance management</title>" in html
+    assert "URLconf" not in html and "Using the URLconf" not in html
+    assert '<a class="skip-link" href="#main">Skip to content</a>' in html
+
+
+def test_error_pages_follow_the_reader_language(client_for):
+    response = client_for(Role.OPERATOR).get("/audit/", HTTP_ACCEPT_LANGUAGE="ru")
+    assert response.status_code == 403
+    assert '<html lang="ru">' in response.content.decode()
+
+
+def test_the_403_page_of_the_api_stays_english(client_for):
+    response = client_for(Role.OPERATOR).get("/api/audit/records/", HTTP_ACCEPT_LANGUAGE="ru")
+    assert response.status_code == 403
+    assert json.loads(response.content)["error"]["message"] == "Your role does not allow this."
