@@ -51,24 +51,24 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 
 class AuditRecordFilter(FilterSet):
-    actor = django_filters.CharFilter(field_name="actor_username", label="Actor (username)")
-    actor_id = IntegerFilter(field_name="actor_id", label="Actor id")
+    actor = django_filters.CharFilter(field_name="actor_username", label=_("Actor (username)"))
+    actor_id = IntegerFilter(field_name="actor_id", label=_("Actor id"))
     # An event name, or a prefix ending in "." or "*" (auth.*): the event index serves both.
-    event = django_filters.CharFilter(method="filter_event", label="Event", widget=forms.TextInput(
-        attrs={"list": "audit-event-names", "placeholder": "auth.login.failure or auth.*"}))
-    action = django_filters.CharFilter(field_name="action", label="Action")
-    category = django_filters.ChoiceFilter(field_name="category", label="Category",
+    event = django_filters.CharFilter(method="filter_event", label=_("Event"), widget=forms.TextInput(
+        attrs={"list": "audit-event-names", "placeholder": _("auth.login.failure or auth.*")}))
+    action = django_filters.CharFilter(field_name="action", label=_("Action"))
+    category = django_filters.ChoiceFilter(field_name="category", label=_("Category"),
                                            choices=[(c, c) for c in categories()])
-    target_type = django_filters.CharFilter(field_name="target_type", label="Target type")
-    target_id = django_filters.CharFilter(field_name="target_id", label="Target id")
-    target = django_filters.CharFilter(field_name="target_name", lookup_expr="icontains", label="Target name")
-    outcome = django_filters.ChoiceFilter(field_name="outcome", choices=Outcome.choices, label="Outcome")
-    channel = django_filters.ChoiceFilter(field_name="channel", choices=Channel.choices, label="Channel")
-    request_id = django_filters.CharFilter(field_name="request_id", label="Request id")
-    since = UtcDateTimeFilter(field_name="timestamp", lookup_expr="gte", label="Since (UTC)",
-                                             widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
-    until = UtcDateTimeFilter(field_name="timestamp", lookup_expr="lt", label="Until (UTC, not included)",
-                                             widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
+    target_type = django_filters.CharFilter(field_name="target_type", label=_("Target type"))
+    target_id = django_filters.CharFilter(field_name="target_id", label=_("Target id"))
+    target = django_filters.CharFilter(field_name="target_name", lookup_expr="icontains", label=_("Target name"))
+    outcome = django_filters.ChoiceFilter(field_name="outcome", choices=Outcome.choices, label=_("Outcome"))
+    channel = django_filters.ChoiceFilter(field_name="channel", choices=Channel.choices, label=_("Channel"))
+    request_id = django_filters.CharFilter(field_name="request_id", label=_("Request id"))
+    since = UtcDateTimeFilter(field_name="timestamp", lookup_expr="gte", label=_("Since (UTC)"),
+                              widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
+    until = UtcDateTimeFilter(field_name="timestamp", lookup_expr="lt", label=_("Until (UTC, not included)"),
+                              widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}))
 
     class Meta:
         model = AuditRecord
