@@ -3,31 +3,32 @@
 from dataclasses import dataclass
 
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 
 from appliance.core.roles import can
 
 
 @dataclass(frozen=True)
 class NavEntry:
-    label: str
+    label: str  # lazily translated: the reader's language at render time
     url_name: str
     capability: str
     section: str = ""
 
 
 NAVIGATION: list[NavEntry] = [
-    NavEntry("Overview", "portal:overview", "portal.view"),
-    NavEntry("Nodes", "inventory:node-list", "inventory.view", "inventory"),
-    NavEntry("Fabric", "portal:fabric", "inventory.view", "inventory"),
-    NavEntry("Storage", "portal:storage", "inventory.view", "inventory"),
-    NavEntry("Pools", "portal:pools", "inventory.view", "inventory"),
-    NavEntry("Site import", "inventory:site-import", "inventory.change", "inventory"),
-    NavEntry("Credentials", "inventory:credential-list", "credentials.manage", "inventory"),
-    NavEntry("Provisioning", "provisioning:index", "provisioning.view", "provisioning"),
-    NavEntry("Acceptance", "provisioning:acceptance", "provisioning.view", "provisioning"),
-    NavEntry("Users", "accounts:user-list", "accounts.view", "accounts"),
-    NavEntry("Audit log", "audit:log", "audit.view", "audit"),
-    NavEntry("Event catalogue", "audit:catalogue", "audit.view", "audit"),
+    NavEntry(_("Overview"), "portal:overview", "portal.view"),
+    NavEntry(_("Nodes"), "inventory:node-list", "inventory.view", "inventory"),
+    NavEntry(_("Fabric"), "portal:fabric", "inventory.view", "inventory"),
+    NavEntry(_("Storage"), "portal:storage", "inventory.view", "inventory"),
+    NavEntry(_("Pools"), "portal:pools", "inventory.view", "inventory"),
+    NavEntry(_("Site import"), "inventory:site-import", "inventory.change", "inventory"),
+    NavEntry(_("Credentials"), "inventory:credential-list", "credentials.manage", "inventory"),
+    NavEntry(_("Provisioning"), "provisioning:index", "provisioning.view", "provisioning"),
+    NavEntry(_("Acceptance"), "provisioning:acceptance", "provisioning.view", "provisioning"),
+    NavEntry(_("Users"), "accounts:user-list", "accounts.view", "accounts"),
+    NavEntry(_("Audit log"), "audit:log", "audit.view", "audit"),
+    NavEntry(_("Event catalogue"), "audit:catalogue", "audit.view", "audit"),
 ]
 
 
