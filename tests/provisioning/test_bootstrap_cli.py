@@ -200,6 +200,14 @@ def test_the_acceptance_result_in_a_pipe_is_failures_a_summary_per_node_and_the_
     assert "failed: stage acceptance, host " in result.stderr
 
 
+def test_NO_COLOR_also_takes_the_colour_off_the_error_line(tmp_path):
+    status, output = in_terminal(tmp_path, "bootstrap", "--no-input", "--from", "nosuch", timeout=120, NO_COLOR="1")
+    assert status == 2 and f"CommandError: --from: unknown stage 'nosuch' (stages: {STAGES})" in output
+    assert SGR.findall(output) == []
+    status, output = in_terminal(tmp_path, "bootstrap", "--no-input", "--from", "nosuch", timeout=120)
+    assert status == 2 and len(SGR.findall(output)) > 0
+
+
 @pytest.mark.parametrize("args,error", [
     (["--from", "nosuch"], f"--from: unknown stage 'nosuch' (stages: {STAGES})"),
     (["--only", "firmware,nosuch"], f"--only: unknown stage 'nosuch' (stages: {STAGES})"),

@@ -11,6 +11,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.core.management.color import no_style
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -50,6 +51,9 @@ class Command(BaseCommand):
         # Django's OutputWrapper ends every write with a newline: rich's live progress needs the stream itself.
         stream = getattr(self.stdout, "_out", self.stdout)
         plain = options.get("no_color") or bool(os.environ.get("NO_COLOR"))
+        if plain:  # NO_COLOR (no-color.org) as --no-color, for Django's own error line too
+            self.style = no_style()
+            self.stderr.style_func = None
         self.console = Console(file=stream, highlight=False, soft_wrap=True,
                                color_system=None if plain else "auto",
                                force_terminal=True if options.get("force_color") and not plain else None)
