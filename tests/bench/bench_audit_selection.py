@@ -20,7 +20,7 @@ import bench_audit  # noqa: E402
 bench_audit.BENCH_DB = "appliance_audit_selection_bench"
 
 # The generated records name node i % 512 as their target: one id selects 1 record in 512; a name
-# fragment shared by 101 node names (gpu-node-1, gpu-node-100..199), about 1 in 5.
+# fragment shared by 100 node names (gpu-node-100..199), about 1 in 5.
 SELECTIONS = {"sparse (target_id=7)": {"target_id": "7"}, "dense (target=gpu-node-1)": {"target": "gpu-node-1"}}
 
 
