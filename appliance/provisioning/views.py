@@ -150,6 +150,9 @@ class RunCancelView(CapabilityMixin, TemplateView):
         if run.finished:
             messages.error(request, _("%(run)s has already ended.") % {"run": run})
             return redirect("provisioning:run", pk=pk)
+        if run.cancel_requested:
+            messages.info(request, _("Cancel of %(run)s is already requested.") % {"run": run})
+            return redirect("provisioning:run", pk=pk)
         return self.render_to_response(self.get_context_data(run=run, progress=progress.run_progress(run)))
 
     def post(self, request, pk):

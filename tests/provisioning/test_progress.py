@@ -298,7 +298,11 @@ def test_cancel_asks_for_confirmation_and_only_the_post_cancels(appliance, catal
     run.refresh_from_db()
     assert run.cancel_requested and run.state == "cancelled"
     assert AuditRecord.objects.filter(event="provisioning.run.cancel").count() == 1
-    # A finished run has nothing to confirm: back to its page.
+    # A run being cancelled, or a finished one, has nothing to confirm: back to its page.
+    other = services.create_run(appliance, kind=Run.Kind.STAGES, stages=["second"], catalogue=catalogue)
+    Run.objects.filter(pk=other.pk).update(state="running", cancel_requested=True)
+    asked = operator.get(reverse("provisioning:run-cancel", args=[other.pk]))
+    assert asked.status_code == 302 and asked["Location"] == reverse("provisioning:run", args=[other.pk])
     again = operator.get(reverse("provisioning:run-cancel", args=[run.pk]))
     assert again.status_code == 302 and again["Location"] == reverse("provisioning:run", args=[run.pk])
 
