@@ -3,7 +3,7 @@
 The pages come from the URL conf (tests/e2e/portal_pages.py), so a new page is checked the day it is
 added. One case per role and width; a failure lists every violation of every page (rule, page, the
 elements), not only the first. To check a few pages while working on them:
-    AXE_PAGES=audit,provisioning pytest tests/e2e/test_accessibility.py -k "operator and narrow"
+    AXE_PAGES=audit,provisioning pytest tests/e2e/test_accessibility.py -k "operator-narrow"
 (AXE_PAGES keeps the pages whose route name contains one of the words).
 """
 
@@ -83,10 +83,16 @@ def audit_pages(page, pages, role: str, width: str) -> tuple[list[str], list[str
     return violations, visited
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("role", [*Role.values, ANONYMOUS])
-def test_no_axe_violations_on_any_page(browser, live_server, users, portal_objects, role, width):  # noqa: F811
-    context = browser.new_context(base_url=live_server.url, viewport={"width": WIDTHS[width], "height": 900})
+# Every role in the light scheme; the dark scheme (prefers-color-scheme: dark) as the Administrator, who sees
+# every page, is enough: the colours do not depend on the role.
+CASES = [(role, width, "light") for role in [*Role.values, ANONYMOUS] for width in WIDTHS]
+CASES += [(Role.ADMINISTRATOR.value, width, "dark") for width in WIDTHS]
+
+
+@pytest.mark.parametrize(("role", "width", "scheme"), CASES, ids=["-".join(case) for case in CASES])
+def test_no_axe_violations_on_any_page(browser, live_server, users, portal_objects, role, width, scheme):  # noqa: F811
+    context = browser.new_context(base_url=live_server.url, viewport={"width": WIDTHS[width], "height": 900},
+                                  color_scheme=scheme)
     context.set_default_timeout(20_000)
     page = context.new_page()
     try:
@@ -97,7 +103,7 @@ def test_no_axe_violations_on_any_page(browser, live_server, users, portal_objec
             page.click("button[type=submit]")
             page.wait_for_load_state()
             assert "/accounts/login/" not in page.url, f"{role} could not log in"
-        violations, visited = audit_pages(page, portal_pages(portal_objects), role, width)
+        violations, visited = audit_pages(page, portal_pages(portal_objects), role, f"{width} {scheme}")
     finally:
         context.close()
     assert visited, "no page was checked"
