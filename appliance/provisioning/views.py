@@ -89,7 +89,9 @@ class ProvisioningIndexView(CapabilityMixin, TemplateView):
             appliances=appliances,
             stages=stage_catalogue.active().stages,
             runs=runs,
-            active_runs=Run.objects.filter(state__in=["pending", "running"]).select_related("appliance"),
+            # One run at most per appliance is active: a few queries each.
+            active_runs=[progress.run_progress(run, now) for run in
+                         Run.objects.filter(state__in=["pending", "running"]).select_related("appliance")],
         )
         return context
 

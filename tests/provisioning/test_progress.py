@@ -356,6 +356,12 @@ def test_a_run_started_through_the_api_answers_with_its_progress(appliance, user
     assert shown["elapsed_seconds"] is None and shown["current_stage"] is None
 
 
+def test_the_provisioning_page_shows_how_far_the_active_run_is(running, client_for):
+    text = page_text(client_for(Role.VIEWER).get(reverse("provisioning:index")).content)
+    assert re.search(r"Running now run #\d+ \(Some stages\) on lab · Running · 18 % · stage first, task 2 of 4 · "
+                     r"running for 1\d s", text), text
+
+
 def test_history_shows_durations(appliance, client_for, now):
     Run.objects.create(appliance=appliance, kind=Run.Kind.STAGES, stages=["first"], state="succeeded",
                        started=now - timedelta(seconds=200), ended=now - timedelta(seconds=75))
