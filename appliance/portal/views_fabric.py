@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from django.core.paginator import Paginator
 from django.db.models import Count, Prefetch, Q, Sum
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KT, KeyTextTransform
 from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
@@ -40,7 +40,7 @@ from appliance.partitioning.renderers.site import FilesystemView, RenderError, s
 
 PORT_ACTIVE, PORT_LINK_UP = "Active", "LinkUp"
 MISSING, PROBLEM = "missing", "problem"
-NODES_PER_PAGE = 20  # 8 rails a GPU server: 160 port rows a page
+NODES_PER_PAGE = 10  # 8 rails a GPU server: 80 port rows a page
 SWITCHES_PER_PAGE = 50
 MEMBERS_PER_PAGE = 25
 INLINE_CONFIG_NODES = 32  # above, the Pools page links each generated file instead of showing it
@@ -255,7 +255,7 @@ class NodePorts:
 
     id: int
     name: str
-    labels: dict
+    rack: str
     expected: int
     counts: dict
 
@@ -282,7 +282,7 @@ def _topology(nodes: list[NodePorts]) -> list[dict]:
     """Nodes and ports by rack (the `rack` label), in rack order; nodes without one come last."""
     racks: dict[str, dict] = {}
     for node in nodes:
-        rack = str(node.labels.get(TOPOLOGY_LABEL, "")) if isinstance(node.labels, dict) else ""
+        rack = node.rack
         group = racks.setdefault(rack, {"rack": rack, "nodes": 0, "expected": 0, "active_at_rate": 0,
                                         "problem_nodes": 0, "first": node.name})
         group["nodes"] += 1
@@ -315,9 +315,9 @@ def fabric_page(appliance: Appliance, query=None) -> dict:
         rules.append(PlatformPortRules(None, {}))
     expected_of = {rule.platform_id: len(rule.expected_ports) for rule in rules}
     counts = _port_counts_by_node(appliance, rules, state)
-    fabric = [NodePorts(pk, name, labels or {}, expected_of.get(platform_id, 0), counts.get(pk, {}))
-              for pk, name, platform_id, labels in
-              appliance.nodes.order_by("name").values_list("pk", "name", "platform_id", "labels")]
+    fabric = [NodePorts(pk, name, rack or "", expected_of.get(platform_id, 0), counts.get(pk, {}))
+              for pk, name, platform_id, rack in appliance.nodes.order_by("name").values_list(
+                  "pk", "name", "platform_id", KT(f"labels__{TOPOLOGY_LABEL}"))]
     fabric = [n for n in fabric if n.expected or n.count("found")]
     summary = {
         "nodes": len(fabric),
@@ -612,22 +612,33 @@ def _pool_summaries(appliance: Appliance, query) -> list[dict]:
                   # Before the gpu stage has run, the platform's count stands in for a node's GPUs.
                   gpus_from_platform=Sum("node__platform__gpu_count", filter=Q(node__gpus__isnull=True)),
                   mig_enabled=Count("node__gpus", filter=Q(node__gpus__mig_mode=GPU.MigMode.ENABLED), distinct=True),
-                  racks=Count(KT("node__labels__rack"), distinct=True))}
+                  racks=Count(KeyTextTransform(TOPOLOGY_LABEL, "node__labels"), distinct=True))}
     states: dict[int, dict[str, int]] = {}
     for pool_id, state, count in (PoolMembership.objects.filter(pool__appliance=appliance).order_by()
                                   .values_list("pool_id", "node__state").annotate(count=Count("id"))):
         label = str(NodeState(state).label)
         states.setdefault(pool_id, {})[label] = states.setdefault(pool_id, {}).get(label, 0) + count
-    members = PoolMembership.objects.select_related("node__platform").annotate(
-        gpus_found=Count("node__gpus", distinct=True),
-        mig_enabled=Count("node__gpus", filter=Q(node__gpus__mig_mode=GPU.MigMode.ENABLED), distinct=True),
-    ).order_by("node__name")
+    members = PoolMembership.objects.select_related("node__platform").order_by("node__name")
+    pools = list(appliance.pools.order_by("kind", "name"))
+    pages = {pool.pk: paged(members.filter(pool=pool), MEMBERS_PER_PAGE, query, f"pool_{pool.pk}_page",
+                            _("Pages of pool %(pool)s") % {"pool": pool.name}) for pool in pools}
+    # GPUs of the shown members only: one query for every pool's page (counting over the whole join
+    # before the page is cut costs a fleet's worth of rows).
+    # Each page as a subquery, so the statement does not grow with the page either.
+    shown = Q(pk__in=[])
+    for page in pages.values():
+        shown |= Q(node_id__in=page.object_list.values("node_id"))
+    gpus = {row.pop("node_id"): row for row in GPU.objects.filter(shown).order_by()
+            .values("node_id").annotate(found=Count("id"),
+                                        mig=Count("id", filter=Q(mig_mode=GPU.MigMode.ENABLED)))} if pages else {}
     summaries = []
-    for pool in appliance.pools.order_by("kind", "name"):
+    for pool in pools:
         total = totals.get(pool.pk, {})
-        page = paged(members.filter(pool=pool), MEMBERS_PER_PAGE, query, f"pool_{pool.pk}_page",
-                     _("Pages of pool %(pool)s") % {"pool": pool.name})
+        page = pages[pool.pk]
         for member in page:
+            counted = gpus.get(member.node_id, {})
+            member.gpus_found, member.mig_enabled = counted.get("found", 0), counted.get("mig", 0)
+            # Before the gpu stage has run, the platform's count stands in for the discovered GPUs.
             member.gpu_total = member.gpus_found or (member.node.platform.gpu_count if member.node.platform_id else 0)
             member.gpus_from_platform = not member.gpus_found and member.gpu_total > 0
         settings = dict(pool.settings or {})
