@@ -25,6 +25,7 @@ from .states import StageState
 
 LATEST_EVENTS = 12
 HOSTS_PER_PAGE = 50
+CHECKS_SHOWN = 200
 EVENTS_PER_PAGE = 200
 
 
@@ -127,14 +128,19 @@ class RunDetailView(CapabilityMixin, TemplateView):
         run = get_object_or_404(Run.objects.select_related("appliance", "requested_by", "resumes"), pk=kwargs["pk"])
         run_progress = progress.run_progress(run)
         report = AcceptanceReport.objects.filter(run=run).first()
-        checks = list(report.checks.order_by("passed", "host", "name")) if report else []
+        failed_checks, passed_checks = [], []
+        if report is not None:
+            # Bounded: a fleet's report has tens of thousands of checks; the report page has them all.
+            checks = report.checks.order_by("host", "name")
+            failed_checks = list(checks.filter(passed=False)[:CHECKS_SHOWN])
+            passed_checks = list(checks.filter(passed=True)[:CHECKS_SHOWN])
         stage_reasons = [s for s in run_progress.stages
                          if s.stage_run.reason and s.stage_run.state != StageState.SUCCEEDED]
         rows, hosts_page = host_grid(run, run_progress, self.request.GET.get("hosts_page"))
         context.update(run=run, progress=run_progress, stage_runs=[s.stage_run for s in run_progress.stages],
                        rows=rows, hosts_page=hosts_page, latest_events=progress.task_lines(run, LATEST_EVENTS),
-                       report=report, failed_checks=[c for c in checks if not c.passed],
-                       passed_checks=[c for c in checks if c.passed],
+                       report=report, failed_checks=failed_checks, passed_checks=passed_checks,
+                       passed_total=report.checks_total - report.checks_failed if report else 0,
                        # The run's reason is its failed stage's: printed once, at the top.
                        stage_reasons=[s for s in stage_reasons if s.stage_run.reason != run.reason])
         return context

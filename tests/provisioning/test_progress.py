@@ -276,6 +276,16 @@ def test_failed_checks_come_first_and_the_passed_ones_are_folded(appliance, clie
     assert text.count("the probe failed on gpu02") == 1
 
 
+def test_a_fleet_sized_report_shows_a_bounded_number_of_checks(appliance, client_for, now, monkeypatch):
+    from appliance.provisioning import views
+
+    monkeypatch.setattr(views, "CHECKS_SHOWN", 2)
+    run = finished_failed_run(appliance, now)
+    page = client_for(Role.VIEWER).get(reverse("provisioning:run", args=[run.pk])).content.decode()
+    assert page.count('data-testid="check-passed"') == 2
+    assert "3 passed checks" in page and "The first 2 of 3: the acceptance report has every one." in page
+
+
 def test_cancel_asks_for_confirmation_and_only_the_post_cancels(appliance, catalogue, client_for):
     run = services.create_run(appliance, kind=Run.Kind.STAGES, stages=["first"], catalogue=catalogue)
     operator = client_for(Role.OPERATOR)
