@@ -44,7 +44,7 @@ def _log_in(page, user):
     page.fill("#id_username", user.username)
     page.fill("#id_password", PASSWORD)
     page.click("form.stack button[type=submit]")
-    page.wait_for_url(re.compile(r"/$"))
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
 
 
 @pytest.mark.parametrize("width", [390, 720])
