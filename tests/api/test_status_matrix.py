@@ -43,6 +43,8 @@ ROWS = [
     ("provisioning.view", "get", "/provisioning/", None, codes(200, 200, 403, 200, 200, 302)),
     ("provisioning.run", "post", "/api/provisioning/runs/{run}/cancel/", {}, codes(200, 200, 403, 403, 403, 401)),
     ("provisioning.run", "post", "/provisioning/runs/{run}/cancel/", {}, codes(302, 302, 403, 403, 403, 302)),
+    # The confirmation a cancel asks for first (a page; only the POST cancels).
+    ("provisioning.run", "get", "/provisioning/runs/{run}/cancel/", None, codes(200, 200, 403, 403, 403, 302)),
     ("audit.view", "get", "/api/audit/records/", None, codes(200, 403, 403, 200, 403, 401)),
     ("audit.view", "get", "/audit/", None, codes(200, 403, 403, 200, 403, 302)),
     ("audit.export", "post", "/api/audit/exports/", {"format": "jsonl"}, codes(200, 403, 403, 200, 403, 401)),
