@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.core.management.color import no_style
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -157,7 +158,7 @@ class Command(BaseCommand):
         except SiteValidationError as exc:
             raise CommandError(f"site definition is not valid:\n{exc}", returncode=1) from None
         counts = result.counts()
-        self.console.print(f"[bold]Site[/bold] {display} imported into appliance {result.appliance.name} "
+        self.console.print(f"[bold]Site[/bold] {escape(display)} imported into appliance {result.appliance.name} "
                            f"({counts['create']} created, {counts['update']} updated, {counts['delete']} removed).")
         return result.appliance
 
@@ -197,7 +198,7 @@ class Command(BaseCommand):
         say = self.console.print
         say(f"{terminal.run_title(run)}: {run.state} · {run.ok_count} ok, {run.changed_count} changed, {run.failed_count} failed, "
             f"{run.unreachable_count} unreachable", markup=False)
-        report = AcceptanceReport.objects.filter(run=run).prefetch_related("checks").first()
+        report = AcceptanceReport.objects.filter(run=run).first()
         if report is not None:
             self._acceptance(run, report)
         if run.state != RunState.SUCCEEDED and run.failed_stage:
