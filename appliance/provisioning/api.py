@@ -150,10 +150,16 @@ class RunRequestSerializer(serializers.Serializer):
 
 
 class TaskEventSerializer(serializers.ModelSerializer):
+    outcome = serializers.SerializerMethodField(help_text="the event in words, as the portal's task lines say it "
+                                                          "(ok, changed, failed, skipped, unreachable, ...)")
+
     class Meta:
         model = TaskEvent
-        fields = ["id", "stage_run", "counter", "event", "host", "play", "task", "role", "changed", "failed",
-                  "stdout", "data", "created"]
+        fields = ["id", "stage_run", "counter", "event", "outcome", "host", "play", "task", "role", "changed",
+                  "failed", "stdout", "data", "created"]
+
+    def get_outcome(self, event) -> str:
+        return progress.outcome(event)[0]
 
 
 class AcceptanceCheckSerializer(serializers.ModelSerializer):

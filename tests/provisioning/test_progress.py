@@ -185,6 +185,9 @@ def test_the_run_page_and_the_api_show_the_same_progress(running, client_for, us
     assert 12 <= body["duration_seconds"] <= 14
     listed = api.get("/api/provisioning/runs/").json()["results"]
     assert "progress" not in listed[0] and "duration_seconds" in listed[0]
+    events = api.get(f"/api/provisioning/events/?run={running.pk}&event=runner_on_ok").json()["results"]
+    assert [(e["host"], e["task"], e["outcome"]) for e in events] == [
+        ("gpu01", TASKS[0], "changed"), ("gpu02", TASKS[0], "changed"), ("gpu01", TASKS[1], "ok")]
 
 
 def grown_run(appliance, now, stages: int, hosts: list[str], events_per_host: int):
