@@ -151,7 +151,12 @@ def test_cli_export_applies_the_filter_and_states_it(mixed_log, tmp_path, capsys
     assert sequences_in(out) == mixed_log["failed"]
     assert len((out / "records.log").read_text().splitlines()) == 3
     assert manifest_of(out)["filter"] == {"actor": "administrator-user", "outcome": "failure"}
-    assert verify_bundle(out).ok
+    call_command("audit", "verify", str(out))
+    verified = capsys.readouterr().out
+    assert verified.startswith(f"intact: a selection of 3 records (#{mixed_log['failed'][0]}..#"
+                               f"{mixed_log['failed'][-1]}) matching actor=administrator-user, outcome=failure, "
+                               "each proven included in signed checkpoint #")
+    assert "that it holds every matching record only the live log can show" in verified
 
 
 def test_cli_export_refuses_a_bad_filter_naming_the_option(mixed_log, tmp_path):
