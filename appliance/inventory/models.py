@@ -361,7 +361,9 @@ class HealthCheck(AuditedModel, TimestampedModel):
         ordering = ["node", "component_kind", "component_id", "name"]
         constraints = [models.UniqueConstraint(fields=["node", "component_kind", "component_id", "name"],
                                                name="healthcheck_unique_check")]
-        indexes = [models.Index(fields=["node", "status"], name="healthcheck_node_status")]
+        # A node's failing checks (its page, the run's verdict); every failing check (the Overview).
+        indexes = [models.Index(fields=["node", "status"], name="healthcheck_node_status"),
+                   models.Index(fields=["status", "component_kind"], name="healthcheck_status_kind")]
 
     def __str__(self):
         return f"{self.node_id and self.node.name}: {self.component_label or self.component_kind} {self.name}"
