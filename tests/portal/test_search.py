@@ -89,3 +89,12 @@ def test_empty_query_shows_the_form_only(client_for):
 def test_anonymous_is_sent_to_the_login_page():
     response = Client().get("/search/", {"q": "gpu"})
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_one_query_per_kind_whatever_the_inventory(client_for, inventory, django_assert_max_num_queries):
+    client = client_for(Role.ADMINISTRATOR)
+    client.get("/search/", {"q": "gpu"})  # warm the session
+    # session + user, one bounded query for each of the five kinds, the session's idle-timeout update (3)
+    with django_assert_max_num_queries(10):
+        response = client.get("/search/", {"q": "gpu"})
+    assert response.status_code == 200
