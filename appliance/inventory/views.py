@@ -18,7 +18,7 @@ from appliance.core.roles import can
 from . import credentials
 from .choices import ComponentKind, HealthStatus
 from .filtersets import NodeFilterSet
-from .models import BMC, Credential, HealthCheck, Node, Pool, PoolMembership
+from .models import BMC, GPU, Credential, HealthCheck, Node, Pool, PoolMembership
 from .states import (
     BY_HAND,
     OVERRIDE_CAPABILITY,
@@ -35,12 +35,11 @@ class NodeListView(CapabilityMixin, ListView):
     paginate_by = 100
 
     def get_queryset(self):
+        # Counts as subqueries, not joins grouped by node: a page of 100 then computes them for its 100 rows
+        # only, whatever the size of the fleet.
         queryset = Node.objects.select_related("appliance", "platform", "pool_membership__pool").annotate(
-            gpu_count=Count("gpus", distinct=True),
-            # A subquery, not a join: joined with the GPUs, every health row would be counted once per GPU.
-            failing_checks=Coalesce(Subquery(
-                HealthCheck.objects.filter(node=OuterRef("pk"), status=HealthStatus.FAILING).order_by()
-                .values("node").annotate(n=Count("id")).values("n"), output_field=IntegerField()), Value(0)),
+            gpu_count=_count_of(GPU.objects.filter(node=OuterRef("pk"))),
+            failing_checks=_count_of(HealthCheck.objects.filter(node=OuterRef("pk"), status=HealthStatus.FAILING)),
         ).order_by("name")
         self.filterset = NodeFilterSet(self.request.GET, queryset=queryset)
         return self.filterset.qs
@@ -61,6 +60,11 @@ class NodeListView(CapabilityMixin, ListView):
             pools=Pool.objects.values_list("name", flat=True).order_by("name").distinct(),
         )
         return context
+
+
+def _count_of(rows):
+    return Coalesce(Subquery(rows.order_by().values("node").annotate(n=Count("id")).values("n"),
+                             output_field=IntegerField()), Value(0))
 
 
 class NodeDetailView(CapabilityMixin, DetailView):
