@@ -204,6 +204,15 @@ class RunProgress:
         return min(int(done * 100 / len(self.stages)), 99)
 
     @property
+    def stage_states(self) -> list[tuple[str, str, int]]:
+        """(state, its label, how many stages are in it), in the order states first appear."""
+        found: dict[str, list] = {}
+        for stage in self.stages:
+            entry = found.setdefault(stage.stage_run.state, [stage.stage_run.get_state_display(), 0])
+            entry[1] += 1
+        return [(state, label, n) for state, (label, n) in found.items()]
+
+    @property
     def remaining(self) -> timedelta | None:
         """Time left by the previous successful runs of every stage not done; None if one is unknown."""
         if self.run.finished:

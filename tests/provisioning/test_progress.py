@@ -277,6 +277,8 @@ def test_failed_checks_come_first_and_the_passed_ones_are_folded(appliance, clie
     assert "— not measured" in text
     # The failure is printed once (the run's reason is its failed stage's).
     assert text.count("the probe failed on gpu02") == 1
+    # An ended run says how its stages ended, not a full progress bar.
+    assert "Stages: 1 failed " in text and "<progress" not in page
 
 
 def test_a_fleet_sized_report_shows_a_bounded_number_of_checks(appliance, client_for, now, monkeypatch):
