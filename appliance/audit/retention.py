@@ -78,6 +78,9 @@ def _check_bundle(bundle: Path, first: int, last: int) -> str:
     result = verify_bundle(bundle)
     if not result.ok:
         raise RetentionError(f"bundle: {bundle} does not verify: {result.first}")
+    if result.selection:
+        raise RetentionError(f"bundle: {bundle} is a filtered export, not the whole range; archive only "
+                             f"an export made without a filter")
     if (result.first_sequence, result.last_sequence) != (first, last):
         raise RetentionError(f"bundle: {bundle} holds records #{result.first_sequence}..#{result.last_sequence}, "
                              f"the range to archive is #{first}..#{last}")

@@ -9,7 +9,7 @@ from django.db import DatabaseError, connection, transaction
 from appliance import audit
 from appliance.audit import retention
 from appliance.audit.export import export_bundle
-from appliance.audit.models import AuditRecord, AuditTombstone, RetentionState
+from appliance.audit.models import AuditRecord, AuditTombstone, RetentionRequest, RetentionState
 from appliance.audit.proofs import verify_record
 from appliance.audit.verify import verify_bundle
 from appliance.audit.verify_database import verify_database
@@ -210,3 +210,16 @@ def test_the_command_runs_the_whole_procedure(old_log, tmp_path, capsys):
     call_command("audit", "retention", "list")
     out = capsys.readouterr().out
     assert f"archived records #1..#{last}" in out and "archived: records" in out
+
+
+def test_a_filtered_export_is_not_an_archive(old_log, tmp_path):
+    """A bundle of the records one filter chose proves each record, not that the range is whole."""
+    from appliance.audit.queries import select_records
+
+    (alice, _bob), cutoff, _last = old_log
+    chosen = tmp_path / "chosen"
+    export_bundle(chosen, "jsonl", selection=select_records({"event": "task.run"}))
+    assert verify_bundle(chosen).ok
+    with pytest.raises(retention.RetentionError, match="bundle: .* is a filtered export"):
+        retention.request_retention(alice, cutoff, chosen)
+    assert not RetentionRequest.objects.exists()
