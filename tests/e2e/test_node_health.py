@@ -63,3 +63,27 @@ def test_gpu5_missing_then_ready_by_hand(page, log_in, gpu5_missing):
     expect(page.get_by_test_id("state-reason")).to_have_text("GPU 5 reseated; nvidia-smi lists 8")
     # The failing checks stay as measured: setting the state by hand does not make a GPU present.
     expect(page.get_by_test_id("gpu-health-5")).to_contain_text("failing")
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_health_pages_have_no_axe_violations(browser, live_server, users, gpu5_missing, width):
+    from axe_playwright_python.sync_playwright import Axe
+
+    from tests.conftest import PASSWORD
+
+    context = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto("/accounts/login/")
+        page.fill("#id_username", users[Role.ADMINISTRATOR].username)
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(re.compile(r"/$"))
+        found = []
+        for url in ("/", "/inventory/nodes/", "/inventory/nodes/gpu-01/"):
+            page.goto(url)
+            found += [f"{url}: {v['id']}: {[n['target'] for n in v['nodes'][:3]]}"
+                      for v in Axe().run(page).response["violations"]]
+    finally:
+        context.close()
+    assert not found, "\n".join(found)
