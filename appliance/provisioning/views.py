@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import pgettext_lazy
 from django.views import View
 from django.views.generic import TemplateView
 
@@ -52,24 +53,41 @@ def host_grid(run: Run, run_progress: progress.RunProgress, page_number=None):
     return rows, page
 
 
+# Literal, so that makemessages finds each word.
+_IN_STAGE = {
+    "carried over": pgettext_lazy("host in a stage", "carried over"),
+    "skipped": pgettext_lazy("host in a stage", "skipped"),
+    "pending": pgettext_lazy("host in a stage", "pending"),
+    "unreachable": pgettext_lazy("host in a stage", "unreachable"),
+    "failed": pgettext_lazy("host in a stage", "failed"),
+    "running": pgettext_lazy("host in a stage", "running"),
+    "ok": pgettext_lazy("host in a stage", "ok"),
+}
+
+
+def _in_stage(word: str) -> str:
+    return str(_IN_STAGE[word])
+
+
 def _cell(stage: progress.StageProgress, host: str, failure) -> dict:
     stage_run = stage.stage_run
     if stage_run.state == StageState.SKIPPED:
-        return {"state": "skipped", "label": _("carried over") if stage_run.carried_from_id else _("skipped")}
+        return {"state": "skipped",
+                "label": _in_stage("carried over") if stage_run.carried_from_id else _in_stage("skipped")}
     if host not in stage_run.hosts:
-        return {"state": "none", "label": "—" if stage_run.state != StageState.PENDING else _("pending")}
+        return {"state": "none", "label": "—" if stage_run.state != StageState.PENDING else _in_stage("pending")}
     counts = stage.hosts.get(host)
     if failure is not None:
-        return {"state": "failed", "label": _("unreachable") if failure.unreachable else _("failed"),
+        return {"state": "failed", "label": _in_stage("unreachable") if failure.unreachable else _in_stage("failed"),
                 "title": f"{failure.failed_task}: {failure.message}", "counts": counts}
     if stage.live:
         counts = counts or progress.Counts()
         if counts.problem:  # the stage goes on, but this host has already failed a task
-            return {"state": "failed", "label": _("unreachable") if counts.unreachable else _("failed"),
-                    "counts": counts}
-        return {"state": "running", "label": _("running"), "counts": counts}
+            return {"state": "failed", "counts": counts,
+                    "label": _in_stage("unreachable") if counts.unreachable else _in_stage("failed")}
+        return {"state": "running", "label": _in_stage("running"), "counts": counts}
     if counts is not None:
-        return {"state": "succeeded", "label": _("ok"), "counts": counts}
+        return {"state": "succeeded", "label": _in_stage("ok"), "counts": counts}
     return {"state": stage_run.state, "label": stage_run.get_state_display()}
 
 
@@ -109,7 +127,7 @@ class ProvisioningIndexView(CapabilityMixin, TemplateView):
             for error in exc.errors:
                 messages.error(request, error)
             return redirect("provisioning:index")
-        messages.success(request, _("%(run)s started.") % {"run": run})
+        messages.success(request, _("Run #%(pk)s started.") % {"pk": run.pk})
         return redirect("provisioning:run", pk=run.pk)
 
 
@@ -156,10 +174,10 @@ class RunCancelView(CapabilityMixin, TemplateView):
     def get(self, request, pk):
         run = get_object_or_404(Run.objects.select_related("appliance"), pk=pk)
         if run.finished:
-            messages.error(request, _("%(run)s has already ended.") % {"run": run})
+            messages.error(request, _("Run #%(pk)s has already ended.") % {"pk": run.pk})
             return redirect("provisioning:run", pk=pk)
         if run.cancel_requested:
-            messages.info(request, _("Cancel of %(run)s is already requested.") % {"run": run})
+            messages.info(request, _("Cancel of run #%(pk)s is already requested.") % {"pk": run.pk})
             return redirect("provisioning:run", pk=pk)
         return self.render_to_response(self.get_context_data(run=run, progress=progress.run_progress(run)))
 
@@ -170,7 +188,7 @@ class RunCancelView(CapabilityMixin, TemplateView):
         except services.RunRefused as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, _("Cancel of %(run)s requested.") % {"run": run})
+            messages.success(request, _("Cancel of run #%(pk)s requested.") % {"pk": run.pk})
         return redirect("provisioning:run", pk=pk)
 
 

@@ -45,8 +45,9 @@ def test_the_page_lists_the_latest_checks_per_node_and_filters(reports, client_f
     older, newer = reports
     page = client_for(Role.VIEWER).get(reverse("provisioning:acceptance")).content.decode()
     assert page.count('data-testid="check-row"') == 4  # gpu01 from the newer run, gpu02 from the older
-    assert "470.2" in page and "300.0" not in page
-    assert "firmware/platforms/hgx-h100-8gpu.yaml:71" in page and "200.0" in page and "&gt;= 380 Gb/s" in page
+    # Measured numbers carry the unit of their bound.
+    assert "470.2 GB/s" in page and "300 GB/s" not in page
+    assert "firmware/platforms/hgx-h100-8gpu.yaml:71" in page and "200 Gb/s" in page and "&gt;= 380 Gb/s" in page
     assert 'data-testid="verdict">FAILED' in page
     failed = client_for(Role.VIEWER).get(reverse("provisioning:acceptance"), {"result": "failed"}).content.decode()
     assert failed.count('data-testid="check-row"') == 1 and "ib_write_bw.mlx5_0" in failed

@@ -275,6 +275,8 @@ def test_failed_checks_come_first_and_the_passed_ones_are_folded(appliance, clie
     text = page_text(page.encode())
     assert "None" not in text
     assert "— not measured" in text
+    # A measured number carries the unit of its bound.
+    assert "392.6 Gb/s" in text
     # The failure is printed once (the run's reason is its failed stage's).
     assert text.count("the probe failed on gpu02") == 1
     # An ended run says how its stages ended, not a full progress bar.
