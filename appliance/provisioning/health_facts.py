@@ -95,12 +95,17 @@ def _gpu_health(gpu: GPU, label: str, item: dict) -> list[Observation]:
             observe("retired_pages", FAILING, f"{label} {detail}")
         else:
             observe("retired_pages", OK, f"{label}: no retired or pending pages")
-    if "retired_pages_dbe" in item:
-        dbe = item.get("retired_pages_dbe")
-        if dbe is None:
-            observe("ecc", UNKNOWN, f"{label}: NVML reports no ECC page retirement")
+    if "retired_pages_dbe" in item or "ecc_uncorrected_volatile" in item:
+        # Uncorrectable ECC errors since the driver loaded where NVML counts them; else the pages retired for them.
+        volatile, dbe = item.get("ecc_uncorrected_volatile"), item.get("retired_pages_dbe")
+        if volatile:
+            observe("ecc", FAILING, f"{label} ECC DBE {volatile} since the driver loaded")
+        elif dbe:
+            observe("ecc", FAILING, f"{label} ECC DBE {dbe} (pages retired)")
+        elif volatile is None and dbe is None:
+            observe("ecc", UNKNOWN, f"{label}: NVML reports no ECC error count")
         else:
-            observe("ecc", FAILING if dbe else OK, f"{label} ECC DBE {dbe}" if dbe else f"{label}: no ECC DBE")
+            observe("ecc", OK, f"{label}: no ECC DBE")
     if "nvlink_links_up" in item and item.get("nvlink_links_present"):
         up, present = int(item["nvlink_links_up"]), int(item["nvlink_links_present"])
         observe("nvlink", OK if up == present else FAILING,

@@ -22,7 +22,7 @@ RETURN = r"""
 ansible_facts:
   description: appliance_gpus ([{index, uuid, name, memory_mib, pci_bus_id, persistence_mode, mig_mode,
     mig_mode_pending, nvlink_peers, nvlink_links_up, nvlink_links_present, pcie_link_width, retired_pages,
-    retired_pages_dbe, retired_pages_pending}]) and appliance_driver ({version, cuda})
+    retired_pages_dbe, retired_pages_pending, ecc_uncorrected_volatile}]) and appliance_driver ({version, cuda})
   returned: success and on a contradiction
   type: dict
 """

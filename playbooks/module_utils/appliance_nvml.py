@@ -104,7 +104,7 @@ def retirement_detail(pynvml, handle):
 def gpu_records(pynvml, health=False):
     """One dict per GPU: index, uuid, name, memory_mib, pci_bus_id, persistence_mode, mig_mode,
     nvlink_peers; with `health`, also nvlink_links_up/present, pcie_link_width, retired_pages (with
-    retired_pages_dbe and retired_pages_pending)."""
+    retired_pages_dbe and retired_pages_pending) and ecc_uncorrected_volatile."""
     count = pynvml.nvmlDeviceGetCount()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     records = []
@@ -136,6 +136,10 @@ def gpu_records(pynvml, health=False):
             record["pcie_link_width"] = optional(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
             record["retired_pages"] = retired_pages(pynvml, handle)
             record["retired_pages_dbe"], record["retired_pages_pending"] = retirement_detail(pynvml, handle)
+            # Uncorrectable (double-bit) ECC errors since the driver loaded; None where ECC is off or unsupported.
+            record["ecc_uncorrected_volatile"] = optional(
+                pynvml, pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC)
         records.append(record)
     return records
 

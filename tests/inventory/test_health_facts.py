@@ -53,12 +53,14 @@ def test_retired_pages_ecc_and_nvlink_are_per_gpu(inventory):
     sink, _ = _sink(inventory, "gpu")
     sink(node.name, {"appliance_gpus": _nvml_list(node, gpu2={"retired_pages": 3, "retired_pages_pending": 1},
                                                   gpu3={"retired_pages": 2, "retired_pages_dbe": 2},
-                                                  gpu4={"nvlink_links_up": 16})})
+                                                  gpu4={"nvlink_links_up": 16},
+                                                  gpu1={"ecc_uncorrected_volatile": 4})})
     assert _status(node, "gpu", "2", "retired_pages") == ("failing", "GPU 2 (0000:38:00.0) retired pages pending: 3")
-    assert _status(node, "gpu", "3", "ecc") == ("failing", "GPU 3 (0000:48:00.0) ECC DBE 2")
+    assert _status(node, "gpu", "3", "ecc") == ("failing", "GPU 3 (0000:48:00.0) ECC DBE 2 (pages retired)")
+    assert _status(node, "gpu", "1", "ecc") == ("failing", "GPU 1 (0000:28:00.0) ECC DBE 4 since the driver loaded")
     assert _status(node, "gpu", "4", "nvlink") == ("failing", "GPU 4 (0000:58:00.0) NVLink 16 of 18 links up")
     assert _status(node, "gpu", "0", "retired_pages")[0] == "ok"
-    assert health.summary(node)["failing_gpus"] == [2, 3, 4]
+    assert health.summary(node)["failing_gpus"] == [1, 2, 3, 4]
 
 
 def test_acceptance_checks_land_on_the_gpu_and_port_they_name(inventory):
