@@ -32,7 +32,8 @@ CATALOG_DIR = Path(settings.BASE_DIR) / "appliance" / "locale" / "ru" / "LC_MESS
 PO_FILE, MO_FILE = CATALOG_DIR / "django.po", CATALOG_DIR / "django.mo"
 RUSSIAN = {"HTTP_ACCEPT_LANGUAGE": "ru-RU,ru;q=0.9,en;q=0.5"}
 # What makemessages leaves out: the environment, the tests, data and build folders, the catalog itself.
-NOT_SCANNED = [".venv", "tests", "var", "playbooks", "appliance_suite.egg-info", "node_modules", "appliance/locale"]
+NOT_SCANNED = [".venv", "tests", "var", "playbooks", "build", "staticfiles", "test-results", "appliance_suite.egg-info",
+               "node_modules", "appliance/locale"]
 
 
 # --- the catalog -------------------------------------------------------------------------------------
