@@ -375,7 +375,7 @@ def test_a_run_started_through_the_api_answers_with_its_progress(appliance, user
 
 def test_the_provisioning_page_shows_how_far_the_active_run_is(running, client_for):
     text = page_text(client_for(Role.VIEWER).get(reverse("provisioning:index")).content)
-    assert re.search(r"Running now run #\d+ \(Some stages\) on lab · Running · 18 % · stage first, task 2 of 4 · "
+    assert re.search(r"Running now Run #\d+ · Some stages on lab · Running · 18 % · stage first, task 2 of 4 · "
                      r"running for 1\d s", text), text
 
 
