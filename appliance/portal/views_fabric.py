@@ -41,7 +41,8 @@ from appliance.partitioning.renderers.site import FilesystemView, RenderError, s
 PORT_ACTIVE, PORT_LINK_UP = "Active", "LinkUp"
 MISSING, PROBLEM = "missing", "problem"
 NODES_PER_PAGE = 10  # 8 rails a GPU server: 80 port rows a page
-SWITCHES_PER_PAGE = 50
+SWITCHES_PER_PAGE = 25
+RACKS_PER_PAGE = 25
 MEMBERS_PER_PAGE = 25
 INLINE_CONFIG_NODES = 32  # above, the Pools page links each generated file instead of showing it
 UNASSIGNED_SHOWN = 50
@@ -353,7 +354,8 @@ def fabric_page(appliance: Appliance, query=None) -> dict:
     return {
         "fabric": shown, "page_obj": page, "summary": summary, "subnet_manager": sm, "sm_node": sm_node,
         "ipoib_networks": [(n, addressed[f"n{i}"]) for i, n in enumerate(networks)],
-        "port_states": states, "topology": _topology(fabric), "switches": _switches(appliance, query),
+        "port_states": states,
+        "topology": paged(_topology(fabric), RACKS_PER_PAGE, query, "rack_page", _("Rack pages")), "switches": _switches(appliance, query),
         "selected": {"node": node_name, "state": state},
     }
 
