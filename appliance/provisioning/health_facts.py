@@ -153,6 +153,11 @@ def acceptance_observations(node: Node, results: list[dict]) -> list[Observation
         if name == "gpu.xid_errors":
             observations.extend(_xid_observations(item, gpus))
             continue
+        if name == "gpu.count" and passed and item.get("measured") == len(gpus):
+            # NVML listed as many GPUs as the inventory has: each is present (a count short of it names none).
+            observations.extend(Observation(ComponentKind.GPU, str(gpu.index), "present", OK,
+                                            f"{gpu_label(gpu)}: NVML lists all {len(gpus)} GPUs", gpu_label(gpu), gpu)
+                                for gpu in gpus)
         if name.startswith("ib_write_bw."):
             device = name.split(".", 1)[1]
             match = re.match(rf"{re.escape(device)}/(\d+):", message)

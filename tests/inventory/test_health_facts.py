@@ -122,3 +122,18 @@ def test_a_dry_run_writes_no_health(inventory):
     stage_run = StageRun.objects.create(run=run, stage="gpu", order=1)
     FactsSink(stage_run, {node.name: node}, dry_run=True)(node.name, {"appliance_gpus": _nvml_list(node, without={5})})
     assert not HealthCheck.objects.filter(node=node).exists()
+
+
+def test_acceptance_seeing_every_gpu_again_clears_missing_but_a_short_count_names_none(inventory):
+    node = inventory.gpu_node
+    sink, _ = _sink(inventory, "gpu")
+    sink(node.name, {"appliance_gpus": _nvml_list(node, without={5})})
+    short, _ = _sink(inventory, "acceptance")
+    short(node.name, {"appliance_acceptance": [{"check": "gpu.count", "node": node.name, "expected": 8,
+                                                "measured": 7, "passed": False, "message": "NVML reports 7 GPUs"}]})
+    assert _status(node, "gpu", "5", "present")[0] == "failing" and _status(node, "gpu", "4", "present")[0] == "ok"
+    full, _ = _sink(inventory, "acceptance")
+    full(node.name, {"appliance_acceptance": [{"check": "gpu.count", "node": node.name, "expected": 8,
+                                               "measured": 8, "passed": True, "message": "NVML reports 8 GPUs"}]})
+    assert _status(node, "gpu", "5", "present") == ("ok", "GPU 5 (0000:68:00.0): NVML lists all 8 GPUs")
+    assert health.open_failures(node) == []
