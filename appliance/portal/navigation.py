@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from appliance.core.roles import can
 
@@ -24,7 +25,7 @@ NAVIGATION: list[NavEntry] = [
     NavEntry(_("Pools"), "portal:pools", "inventory.view", "inventory"),
     NavEntry(_("Site import"), "inventory:site-import", "inventory.change", "inventory"),
     NavEntry(_("Credentials"), "inventory:credential-list", "credentials.manage", "inventory"),
-    NavEntry(_("Provisioning"), "provisioning:index", "provisioning.view", "provisioning"),
+    NavEntry(pgettext_lazy("navigation: the provisioning pages", "Provisioning"), "provisioning:index", "provisioning.view", "provisioning"),
     NavEntry(_("Acceptance"), "provisioning:acceptance", "provisioning.view", "provisioning"),
     NavEntry(_("Users"), "accounts:user-list", "accounts.view", "accounts"),
     NavEntry(_("Audit log"), "audit:log", "audit.view", "audit"),

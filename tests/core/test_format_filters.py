@@ -59,3 +59,9 @@ def test_key_values_is_one_line():
     assert render("{{ v|key_values }}", v={"rack": "A1", "slot": 3}) == "rack=A1, slot=3"
     assert render("{{ v|key_values }}", v={"ib0": {"mtu": 4092}}) == "ib0=mtu=4092"
     assert render("{{ v|key_values }}", v=None) == "—"
+
+
+@pytest.mark.parametrize("language", ["en", "ru"])
+def test_a_raw_number_keeps_its_decimal_point_in_every_language(language):
+    with translation.override(language):
+        assert render("{{ v }}", v=392.6) == "392.6"

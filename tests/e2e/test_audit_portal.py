@@ -22,7 +22,7 @@ def test_auditor_finds_verifies_and_exports(page, log_in, tmp_path):
 
     rows.first.locator("td a").first.click()
     page.wait_for_selector("[data-testid=verify-record]")
-    assert page.locator("[data-testid=record-outcome]").inner_text() == "success"
+    assert page.locator("[data-testid=record-outcome]").inner_text() == "Success"
     page.click("[data-testid=verify-record]")
     result = page.wait_for_selector("[data-testid=verify-result]")
     assert result.get_attribute("data-ok") == "true"
