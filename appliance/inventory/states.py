@@ -22,7 +22,8 @@ class NodeState(models.TextChoices):
 
 TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
     NodeState.NEW: frozenset({NodeState.PROVISIONING, NodeState.MAINTENANCE, NodeState.RETIRED}),
-    NodeState.PROVISIONING: frozenset({NodeState.READY, NodeState.FAILED}),
+    # An aborted run returns a node to where it was (new or maintenance too) when it changed nothing.
+    NodeState.PROVISIONING: frozenset({NodeState.READY, NodeState.FAILED, NodeState.NEW, NodeState.MAINTENANCE}),
     NodeState.READY: frozenset({NodeState.PROVISIONING, NodeState.MAINTENANCE, NodeState.RETIRED}),
     # failed -> ready only by hand (BY_HAND): a run goes through provisioning.
     NodeState.FAILED: frozenset({NodeState.PROVISIONING, NodeState.READY, NodeState.MAINTENANCE, NodeState.RETIRED}),

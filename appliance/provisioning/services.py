@@ -413,7 +413,9 @@ def _finish_nodes(run: Run, nodes: list[Node], node_failures: dict[str, str], ru
         if node.state != NodeState.PROVISIONING:
             continue
         if node.name in node_failures:
-            node.transition(NodeState.FAILED, node_failures[node.name])
+            # The health rows name the failing part in a line; the stage's message is the whole output.
+            failures = health.open_failures(node)
+            node.transition(NodeState.FAILED, _health_reason(run, failures) if failures else node_failures[node.name])
         elif aborted:
             _abort_node(run, node, changes.get(node.name), run_message)
         elif _completed_on(node, stage_runs, catalogue):

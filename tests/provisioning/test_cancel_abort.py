@@ -46,6 +46,21 @@ def test_a_cancelled_rerun_that_changed_nothing_leaves_ready_nodes_ready(state_d
     assert node_states() == {"gpu01": ("ready", reason), "gpu02": ("ready", reason), "mgmt01": ("ready", reason)}
 
 
+def test_an_aborted_run_returns_a_node_in_maintenance_to_maintenance(state_dir, appliance, catalogue, probe):
+    first = run_stages(appliance, catalogue, ["first"])
+    assert first.state == RunState.SUCCEEDED, first.reason
+    node = Node.objects.get(name="gpu01")
+    node.transition(NodeState.MAINTENANCE, "DIMM swap")
+
+    probe["probe_sleep"] = 60
+    rerun = run_stages(appliance, catalogue, ["first"], nodes=["gpu01"], progress=cancel_when_sleeping)
+
+    assert rerun.state == RunState.CANCELLED
+    assert node_states()["gpu01"] == (
+        "maintenance", f"run #{rerun.pk} (cancelled by a user) was aborted before it changed anything on it; "
+                       "as before: DIMM swap")
+
+
 def test_a_cancelled_run_that_changed_a_node_fails_it_saying_what_changed(state_dir, appliance, catalogue, probe):
     run_stages(appliance, catalogue, ["first"])
     probe["probe_sleep"] = 60

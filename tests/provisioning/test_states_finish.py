@@ -37,6 +37,22 @@ def test_a_node_with_a_failing_check_is_not_ready_after_a_run(state_dir, applian
     assert AuditRecord.objects.filter(event="inventory.node.transition").count() == 6
 
 
+@pytest.mark.slow
+def test_a_node_failed_by_a_stage_says_which_part_fails_not_the_whole_output(state_dir, appliance, catalogue,
+                                                                            probe):
+    gpu02 = Node.objects.get(name="gpu02")
+    health.record(gpu02, [health.Observation(ComponentKind.GPU, "5", "present", HealthStatus.FAILING,
+                                             "GPU 5 (0000:9a:00.0) missing")], source="acceptance")
+    probe["probe_fail_on"] = ["gpu02"]
+    run = services.create_run(appliance, stages=["first"], catalogue=catalogue)
+    run = services.execute_run(run.pk, catalogue=catalogue)
+
+    assert run.state == RunState.FAILED
+    gpu02.refresh_from_db()
+    assert (gpu02.state, gpu02.state_reason) == (
+        "failed", f"run #{run.pk} ended, but checks fail: GPU 5 (0000:9a:00.0) missing")
+
+
 def test_no_kind_and_no_stages_is_the_resumable_bootstrap(state_dir, appliance, catalogue):
     # What POST /api/provisioning/runs/ {} and the portal's form with nothing ticked ask for.
     run = services.create_run(appliance, catalogue=catalogue)
