@@ -178,3 +178,20 @@ def test_the_language_switch_in_the_frame(browser, live_server, users):
     assert page.evaluate("() => document.documentElement.lang") == "ru"
     assert page.locator("#language-frame").input_value() == "ru"
     context.close()
+
+
+def test_numbers_sort_as_numbers(browser, live_server, users, make_user):
+    for index in range(8):  # each new account is an audit record: more than nine records in all
+        make_user(Role.VIEWER, f"extra-{index}")
+    context = _context(browser, live_server, 1440)
+    page = context.new_page()
+    _log_in(page, users[Role.AUDITOR])
+    page.goto("/audit/")
+    sequences = page.locator('[data-testid="audit-records"] tbody tr').evaluate_all(
+        "rows => rows.map(r => Number(r.dataset.sequence))")
+    assert len(sequences) >= 10
+    page.locator('[data-testid="audit-records"] thead th').first.get_by_role("button", name="#").click()
+    ascending = page.locator('[data-testid="audit-records"] tbody tr').evaluate_all(
+        "rows => rows.map(r => Number(r.dataset.sequence))")
+    assert ascending == sorted(sequences)  # 9 before 10, not "10" before "9"
+    context.close()
