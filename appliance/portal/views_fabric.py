@@ -354,8 +354,8 @@ def fabric_page(appliance: Appliance, query=None) -> dict:
     return {
         "fabric": shown, "page_obj": page, "summary": summary, "subnet_manager": sm, "sm_node": sm_node,
         "ipoib_networks": [(n, addressed[f"n{i}"]) for i, n in enumerate(networks)],
-        "port_states": states,
-        "topology": paged(_topology(fabric), RACKS_PER_PAGE, query, "rack_page", _("Rack pages")), "switches": _switches(appliance, query),
+        "port_states": states, "switches": _switches(appliance, query),
+        "topology": paged(_topology(fabric), RACKS_PER_PAGE, query, "rack_page", _("Rack pages")),
         "selected": {"node": node_name, "state": state},
     }
 
