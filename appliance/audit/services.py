@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, router, transaction
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 
 from appliance.core import context
@@ -102,7 +102,21 @@ def describe_target(target) -> tuple[str, str, str]:
 def record(event: str, *, target=None, target_type: str = "", target_id: str = "", target_name: str = "",
            outcome: str = "success", reason: str = "", details: dict | None = None, actor=None):
     """Append one record. Inside the caller's transaction, if any: no change without its record,
-    no record of a change that rolled back."""
+    no record of a change that rolled back.
+
+    The log is English whoever reads the portal: during a request in another language, whatever is
+    translated lazily (a model's name that shows a choice label, a refusal's message, a label in the
+    details) is read in the default language."""
+    arguments = {"target": target, "target_type": target_type, "target_id": target_id, "target_name": target_name,
+                 "outcome": outcome, "reason": reason, "details": details, "actor": actor}
+    if translation.get_language() in (None, settings.LANGUAGE_CODE):
+        return _record(event, **arguments)
+    with translation.override(settings.LANGUAGE_CODE):
+        return _record(event, **arguments)
+
+
+def _record(event: str, *, target, target_type: str, target_id: str, target_name: str, outcome: str, reason: str,
+            details: dict | None, actor):
     event_type = catalogue.get(event)
     ctx = context.current()
     if actor is not None:

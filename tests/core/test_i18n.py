@@ -338,3 +338,21 @@ def test_the_stage_catalogue_describes_the_stages_in_russian(make_user, inventor
     assert "Драйвер NVIDIA, persistence daemon, fabric manager (NVSwitch), DCGM; проверка через NVML." in page
     assert "NVIDIA driver, persistence daemon" not in page
 
+
+
+@pytest.mark.django_db
+def test_audit_records_made_while_the_reader_is_russian_are_english(inventory):
+    """A run's name shows its kind's label, which the portal translates: its record names it in English."""
+    from appliance import audit
+    from appliance.core.permissions import ROLE_REFUSED
+    from appliance.provisioning.models import Run
+
+    run = Run.objects.create(appliance=inventory.appliance, kind=Run.Kind.BOOTSTRAP, stages=["os"])
+    with translation.override("ru"):
+        assert str(run) == f"run #{run.pk} (Развёртывание (все стадии))"
+        entry = audit.record("access.denied", target=run, outcome="denied", reason=ROLE_REFUSED,
+                             details={"kind": Run.Kind(run.kind).label})
+    stored = AuditRecord.objects.get(sequence=entry.sequence)
+    assert stored.target_name == f"run #{run.pk} (Bootstrap (every stage))"
+    assert stored.reason == "Your role does not allow this."
+    assert stored.details == {"kind": "Bootstrap (every stage)"}
