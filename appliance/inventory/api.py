@@ -32,7 +32,13 @@ from .models import (
     PoolMembership,
     Switch,
 )
-from .states import OVERRIDE_CAPABILITY, TRANSITIONS, InvalidTransition, NodeState, StateOverrideRefused
+from .states import (
+    OVERRIDE_CAPABILITY,
+    InvalidTransition,
+    NodeState,
+    StateOverrideRefused,
+    person_transitions,
+)
 
 
 class IdentityURLField(serializers.HyperlinkedIdentityField):
@@ -159,11 +165,12 @@ class NodeSerializer(serializers.ModelSerializer):
     bmc = BMCSerializer(read_only=True, allow_null=True)
     gpus = BriefGPUSerializer(many=True, read_only=True)
     hca_ports = serializers.SerializerMethodField()
+    state_label = serializers.CharField(read_only=True, help_text='the state as people read it: "Ready (set by hand)"')
 
     class Meta:
         model = Node
         fields = ["id", "url", "name", "role", "appliance", "platform", "management_address", "ipoib_addresses",
-                  "labels", "state", "state_changed", "state_reason", "state_by_hand", "state_set_by",
+                  "labels", "state", "state_label", "state_changed", "state_reason", "state_by_hand", "state_set_by",
                   "allowed_transitions", "pool", "sysroot", "bmc", "gpus", "hca_ports", "facts", "created", "updated"]
         extra_kwargs = {
             "state_by_hand": {"help_text": "an Administrator set this state without a run (the reason is "
@@ -194,7 +201,7 @@ def pool_of(node) -> Pool | None:
 
 
 def allowed_transitions(node) -> list[str]:
-    return sorted(TRANSITIONS[NodeState(node.state)])
+    return [state.value for state in person_transitions(node.state)]
 
 
 class NodeTransitionSerializer(serializers.Serializer):

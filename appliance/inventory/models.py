@@ -10,7 +10,14 @@ from appliance.core.models import TimestampedModel
 from appliance.core.roles import can
 
 from .choices import ComponentKind, HealthStatus, NodeRole
-from .states import NODE_MACHINE, OVERRIDE_CAPABILITY, NodeState, StateOverrideRefused, is_by_hand
+from .states import (
+    NODE_MACHINE,
+    OVERRIDE_CAPABILITY,
+    NodeState,
+    StateOverrideRefused,
+    check_person_transition,
+    is_by_hand,
+)
 
 # How a state an Administrator declared is shown, wherever the state shows.
 SET_BY_HAND = gettext_lazy("set by hand")
@@ -105,6 +112,8 @@ class Node(AuditedModel, TimestampedModel):
         Returns the state it left."""
         with transaction.atomic():
             current = type(self)._base_manager.select_for_update().only("state").get(pk=self.pk).state
+            if by is not None:
+                check_person_transition(current, target)
             by_hand = is_by_hand(current, target)
             if by_hand:
                 _check_override(by, reason, current, target)

@@ -8,7 +8,8 @@ from appliance.audit.services import record
 from appliance.core.statemachine import InvalidTransition, StateMachine
 
 __all__ = ["NodeState", "TRANSITIONS", "FAILED_TWIN", "BY_HAND", "NODE_MACHINE", "InvalidTransition",
-           "StateOverrideRefused", "check_transition", "is_by_hand"]
+           "StateOverrideRefused", "check_transition", "is_by_hand", "RUN_ONLY", "person_transitions",
+           "check_person_transition"]
 
 
 class NodeState(models.TextChoices):
@@ -44,6 +45,25 @@ OVERRIDE_CAPABILITY = "nodes.override_state"
 
 class StateOverrideRefused(InvalidTransition):
     """A state set by hand without the capability or a reason it needs."""
+
+
+# Provisioning belongs to a run: only the run that moved a node there moves it on (to its end state, or
+# back where it was when aborted), and the watchdog ends a dead run's. A person starts or cancels a run.
+RUN_ONLY: frozenset[NodeState] = frozenset({NodeState.PROVISIONING})
+
+
+def person_transitions(current: str) -> list[NodeState]:
+    """The states a person may move a node to from `current` (by hand ones included), sorted."""
+    if NodeState(current) in RUN_ONLY:
+        return []
+    return sorted(target for target in TRANSITIONS[NodeState(current)] if target not in RUN_ONLY)
+
+
+def check_person_transition(current: str, target: str) -> None:
+    if NodeState(current) in RUN_ONLY or NodeState(target) in RUN_ONLY:
+        raise InvalidTransition(
+            f"node state {current} to {target}: only a provisioning run moves a node into or out of "
+            f"{NodeState.PROVISIONING.value}; start a run, or cancel the one that holds the node")
 
 
 def is_by_hand(current: str, target: str) -> bool:

@@ -22,9 +22,9 @@ from .models import BMC, GPU, Credential, HealthCheck, Node, Pool, PoolMembershi
 from .states import (
     BY_HAND,
     OVERRIDE_CAPABILITY,
-    TRANSITIONS,
     InvalidTransition,
     NodeState,
+    person_transitions,
 )
 
 
@@ -112,7 +112,7 @@ class NodeDetailView(CapabilityMixin, DetailView):
             health=_summary(checks),
             bmc=bmc,
             pool=pool,
-            transitions=[NodeState(s) for s in sorted(TRANSITIONS[current]) if s not in by_hand] if may_change else [],
+            transitions=[s for s in person_transitions(current) if s not in by_hand] if may_change else [],
             by_hand_transitions=[NodeState(s) for s in sorted(by_hand)] if may_override else [],
         )
         return context

@@ -43,7 +43,7 @@ def test_node_detail_nests_brief_gpus_ports_pool_and_a_bmc_without_password(view
     assert body["bmc"] == {"url": "https://127.0.0.1:8001/redfish/v1/", "credential": "sample-bmc",
                            "verify_tls": False, "system_id": ""}
     assert body["state"] == "new"
-    assert body["allowed_transitions"] == ["maintenance", "provisioning", "retired"]
+    assert body["allowed_transitions"] == ["maintenance", "retired"]  # provisioning: only a run
 
 
 def test_node_without_bmc_or_pool(viewer, inventory):
@@ -150,16 +150,30 @@ def test_token_authentication(inventory, users):
 
 def test_transition_moves_the_node_and_records_it(operator, inventory):
     url = f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/"
-    response = operator.post(url, {"state": "provisioning", "reason": "bootstrap"}, content_type="application/json")
+    response = operator.post(url, {"state": "maintenance", "reason": "fan swap"}, content_type="application/json")
     assert response.status_code == 200, response.content
-    assert response.json()["state"] == "provisioning"
-    assert response.json()["allowed_transitions"] == ["failed", "ready"]
+    assert response.json()["state"] == "maintenance"
+    assert response.json()["allowed_transitions"] == ["ready", "retired"]
     node = Node.objects.get(pk=inventory.gpu_node.pk)
-    assert (node.state, node.state_reason) == ("provisioning", "bootstrap")
+    assert (node.state, node.state_reason) == ("maintenance", "fan swap")
     record = AuditRecord.objects.filter(event="inventory.node.transition").latest("sequence")
-    assert record.details == {"from": "new", "to": "provisioning", "reason": "bootstrap"}
+    assert record.details == {"from": "new", "to": "maintenance", "reason": "fan swap"}
     assert record.actor_username == "operator-user" and record.channel == "api"
     assert record.request_id == response["X-Request-ID"]
+
+
+def test_only_a_run_moves_a_node_into_or_out_of_provisioning(operator, inventory):
+    url = f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/"
+    error = assert_error_body(operator.post(url, {"state": "provisioning", "reason": "by hand"},
+                                            content_type="application/json"), 409)
+    assert "only a provisioning run moves a node into or out of provisioning" in error["message"]
+    # A node a run holds: no person moves it on (the run does, or the watchdog when the run died).
+    node = Node.objects.get(pk=inventory.gpu_node.pk)
+    node.transition("provisioning", "run #1")
+    error = assert_error_body(operator.post(url, {"state": "failed", "reason": "by hand"},
+                                            content_type="application/json"), 409)
+    assert (error["current"], error["allowed"]) == ("provisioning", [])
+    assert Node.objects.get(pk=node.pk).state == "provisioning"
 
 
 def test_transition_the_table_forbids_is_a_409_listing_what_is_allowed(operator, inventory):
@@ -168,7 +182,7 @@ def test_transition_the_table_forbids_is_a_409_listing_what_is_allowed(operator,
     error = assert_error_body(response, 409)
     assert error["code"] == "invalid_transition"
     assert error["current"] == "new"
-    assert error["allowed"] == ["maintenance", "provisioning", "retired"]
+    assert error["allowed"] == ["maintenance", "retired"]
     assert "new to ready" in error["message"]
     assert Node.objects.get(pk=inventory.gpu_node.pk).state == "new"
     assert not AuditRecord.objects.filter(event="inventory.node.transition").exists()
