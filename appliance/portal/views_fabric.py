@@ -20,7 +20,7 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from appliance.core.permissions import CapabilityMixin
-from appliance.inventory.choices import DEFAULT_OPENSM_PRIORITY
+from appliance.inventory.choices import DEFAULT_OPENSM_PRIORITY, DEFAULT_STORAGE_CLIENT_ROLES
 from appliance.inventory.models import (
     GPU,
     HCA,
@@ -51,7 +51,6 @@ COUNTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*$")
 # Options that mount(8) and systemd act on without handing them to the kernel, so the mount table never
 # lists them: the same exemptions the storage stage's mount verification makes.
 USERSPACE_OPTIONS = ("_netdev", "nofail", "noauto", "auto", "defaults", "user", "users", "nouser")
-DEFAULT_STORAGE_CLIENT_ROLES = ("gpu", "login")
 
 
 def paged(items, per_page: int, query, param: str = "page", label: str = ""):

@@ -37,6 +37,7 @@ def test_an_administrator_sets_ready_by_hand_and_the_node_says_who(users, failed
     body = response.json()
     assert (body["state"], body["state_by_hand"], body["state_set_by"]) == ("ready", True, "administrator-user")
     assert body["state_reason"] == "GPU 5 reseated, nvidia-smi shows 8"
+    assert body["state_label"] == "Ready (set by hand)"
     listed = admin.get(f"/api/inventory/nodes/?name={failed.name}").json()["results"][0]
     assert (listed["state_by_hand"], listed["state_set_by"]) == (True, "administrator-user")
 
