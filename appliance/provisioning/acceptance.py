@@ -9,6 +9,7 @@ JSON for machines) are audited: who took which report, in which form, with which
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from django.template.loader import render_to_string
@@ -18,6 +19,18 @@ from appliance import audit
 from appliance.inventory.models import Appliance
 
 from .models import AcceptanceCheck
+
+# "<op> <number> <unit>", as acceptance expectations are written (">= 380 Gb/s", "<= 5 %"): the one rule
+# by which the portal and the command line give a measured number its unit.
+THRESHOLD = re.compile(r"^\s*(?:[<>]=?|==?|!=|≥|≤)?\s*-?[0-9][0-9.]*\s*([^\s0-9].*?)\s*$")
+
+
+def unit_of(expected) -> str:
+    """The unit of a bound written as text; empty when it names none."""
+    if not isinstance(expected, str):
+        return ""
+    found = THRESHOLD.match(expected)
+    return found.group(1) if found else ""
 
 RESULTS = ("passed", "failed")
 FORMATS = ("html", "json")

@@ -7,18 +7,13 @@ line can be found with grep. Colour and layout are the caller's (bootstrap uses 
 
 from __future__ import annotations
 
-import re
-
 from django.urls import reverse
 
+from .acceptance import unit_of
 from .catalogue import active as active_catalogue
 from .states import StageState
 
 PORTAL = "http://127.0.0.1:8000"
-
-# "<op> <number> <unit>", as the acceptance expectations are written (">= 380 Gb/s").
-_THRESHOLD_UNIT = re.compile(r"^\s*(?:[<>]=?|==?|!=)?\s*-?[0-9][0-9.]*\s*([^\s0-9].*?)\s*$")
-
 
 def run_title(run) -> str:
     """What the run does, in words: a bootstrap of some stages is not "every stage"."""
@@ -48,10 +43,9 @@ def measured(value, expected) -> str:
     """The measured value as read; a number gated by "<op> <number> <unit>" carries that unit."""
     if value is None:
         return "nothing"
-    if isinstance(value, int | float) and not isinstance(value, bool) and isinstance(expected, str):
-        unit = _THRESHOLD_UNIT.match(expected)
-        if unit:
-            return f"{value} {unit.group(1)}"
+    unit = unit_of(expected)
+    if isinstance(value, int | float) and not isinstance(value, bool) and unit:
+        return f"{value} {unit}"
     return str(value)
 
 

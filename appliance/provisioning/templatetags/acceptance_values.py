@@ -5,25 +5,12 @@ checked against (`392.6 Gb/s` under `>= 380 Gb/s`), a missing one is a dash that
     {{ check.measured|measured_against:check.expected }}
 """
 
-import re
-
 from django import template
 
 from appliance.core.templatetags.appliance_format import key_values, measure
+from appliance.provisioning.acceptance import unit_of
 
 register = template.Library()
-
-# "<op> <number> <unit>", as acceptance expectations are written (">= 380 Gb/s", "<= 5 %").
-THRESHOLD = re.compile(r"^\s*(?:[<>]=?|==?|!=|≥|≤)?\s*-?[0-9][0-9.]*\s*([^\s0-9].*?)\s*$")
-
-
-def unit_of(expected) -> str:
-    """The unit of a bound written as text; empty when it names none."""
-    if not isinstance(expected, str):
-        return ""
-    found = THRESHOLD.match(expected)
-    return found.group(1) if found else ""
-
 
 @register.filter
 def measured_against(value, expected):
