@@ -347,9 +347,10 @@ def hcas_with_ports():
 
 
 class NodeViewSet(InventoryViewSet):
+    # The BMC's credential for its name only: never its secret (not decrypted for each node of a page).
     queryset = Node.objects.select_related(
         "appliance", "platform", "bmc__credential", "pool_membership__pool",
-    ).prefetch_related(Prefetch("gpus", queryset=GPU.objects.defer("nvlink_peers").order_by("index")),
+    ).defer("bmc__credential__secret", "bmc__credential__endpoints").prefetch_related(Prefetch("gpus", queryset=GPU.objects.defer("nvlink_peers").order_by("index")),
                        hcas_with_ports()).order_by("name")
     serializer_class = NodeSerializer
     filterset_class = filtersets.NodeFilterSet
