@@ -338,20 +338,25 @@ def brief_ports():
     is joined, never prefetched: Django 5.2 prefetches it with one OR term per row on SQLite, which
     refuses the statement past 1,000 rows ("Expression tree is too large")."""
     return Prefetch("ports", queryset=HCAPort.objects.annotate(closest_gpu_index=F("closest_gpu__index"))
-                    .defer("counters").order_by("port"))
+                    .only("id", "hca_id", "port", "rate_gbps", "link_layer", "state").order_by("port"))
 
 
 def hcas_with_ports():
     """A node's HCAs with their ports (brief)."""
-    return Prefetch("hcas", queryset=HCA.objects.order_by("device").prefetch_related(brief_ports()))
+    return Prefetch("hcas", queryset=HCA.objects.only("id", "node_id", "device").order_by("device")
+                    .prefetch_related(brief_ports()))
 
 
 class NodeViewSet(InventoryViewSet):
     # The BMC's credential for its name only: never its secret (not decrypted for each node of a page).
     queryset = Node.objects.select_related(
         "appliance", "platform", "bmc__credential", "pool_membership__pool",
-    ).defer("bmc__credential__secret", "bmc__credential__endpoints").prefetch_related(Prefetch("gpus", queryset=GPU.objects.defer("nvlink_peers").order_by("index")),
-                       hcas_with_ports()).order_by("name")
+    ).defer("bmc__credential__secret", "bmc__credential__endpoints").prefetch_related(
+        # Only what a node shows of its GPUs (BriefGPUSerializer's fields).
+        Prefetch("gpus", queryset=GPU.objects.only("id", "node_id", "index", "uuid", "model", "memory_mib",
+                                                   "mig_mode").order_by("index")),
+        hcas_with_ports(),
+    ).order_by("name")
     serializer_class = NodeSerializer
     filterset_class = filtersets.NodeFilterSet
     search_fields = ["name", "management_address"]
