@@ -22,6 +22,7 @@ PAGES = [
     "/inventory/fabric/?appliance={appliance}&page=2",
     "/inventory/storage/?appliance={appliance}",
     "/inventory/pools/?appliance={appliance}",
+    "/inventory/pools/{appliance}/files/slurm.conf",  # rendered from the whole site's snapshot
     "/inventory/nodes/?appliance={appliance}",
     "/",
 ]

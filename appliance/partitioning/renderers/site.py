@@ -147,8 +147,16 @@ def site_view(appliance) -> SiteView:
     """Snapshot `appliance` (an inventory.models.Appliance) with every collection in a fixed order."""
     pool_of = {}
     pools = []
-    for pool in appliance.pools.order_by("name").prefetch_related("memberships__node"):
-        members = tuple(sorted(m.node.name for m in pool.memberships.all()))
+    # Members of every pool in one joined query: a prefetch would send the pools' members back as an IN
+    # list (and, on SQLite, one OR term per row) that grows with the fleet.
+    from appliance.inventory.models import PoolMembership
+
+    members_of: dict[int, list[str]] = {}
+    memberships = PoolMembership.objects.filter(pool__appliance=appliance).values_list("pool_id", "node__name")
+    for pool_id, node_name in memberships:
+        members_of.setdefault(pool_id, []).append(node_name)
+    for pool in appliance.pools.order_by("name"):
+        members = tuple(sorted(members_of.get(pool.pk, ())))
         for member in members:
             pool_of[member] = pool.name
         pools.append(PoolView(name=pool.name, kind=pool.kind, nodes=members, settings=dict(pool.settings or {})))
