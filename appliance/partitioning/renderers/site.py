@@ -164,7 +164,12 @@ def site_view(appliance) -> SiteView:
     # GPUs and ports of all nodes in one query each: the snapshot costs the same for 4 nodes or 512.
     gpus_of, ports_of = _gpus_by_node(appliance), _ports_by_node(appliance)
     nodes = []
-    for node in appliance.nodes.order_by("name").select_related("platform"):
+    from appliance.inventory.models import Platform
+
+    # Each platform once (its spec parsed once, not once per node), and no node timestamps.
+    platforms = {platform.pk: platform for platform in Platform.objects.filter(nodes__appliance=appliance).distinct()}
+    for node in appliance.nodes.order_by("name").defer("created", "updated"):
+        platform = platforms.get(node.platform_id)
         gpus = tuple(
             GpuView(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id)
             for g in gpus_of.get(node.pk, ())
@@ -176,8 +181,8 @@ def site_view(appliance) -> SiteView:
         )
         nodes.append(NodeView(
             name=node.name, role=node.role, management_address=node.management_address,
-            platform=dict(node.platform.spec) if node.platform_id else {},
-            platform_slug=node.platform.slug if node.platform_id else "",
+            platform=dict(platform.spec) if platform else {},
+            platform_slug=platform.slug if platform else "",
             ipoib_addresses=dict(node.ipoib_addresses or {}), labels=dict(node.labels or {}),
             facts=dict(node.facts or {}), gpus=gpus, ports=ports, pool=pool_of.get(node.name),
         ))
@@ -205,7 +210,9 @@ def _by_node(rows, node_id) -> dict[int, list]:
 def _gpus_by_node(appliance) -> dict[int, list]:
     from appliance.inventory.models import GPU
 
-    return _by_node(GPU.objects.filter(node__appliance=appliance).order_by("node_id", "index"),
+    # Only the fields the snapshot keeps: at fleet scale, loading the rest (timestamps, facts) is most of the cost.
+    return _by_node(GPU.objects.filter(node__appliance=appliance).order_by("node_id", "index")
+                    .only("node_id", "index", "uuid", "model", "memory_mib", "pci_bus_id"),
                     lambda gpu: gpu.node_id)
 
 
@@ -213,4 +220,6 @@ def _ports_by_node(appliance) -> dict[int, list]:
     from appliance.inventory.models import HCAPort
 
     return _by_node(HCAPort.objects.filter(hca__node__appliance=appliance).select_related("hca", "closest_gpu")
-                    .order_by("hca__node_id", "hca__device", "port"), lambda port: port.hca.node_id)
+                    .order_by("hca__node_id", "hca__device", "port")
+                    .only("port", "guid", "rate_gbps", "closest_gpu_id", "hca__node_id", "hca__device",
+                          "closest_gpu__index"), lambda port: port.hca.node_id)
