@@ -11,6 +11,8 @@ from django.core import checks
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
+from appliance.core import database
+
 TRIGGERS_MIGRATION = ("audit", "0007_head_guarded_cadence_from_checkpoints")
 
 
@@ -20,6 +22,8 @@ def audit_triggers_in_place(app_configs=None, **kwargs):
     from .models import AuditRecord
 
     connection = connections[router.db_for_write(AuditRecord)]
+    if database.not_created(connection):
+        return []  # nothing to protect yet, and connecting would create the file
     try:
         if TRIGGERS_MIGRATION not in MigrationRecorder(connection).applied_migrations():
             return []

@@ -19,7 +19,7 @@ from django.db import DatabaseError, connection, transaction
 
 from appliance import audit
 from appliance.audit.services import REDACTED, is_secret_key
-from appliance.core import context
+from appliance.core import context, database
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,11 @@ def _audit_log_exists() -> bool:
 def _record(details: dict, outcome: str, reason: str = "") -> None:
     from appliance.audit.models import ChainHead
 
+    if database.not_created(connection):
+        # Looking would write the empty database's header: a command refused before migrate leaves it as it was.
+        log.warning("command %s not recorded: the audit log does not exist in this database yet (it was "
+                    "never migrated)", details["command"])
+        return
     try:
         with transaction.atomic():
             audit.record("cli.command", outcome=outcome, reason=reason, target_type="command",
