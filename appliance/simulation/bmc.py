@@ -189,7 +189,12 @@ def _spawn(node) -> tuple[subprocess.Popen, int]:
     if node_state.has_fault(current, "bmc_down"):
         raise BMCError(f"{node.name}: the BMC is down (injected fault bmc_down)")
     port = port_of(node)
-    if not ports.listening_possible(port):
+    # An emulator stopped a moment ago may still hold its socket while it exits (its command line is gone
+    # from /proc before its files are closed): give it two seconds before calling the port taken.
+    deadline = time.monotonic() + 2
+    while ports.server_listening(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if ports.server_listening(port):
         raise BMCError(f"{node.name}: port {port} of its BMC URL {node.bmc.url} is in use by another process "
                        "(a bootstrap of the demo appliance moves its BMCs to free ports of their own)")
     cert, key = _server_certificate(node.name)

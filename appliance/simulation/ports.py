@@ -62,6 +62,19 @@ def listening_possible(port: int) -> bool:
     return True
 
 
+def server_listening(port: int) -> bool:
+    """Whether a server already listens on 127.0.0.1:port. Not the same as `not listening_possible`: the
+    connections of an emulator stopped a moment ago linger (FIN_WAIT) and fail a bare bind, while the
+    emulator itself, restarted, binds the port again."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1)
+        try:
+            probe.connect(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _claim(port: int) -> bool:
     """Claim the port for this process (machine-wide, until it exits); True if this process holds it."""
     if port in _claims:
@@ -120,6 +133,12 @@ def _free_port(taken: set[int]) -> int:
         if listening_possible(port) and _claim(port):
             return port
     raise PortError(f"no free port on 127.0.0.1 between {LOWEST} and {high - 1}")
+
+
+def free_port() -> int:
+    """One free loopback port below the kernel's ephemeral range, claimed for this process: outside the
+    range no client connection can take it while its server is stopped and started again."""
+    return _free_port(set())
 
 
 def allocated(simulation_dir: str | os.PathLike, kind: str = "bmc") -> dict[str, int]:

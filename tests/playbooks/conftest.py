@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +34,10 @@ def load_yaml(path: Path):
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    # Not port 0's pick: an ephemeral port may be taken by any client connection while an emulator restarts.
+    from appliance.simulation.ports import free_port as below_the_ephemeral_range
+
+    return below_the_ephemeral_range()
 
 
 def mitogen_strategy_path() -> str:

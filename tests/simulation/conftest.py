@@ -1,5 +1,4 @@
 import os
-import socket
 import subprocess
 
 import pytest
@@ -10,9 +9,11 @@ from appliance.inventory.platforms import load_platform
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    # Not port 0's pick: that is an ephemeral port, which a client connection of any process may take
+    # while a test has its emulator stopped.
+    from appliance.simulation.ports import free_port as below_the_ephemeral_range
+
+    return below_the_ephemeral_range()
 
 
 @pytest.fixture
