@@ -25,6 +25,7 @@ ALLOWED_FOR_EVERYONE = {
     "/api/accounts/me/password/": "changes the caller's own password",
     "/accounts/password/": "changes the caller's own password",
     "/health/": "liveness probe, writes nothing",
+    "/i18n/setlang/": "sets the caller's own interface language (a cookie)",
 }
 AUDITOR_EXPORTS = {"/audit/export/", "/api/audit/exports/"}
 
