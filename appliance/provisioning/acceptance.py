@@ -36,6 +36,15 @@ RESULTS = ("passed", "failed")
 FORMATS = ("html", "json")
 
 
+def unchecked_hosts(run) -> list[str]:
+    """Hosts of `run` that its acceptance stage did not check (they failed an earlier stage of it): the
+    run's acceptance verdict says nothing about them. Empty when the run has no acceptance stage."""
+    hosts_of = dict(run.stage_runs.values_list("stage", "hosts"))
+    if "acceptance" not in hosts_of:
+        return []
+    return sorted({host for hosts in hosts_of.values() for host in hosts} - set(hosts_of["acceptance"]))
+
+
 class ReportRefused(ValueError):
     """A filter or a format the report does not know."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from .acceptance import unit_of
+from .acceptance import unchecked_hosts, unit_of
 from .catalogue import active as active_catalogue
 from .states import StageState
 
@@ -63,8 +63,10 @@ def acceptance_lines(run, report, all_checks: bool = False) -> list[str]:
     `all_checks`), and where the whole report is."""
     checks = list(report.checks.order_by("host", "name"))
     failed = [check for check in checks if not check.passed]
-    lines = [f"Acceptance: {'PASSED' if report.passed else 'FAILED'} "
-             f"({len(checks) - len(failed)}/{len(checks)} checks passed)"]
+    unchecked = unchecked_hosts(run)
+    verdict = "FAILED" if not report.passed else "INCOMPLETE" if unchecked else "PASSED"
+    lines = [f"Acceptance: {verdict} ({len(checks) - len(failed)}/{len(checks)} checks passed"
+             + (f"; not checked: {', '.join(unchecked)}, failed an earlier stage of this run)" if unchecked else ")")]
     per_node: dict[str, list[int]] = {}
     for check in checks:
         per_node.setdefault(check.host, [0, 0])[0 if check.passed else 1] += 1

@@ -158,6 +158,7 @@ class RunDetailView(CapabilityMixin, TemplateView):
         context.update(run=run, progress=run_progress, stage_runs=[s.stage_run for s in run_progress.stages],
                        rows=rows, hosts_page=hosts_page, latest_events=progress.task_lines(run, LATEST_EVENTS),
                        report=report, failed_checks=failed_checks, passed_checks=passed_checks,
+                       unchecked_hosts=acceptance.unchecked_hosts(run) if report else [],
                        passed_total=report.checks_total - report.checks_failed if report else 0,
                        # The run's reason is its failed stage's: printed once, at the top.
                        stage_reasons=[s for s in stage_reasons if s.stage_run.reason != run.reason])

@@ -78,3 +78,19 @@ def test_a_run_is_titled_by_what_it_runs(appliance, stages, title):
     assert terminal.run_title(run) == f"run #{run.pk} {title}"
     run.dry_run = True
     assert terminal.run_title(run) == f"run #{run.pk} {title[:-1]}, check mode)"
+
+
+def test_a_node_that_failed_before_acceptance_makes_the_verdict_incomplete(appliance):
+    """gpu02 failed the gpu stage: the acceptance stage ran on the others only, and their checks all
+    passed. The verdict may not read PASSED as if gpu02 had been checked."""
+    from appliance.provisioning.models import StageRun
+
+    run = Run.objects.create(appliance=appliance, kind=Run.Kind.BOOTSTRAP, stages=["gpu", "acceptance"],
+                             state="failed")
+    StageRun.objects.create(run=run, stage="gpu", order=0, state="failed", hosts=["gpu01", "gpu02"])
+    StageRun.objects.create(run=run, stage="acceptance", order=1, state="succeeded", hosts=["gpu01"])
+    report = AcceptanceReport.objects.create(run=run, passed=True, checks_total=1)
+    AcceptanceCheck.objects.create(report=report, host="gpu01", name="gpu.count", expected=8, measured=8, passed=True)
+
+    lines = terminal.acceptance_lines(run, report)
+    assert lines[0] == "Acceptance: INCOMPLETE (1/1 checks passed; not checked: gpu02, failed an earlier stage of this run)"

@@ -19,6 +19,7 @@ from appliance.provisioning import progress, services
 from appliance.provisioning.events import EventIngestor, Scrubber
 from appliance.provisioning.models import AcceptanceCheck, AcceptanceReport, HostResult, Run, StageRun
 from appliance.provisioning.progress import format_duration, run_progress
+from appliance.provisioning.states import RunState, StageState
 
 pytestmark = pytest.mark.django_db
 
@@ -281,6 +282,19 @@ def test_failed_checks_come_first_and_the_passed_ones_are_folded(appliance, clie
     assert text.count("the probe failed on gpu02") == 1
     # An ended run says how its stages ended, not a full progress bar.
     assert "Stages: 1 failed " in text and "<progress" not in page
+
+
+def test_the_run_page_names_the_nodes_its_acceptance_did_not_check(appliance, client_for, now):
+    run = Run.objects.create(appliance=appliance, kind=Run.Kind.BOOTSTRAP, stages=["gpu", "acceptance"],
+                             state=RunState.FAILED, started=now, ended=now)
+    stage_run(run, "gpu", 0, StageState.FAILED, now, now, hosts=("gpu01", "gpu02"))
+    stage_run(run, "acceptance", 1, StageState.SUCCEEDED, now, now, hosts=("gpu01",))
+    report = AcceptanceReport.objects.create(run=run, passed=True, checks_total=1)
+    AcceptanceCheck.objects.create(report=report, host="gpu01", name="gpu.count", expected=8, measured=8, passed=True)
+
+    text = page_text(client_for(Role.VIEWER).get(reverse("provisioning:run", args=[run.pk])).content)
+    assert "Acceptance: incomplete" in text
+    assert "Not checked: gpu02, which failed an earlier stage of this run." in text
 
 
 def test_a_fleet_sized_report_shows_a_bounded_number_of_checks(appliance, client_for, now, monkeypatch):
