@@ -22,7 +22,7 @@ from .states import RUN_FINISHED, RUN_MACHINE, STAGE_FINISHED, STAGE_MACHINE, Ru
 
 class Run(AuditedModel, TimestampedModel):
     class Kind(models.TextChoices):
-        BOOTSTRAP = "bootstrap", _("Bootstrap (every stage)")
+        BOOTSTRAP = "bootstrap", _("Bootstrap")
         STAGES = "stages", _("Some stages")
         NODE = "node", _("One stage on some nodes")
 

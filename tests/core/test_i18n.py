@@ -349,10 +349,10 @@ def test_audit_records_made_while_the_reader_is_russian_are_english(inventory):
 
     run = Run.objects.create(appliance=inventory.appliance, kind=Run.Kind.BOOTSTRAP, stages=["os"])
     with translation.override("ru"):
-        assert str(run) == f"run #{run.pk} (Развёртывание (все стадии))"
+        assert str(run) == f"run #{run.pk} (Развёртывание)"
         entry = audit.record("access.denied", target=run, outcome="denied", reason=ROLE_REFUSED,
                              details={"kind": Run.Kind(run.kind).label})
     stored = AuditRecord.objects.get(sequence=entry.sequence)
-    assert stored.target_name == f"run #{run.pk} (Bootstrap (every stage))"
+    assert stored.target_name == f"run #{run.pk} (Bootstrap)"
     assert stored.reason == "Your role does not allow this."
-    assert stored.details == {"kind": "Bootstrap (every stage)"}
+    assert stored.details == {"kind": "Bootstrap"}
