@@ -269,6 +269,11 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
         "files": files,
         "event_types": context.event_types,
     }
+    return _signed_and_written(manifest, key, staging)
+
+
+def _signed_and_written(manifest: dict, key, staging: Path) -> dict:
+    """Sign the manifest (a range's or a selection's) and write it into the bundle being built."""
     manifest["signature"] = key.sign(chain.signed_statement(manifest))
     (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                          encoding="utf-8")
@@ -357,7 +362,4 @@ def _write_selection(staging: Path, formatter, records, anchor: AuditCheckpoint,
         "files": files,
         "event_types": context.event_types,
     }
-    manifest["signature"] = key.sign(chain.signed_statement(manifest))
-    (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                                         encoding="utf-8")
-    return manifest
+    return _signed_and_written(manifest, key, staging)
