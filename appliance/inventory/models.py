@@ -302,8 +302,8 @@ class Filesystem(AuditedModel, TimestampedModel):
 
 class Pool(AuditedModel, TimestampedModel):
     class Kind(models.TextChoices):
-        TRAINING = "training", "Training (Slurm, exclusive GPUs)"
-        INFERENCE = "inference", "Inference (Kubernetes, shared GPUs)"
+        TRAINING = "training", gettext_lazy("Training (Slurm, exclusive GPUs)")
+        INFERENCE = "inference", gettext_lazy("Inference (Kubernetes, shared GPUs)")
 
     SCHEDULER = {Kind.TRAINING: "slurm", Kind.INFERENCE: "kubernetes"}
     SHARING = {Kind.TRAINING: "exclusive", Kind.INFERENCE: "shared"}
