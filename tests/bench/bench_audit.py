@@ -23,43 +23,10 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-REPO = Path(__file__).resolve().parents[2]
+from benchdb import REPO, create_database, drop_database, setup_django
+
 BENCH_DB = "appliance_audit_bench"
-
-
-def admin_dsn(url: str, database: str) -> str:
-    parts = urlparse(url)
-    return urlunparse(parts._replace(path=f"/{database}"))
-
-
-def prepare_database(url: str) -> str:
-    import psycopg
-
-    with psycopg.connect(admin_dsn(url, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
-    return admin_dsn(url, BENCH_DB)
-
-
-def drop_database(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_dsn(url, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-
-
-def setup_django(state_dir: str) -> None:
-    sys.path.insert(0, str(REPO))
-    os.environ["APPLIANCE_STATE_DIR"] = state_dir
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def rate(n: int, seconds: float) -> str:
@@ -309,7 +276,7 @@ def main() -> None:
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
         raise SystemExit("set DATABASE_URL to a PostgreSQL server (the benchmark makes its own database there)")
-    os.environ["DATABASE_URL"] = prepare_database(url)
+    os.environ["DATABASE_URL"] = create_database(url, BENCH_DB)
     os.environ["AUDIT_CHECKPOINT_EVERY_RECORDS"] = "1000"
     with tempfile.TemporaryDirectory(prefix="audit-bench-") as work:
         state_dir = str(Path(work) / "state")
@@ -326,7 +293,7 @@ def main() -> None:
                 bench_export_and_verify(options.records, Path(work))
             connection.close()
         finally:
-            drop_database(url)
+            drop_database(url, BENCH_DB)
 
 
 if __name__ == "__main__":

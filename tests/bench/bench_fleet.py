@@ -16,47 +16,13 @@ import (seconds instead of minutes; no import time printed).
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-REPO = Path(__file__).resolve().parents[2]
+from benchdb import create_database, drop_database, setup_django
+
 BENCH_DB = "appliance_fleet_bench"
 TARGET_P95_MS = 150
-
-
-def with_database(url: str, database: str) -> str:
-    return urlunparse(urlparse(url)._replace(path=f"/{database}"))
-
-
-def prepare_postgres(url: str) -> str:
-    import psycopg
-
-    with psycopg.connect(with_database(url, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
-    return with_database(url, BENCH_DB)
-
-
-def drop_postgres(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(with_database(url, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-
-
-def setup_django(state_dir: str) -> None:
-    sys.path.insert(0, str(REPO))
-    os.environ["APPLIANCE_STATE_DIR"] = state_dir
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def targets(node_id: int) -> list[tuple[str, str]]:
@@ -117,7 +83,7 @@ def main() -> int:
 
     given_url = os.environ.get("DATABASE_URL", "")
     if given_url.startswith("postgres"):
-        os.environ["DATABASE_URL"] = prepare_postgres(given_url)
+        os.environ["DATABASE_URL"] = create_database(given_url, BENCH_DB)
         os.environ.pop("DATABASE_MIGRATE_URL", None)
     state = tempfile.mkdtemp(prefix="bench-fleet-")
     try:
@@ -128,7 +94,7 @@ def main() -> int:
             from django.db import connections
 
             connections.close_all()
-            drop_postgres(given_url)
+            drop_database(given_url, BENCH_DB)
 
 
 def run(args) -> int:
