@@ -348,6 +348,8 @@ SECRETS_KEY_FILE = Path(os.environ.get("APPLIANCE_SECRETS_KEY_FILE", KEYS_DIR / 
 
 SIMULATION_DIR = STATE_DIR / "simulation"
 PLAYBOOKS_DIR = BASE_DIR / "playbooks"
+# The collection appliance.hgx: the stages' modules, module_utils and filter.
+COLLECTION_DIR = PLAYBOOKS_DIR / "collections" / "ansible_collections" / "appliance" / "hgx"
 FIRMWARE_DIR = BASE_DIR / "firmware"
 DEMO_SITE = BASE_DIR / "appliance" / "inventory" / "sites" / "demo.yml"
 # Limits on a site definition (and a platform file), checked before anything is built from it: bytes,

@@ -2,7 +2,7 @@
 is sent to a BMC: an unknown attribute or a value the registry does not allow is an error naming the
 platform file and line (firmware/platforms/<file>:<line>).
 
-The rules are the playbook module's own (playbooks/module_utils/appliance_bios_registry.py, plain
+The rules are the playbook module's own (playbooks/collections/ansible_collections/appliance/hgx/plugins/module_utils/appliance_bios_registry.py, plain
 Python that runs on the node side too): what passes here is what the redfish_bios module accepts.
 """
 
@@ -57,7 +57,7 @@ def _line_of(mapping, key) -> int:
 @functools.cache
 def bios_rules():
     """The BIOS validator of the playbooks (module_utils/appliance_bios_registry.py), loaded from its file."""
-    path = Path(settings.PLAYBOOKS_DIR) / "module_utils" / "appliance_bios_registry.py"
+    path = Path(settings.COLLECTION_DIR) / "plugins" / "module_utils" / "appliance_bios_registry.py"
     spec = importlib.util.spec_from_file_location("appliance_bios_registry", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -78,7 +78,7 @@ class SimulatedAppliance:
 
     def redfish_bios(self) -> dict:
         """The BIOS attributes the BMC reports now, read over HTTPS as the playbooks read them."""
-        sys.path.insert(0, str(Path(settings.PLAYBOOKS_DIR) / "module_utils"))
+        sys.path.insert(0, str(Path(settings.COLLECTION_DIR) / "plugins" / "module_utils"))
         try:
             from appliance_bios import read_bios
             from appliance_redfish import RedfishClient

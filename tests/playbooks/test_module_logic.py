@@ -9,8 +9,8 @@ import pytest
 from django.conf import settings
 from ruamel.yaml import YAML
 
-MODULE_UTILS = Path(settings.PLAYBOOKS_DIR) / "module_utils"
-LIBRARY = Path(settings.PLAYBOOKS_DIR) / "library"
+MODULE_UTILS = Path(settings.COLLECTION_DIR) / "plugins" / "module_utils"
+LIBRARY = Path(settings.COLLECTION_DIR) / "plugins" / "modules"
 sys.path.insert(0, str(MODULE_UTILS))
 
 import appliance_acceptance  # noqa: E402

@@ -1,5 +1,5 @@
 """One BIOS validator: the pre-flight check of a platform file and the redfish_bios module answer
-the same, because both run playbooks/module_utils/appliance_bios_registry.py. The cases are the
+the same, because both run playbooks/collections/ansible_collections/appliance/hgx/plugins/module_utils/appliance_bios_registry.py. The cases are the
 two the pre-flight once passed and the module then refused or crashed on."""
 
 import sys
@@ -10,7 +10,7 @@ from django.conf import settings
 
 from appliance.provisioning import baseline
 
-sys.path.insert(0, str(Path(settings.PLAYBOOKS_DIR) / "module_utils"))
+sys.path.insert(0, str(Path(settings.COLLECTION_DIR) / "plugins" / "module_utils"))
 import appliance_bios  # noqa: E402
 
 sys.path.pop(0)
@@ -94,7 +94,7 @@ def test_an_unusable_registry_definition_is_an_error_not_a_crash(firmware):
 
 
 def test_the_controller_and_the_module_run_one_validator():
-    validator = Path(settings.PLAYBOOKS_DIR) / "module_utils" / "appliance_bios_registry.py"
+    validator = Path(settings.COLLECTION_DIR) / "plugins" / "module_utils" / "appliance_bios_registry.py"
     controller = baseline.bios_rules()
     assert Path(controller.__file__) == validator
     for name in ("validate_value", "validate_baseline"):

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from appliance.simulation import services
 
-sys.path.insert(0, str(Path(settings.PLAYBOOKS_DIR) / "module_utils"))
+sys.path.insert(0, str(Path(settings.COLLECTION_DIR) / "plugins" / "module_utils"))
 
 import appliance_fabric_acceptance as fabric  # noqa: E402
 

@@ -63,7 +63,7 @@ def test_simulated_tools_refuse_a_path_outside_the_sysroot(prepared, run_tool, k
 
 
 def load_filter():
-    path = Path(settings.PLAYBOOKS_DIR) / "filter_plugins" / "node_path.py"
+    path = Path(settings.COLLECTION_DIR) / "plugins" / "filter" / "node_path.py"
     spec = importlib.util.spec_from_file_location("node_path_filter", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -96,7 +96,7 @@ PLAY = """\
   tasks:
     - name: Create the mount points (as the storage_client role does)
       ansible.builtin.file:
-        path: "{{ item | node_path(sysroot) }}"
+        path: "{{ item | appliance.hgx.node_path(sysroot) }}"
         state: directory
         mode: "0755"
       loop: "{{ mount_points }}"

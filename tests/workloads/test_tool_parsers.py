@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "playbooks" / "module_utils"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "playbooks" / "collections" / "ansible_collections" / "appliance" / "hgx" / "plugins" / "module_utils"))
 
 import appliance_fabric_parsers as parsers  # noqa: E402
 

@@ -22,7 +22,7 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_fabric_parsers import ParseError, parse_fio
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, parse_fio
 from ansible.module_utils.basic import AnsibleModule
 
 

@@ -26,7 +26,7 @@ ansible_facts:
 
 import os
 
-from ansible.module_utils.appliance_fabric_parsers import ParseError, parse_ibstat
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, parse_ibstat
 from ansible.module_utils.basic import AnsibleModule
 
 # perfquery's names (what operators know) -> the kernel's counter files.

@@ -19,7 +19,7 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_fabric_parsers import ParseError, gdscheck_problems, parse_gdscheck
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, gdscheck_problems, parse_gdscheck
 from ansible.module_utils.basic import AnsibleModule
 
 GDS_TOOLS = ["/usr/local/cuda/gds/tools"]

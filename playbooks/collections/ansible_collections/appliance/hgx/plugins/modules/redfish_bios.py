@@ -42,8 +42,8 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_bios import BaselineError, converge, read_bios
-from ansible.module_utils.appliance_redfish import RedfishClient, RedfishError, missing_requirements
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_bios import BaselineError, converge, read_bios
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_redfish import RedfishClient, RedfishError, missing_requirements
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 

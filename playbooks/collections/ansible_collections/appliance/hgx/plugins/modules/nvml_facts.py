@@ -27,7 +27,7 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_nvml import (
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_nvml import (
     NvmlUnavailable,
     contradictions,
     driver_record,

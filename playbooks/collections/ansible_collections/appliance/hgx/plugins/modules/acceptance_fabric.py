@@ -28,7 +28,7 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_fabric_acceptance import FabricContext, run_groups
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_acceptance import FabricContext, run_groups
 from ansible.module_utils.basic import AnsibleModule
 
 

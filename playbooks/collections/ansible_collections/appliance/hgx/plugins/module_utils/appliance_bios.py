@@ -8,13 +8,13 @@
 from __future__ import annotations
 
 try:
-    from ansible.module_utils.appliance_bios_registry import (  # noqa: F401  (validate_* are re-exported)
+    from ansible_collections.appliance.hgx.plugins.module_utils.appliance_bios_registry import (  # noqa: F401  (validate_* are re-exported)
         is_integer,
         validate_baseline,
         validate_value,
         wire_baseline,
     )
-    from ansible.module_utils.appliance_redfish import RedfishError
+    from ansible_collections.appliance.hgx.plugins.module_utils.appliance_redfish import RedfishError
 except ImportError:  # imported outside Ansible (unit tests put module_utils on sys.path)
     from appliance_bios_registry import is_integer, validate_baseline, validate_value, wire_baseline  # noqa: F401
     from appliance_redfish import RedfishError

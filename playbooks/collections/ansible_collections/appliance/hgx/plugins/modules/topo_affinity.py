@@ -20,7 +20,7 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_fabric_parsers import ParseError, affinity, parse_topo_matrix
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, affinity, parse_topo_matrix
 from ansible.module_utils.basic import AnsibleModule
 
 

@@ -13,7 +13,7 @@ import subprocess
 import time
 
 try:
-    from ansible.module_utils.appliance_fabric_parsers import (
+    from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import (
         ParseError, gdscheck_problems, parse_dcgmi_diag, parse_gdscheck, parse_ib_write_bw,
         parse_nccl_busbw, parse_xids,
     )

@@ -30,7 +30,7 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_acceptance import Context, run_groups
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_acceptance import Context, run_groups
 from ansible.module_utils.basic import AnsibleModule
 
 

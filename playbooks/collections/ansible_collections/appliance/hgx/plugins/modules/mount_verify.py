@@ -19,7 +19,7 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.appliance_fabric_parsers import ParseError, missing_options, parse_findmnt
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, missing_options, parse_findmnt
 from ansible.module_utils.basic import AnsibleModule
 
 

@@ -13,7 +13,7 @@ import subprocess
 import shutil
 
 try:
-    from ansible.module_utils.appliance_nvml import driver_record, gpu_records, nvml_session
+    from ansible_collections.appliance.hgx.plugins.module_utils.appliance_nvml import driver_record, gpu_records, nvml_session
 except ImportError:  # imported outside Ansible (unit tests put module_utils on sys.path)
     from appliance_nvml import driver_record, gpu_records, nvml_session
 
