@@ -6,28 +6,150 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: appliance_acceptance
 short_description: Run the acceptance check groups of one node and return every check's result
+version_added: "0.1.0"
 description:
-  - Never fails because a check failed; it returns them all in ansible_facts.appliance_acceptance so
-    the whole report is kept, and the next task fails naming the failed checks.
+  - Measures one node against its platform's expectations, by check group. V(bios) compares the values
+    read from the BMC with the baseline, V(os) checks the running kernel's command line, the memlock
+    limit and that nouveau is unloaded, V(services) checks that units are active, and V(gpu) reads the
+    GPUs through NVML (count, model, memory, driver, persistence mode, NVLinks, PCIe width, retired pages).
+  - Never fails because a check failed; it returns them all in C(ansible_facts.appliance_acceptance) so
+    the whole report is kept, and the acceptance stage's last task fails naming the failed checks.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - On a simulated node O(sysroot) is the node's directory (its C(/proc) and C(/etc) files are read
+    there), C(systemctl) is the simulated one first on the C(PATH), and NVML is the simulated library
+    named by the C(APPLIANCE_SIM_NVML) environment variable.
+  - Fails only on an unknown check group.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The checks only measure; they run in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  node: {description: node name, type: str, required: true}
-  sysroot: {description: root of the node's file tree (empty on a real node), type: str, default: ""}
-  groups: {description: check groups to run (bios, os, services, gpu), type: list, elements: str, required: true}
-  platform: {description: the platform file's content, type: dict, required: true}
-  platform_file: {description: the platform file named in each check's source, type: str, default: ""}
-  bios_baseline: {description: attribute -> baseline value, type: dict, default: {}}
-  bios_measured: {description: attribute -> value read from the BMC (null when it could not be read), type: dict}
-  bios_error: {description: why the BIOS could not be read, type: str, default: ""}
-  services: {description: units that must be active, type: list, elements: str, default: []}
-  kernel_cmdline: {description: parameters the running kernel must have, type: list, elements: str, default: []}
-  memlock: {description: memlock limit every user must get, type: str, default: unlimited}
+  node:
+    description: Name of the node, written into every record and message.
+    type: str
+    required: true
+  sysroot:
+    description:
+      - Root of the node's file tree, joined to every file the checks read.
+      - Empty on a real node.
+    type: str
+    default: ""
+  groups:
+    description:
+      - Check groups to run, in order.
+      - Known groups are V(bios), V(os), V(services) and V(gpu).
+    type: list
+    elements: str
+    required: true
+  platform:
+    description: The platform file's content (GPU model and count, driver, acceptance gates).
+    type: dict
+    required: true
+  platform_file:
+    description: The platform file named as the source of each check's expected value.
+    type: str
+    default: ""
+  bios_baseline:
+    description: BIOS attribute name to the baseline value the V(bios) group expects.
+    type: dict
+    default: {}
+  bios_measured:
+    description:
+      - BIOS attribute name to the value read from the BMC (for example by M(appliance.hgx.redfish_bios)
+        with O(appliance.hgx.redfish_bios#module:state=read)).
+      - Left out when the BIOS could not be read; O(bios_error) then says why.
+    type: dict
+  bios_error:
+    description: Why the BIOS could not be read, shown in the V(bios) group's failed records.
+    type: str
+    default: ""
+  services:
+    description: Units that must be active (V(services) group).
+    type: list
+    elements: str
+    default: []
+  kernel_cmdline:
+    description: Parameters the running kernel's command line must hold (V(os) group).
+    type: list
+    elements: str
+    default: []
+  memlock:
+    description: The memlock limit every user must get (V(os) group).
+    type: str
+    default: unlimited
+"""
+
+EXAMPLES = r"""
+- name: Read the BIOS values over Redfish
+  appliance.hgx.redfish_bios:
+    url: "{{ bmc.url }}"
+    username: "{{ bmc.username }}"
+    password: "{{ bmc_password }}"
+    node: "{{ inventory_hostname }}"
+    state: read
+  delegate_to: localhost
+  no_log: true
+  register: bios_read
+
+- name: Measure the node against its platform
+  appliance.hgx.appliance_acceptance:
+    node: "{{ inventory_hostname }}"
+    sysroot: "{{ sysroot | default('') }}"
+    groups: [bios, os, services, gpu]
+    platform: "{{ platform }}"
+    platform_file: firmware/platforms/hgx-h100-8gpu.yaml
+    bios_baseline: "{{ platform.bios.baseline }}"
+    bios_measured: "{{ bios_read.ansible_facts.appliance_bios }}"
+    services: [chrony, nvidia-persistenced, nvidia-dcgm]
+    kernel_cmdline: [iommu=pt]
+    memlock: unlimited
 """
 
 RETURN = r"""
 ansible_facts:
-  description: appliance_acceptance, [{check, node, expected, measured, passed, source, message}]
+  description: Facts set on the host.
   returned: success
   type: dict
+  contains:
+    appliance_acceptance:
+      description: One record per check.
+      type: list
+      elements: dict
+      contains:
+        check:
+          description: Name of the check, for example V(os.kernel_cmdline) or V(service.chrony).
+          type: str
+        node:
+          description: The node measured.
+          type: str
+        expected:
+          description: The expected value.
+          type: raw
+        measured:
+          description: The measured value (null when nothing could be measured).
+          type: raw
+        passed:
+          description: Whether the measured value meets the expected one.
+          type: bool
+        source:
+          description: Where the expected value comes from (platform file and key).
+          type: str
+        message:
+          description: One line explaining the result.
+          type: str
+msg:
+  description: How many checks passed.
+  returned: success
+  type: str
+  sample: "gpu01: 31 of 31 checks passed"
 """
 
 from ansible_collections.appliance.hgx.plugins.module_utils.appliance_acceptance import Context, run_groups

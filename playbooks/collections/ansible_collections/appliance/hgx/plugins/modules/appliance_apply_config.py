@@ -11,18 +11,82 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: appliance_apply_config
 short_description: Run a command when configuration files differ from the ones last applied
+version_added: "0.1.0"
+description:
+  - Computes a SHA-256 checksum over the paths and contents of O(sources) and compares it with the one
+    stored in O(stamp) by the last successful run. When they differ (or O(pending) is true), runs
+    O(command) and then writes the new checksum to O(stamp).
+  - Unlike a handler, a change is never lost when a run stops between writing a file and applying it;
+    the next run still finds the checksum different and applies it.
+  - A source that does not exist counts as its own content, so removing a file is a change too.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - The command's executable is looked up on the C(PATH) of the task. On a simulated node the play's
+    environment puts the simulated tools (C(systemctl), C(update-grub)) first, and the paths given are
+    already joined to the node's directory (with the P(appliance.hgx.node_path#filter) filter).
+  - Fails naming the command, its return code and its error output when it fails; the stamp is then
+    left as it was.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the command would run, without running it or writing the stamp.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  sources: {description: configuration files whose content the command applies, type: list, elements: path, required: true}
-  stamp: {description: file holding the checksum of the sources last applied, type: path, required: true}
-  command: {description: argv of the command that applies them (looked up on the PATH), type: list, elements: str, required: true}
-  pending: {description: the sources are about to change (check mode, where they were not written), type: bool, default: false}
+  sources:
+    description: Configuration files whose content the command applies.
+    type: list
+    elements: path
+    required: true
+  stamp:
+    description: File holding the checksum of the sources last applied; its directory is created.
+    type: path
+    required: true
+  command:
+    description: Argument vector of the command that applies the sources; the first element is looked up on the C(PATH).
+    type: list
+    elements: str
+    required: true
+  pending:
+    description:
+      - The sources are about to change although they were not written (check mode of the task that
+        writes them), so the command must be reported as due.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Write the chrony configuration
+  ansible.builtin.template:
+    src: chrony.conf.j2
+    dest: /etc/chrony/chrony.conf
+    mode: "0644"
+  register: chrony_config
+
+- name: Restart chrony when its configuration changed
+  appliance.hgx.appliance_apply_config:
+    sources: [/etc/chrony/chrony.conf]
+    stamp: /var/lib/appliance/applied/chrony.sha256
+    command: [systemctl, restart, chrony]
+    pending: "{{ ansible_check_mode and chrony_config is changed }}"
 """
 
 RETURN = r"""
 applied:
-  description: whether the command ran (or would run in check mode)
+  description: Whether the command ran (in check mode, whether it would run).
   returned: always
   type: bool
+  sample: true
+stdout:
+  description: Standard output of the command.
+  returned: when the command ran
+  type: str
+  sample: ""
 """
 
 import hashlib

@@ -7,18 +7,73 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: appliance_kernel_module
 short_description: Load or unload kernel modules with modprobe from the PATH
+version_added: "0.1.0"
+description:
+  - Reads the loaded modules from C(/proc/modules) under O(sysroot), then loads the missing ones in the
+    order given (O(state=present)) or unloads the loaded ones in reverse order (O(state=absent)) with
+    C(modprobe), and verifies the result.
+  - Names are compared the way the kernel lists them (dashes read as underscores).
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - Unlike C(community.general.modprobe), C(modprobe) is the one found on the C(PATH) of the task. On a
+    simulated node the play's environment puts the simulated C(modprobe) first, and O(sysroot) is the
+    node's directory, whose C(proc/modules) the simulated tool keeps.
+  - Fails naming the node, the module, the expected and the measured state when C(modprobe) fails or the
+    module is not in the wanted state afterwards.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
 options:
-  name: {description: module names, in load order, type: list, elements: str, required: true}
-  state: {description: wanted state, type: str, choices: [present, absent], default: present}
-  sysroot: {description: root of the node's file tree (empty on a real node), type: str, default: ""}
-  node: {description: the node's name, for messages, type: str, default: ""}
+  name:
+    description: Kernel module names, in load order.
+    type: list
+    elements: str
+    required: true
+  state:
+    description: Whether the modules must be loaded (V(present)) or not (V(absent)).
+    type: str
+    choices: [present, absent]
+    default: present
+  sysroot:
+    description:
+      - Root of the node's file tree, where C(proc/modules) is read.
+      - Empty on a real node.
+    type: str
+    default: ""
+  node:
+    description: Name of the node, for messages.
+    type: str
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Load the NVIDIA kernel modules now
+  appliance.hgx.appliance_kernel_module:
+    name: [nvidia, nvidia_uvm, nvidia_modeset]
+    sysroot: "{{ sysroot | default('') }}"
+    node: "{{ inventory_hostname }}"
+
+- name: Unload nouveau
+  appliance.hgx.appliance_kernel_module:
+    name: [nouveau]
+    state: absent
+    node: "{{ inventory_hostname }}"
 """
 
 RETURN = r"""
 loaded:
-  description: the named modules that are loaded after the task
+  description: The named modules that are loaded after the task, as the kernel names them.
   returned: always
   type: list
+  elements: str
+  sample: [nvidia, nvidia_modeset, nvidia_uvm]
 """
 
 import os

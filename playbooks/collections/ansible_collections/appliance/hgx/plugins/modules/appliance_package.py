@@ -9,18 +9,74 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: appliance_package
-short_description: Install or remove Debian packages with apt-get / dpkg-query from the PATH
+short_description: Install or remove Debian packages with apt-get and dpkg-query from the PATH
+version_added: "0.1.0"
+description:
+  - Reads each package's installed version with C(dpkg-query), installs the missing ones (or the ones
+    at another version than O(version)) with C(apt-get install --no-install-recommends), or removes
+    the installed ones with C(apt-get remove), and verifies the result.
+  - A version is compared by its upstream part when the installed one carries an epoch or a Debian
+    revision (V(1:550.127.05-0ubuntu1) matches V(550.127.05)).
+  - C(apt-get) runs non-interactively and keeps configuration files the node changed.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - Unlike M(ansible.builtin.apt), which reads and writes the dpkg database through python-apt, this
+    module only runs the C(apt-get) and C(dpkg-query) found on the C(PATH) of the task. On a simulated
+    node the play's environment puts the simulated tools first, so package work never reaches the host.
+  - The packages come from the APT sources the node is configured with (on an appliance, the site's own
+    repository).
+  - Fails naming the packages and the versions found when C(apt-get) fails or a package is not at the
+    wanted version afterwards.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: debian
 options:
-  name: {description: package names, type: list, elements: str, required: true}
-  version: {description: upstream version every named package must have (epoch and Debian revision ignored), type: str}
-  state: {description: wanted state, type: str, choices: [present, absent], default: present}
+  name:
+    description: Package names; at least one.
+    type: list
+    elements: str
+    required: true
+  version:
+    description:
+      - Upstream version every named package must have (epoch and Debian revision ignored).
+      - Only with O(state=present).
+    type: str
+  state:
+    description: Whether the packages must be installed (V(present)) or not (V(absent)).
+    type: str
+    choices: [present, absent]
+    default: present
+"""
+
+EXAMPLES = r"""
+- name: Install chrony
+  appliance.hgx.appliance_package:
+    name: [chrony]
+
+- name: Install the NVIDIA driver of the platform
+  appliance.hgx.appliance_package:
+    name: [nvidia-driver-550-server, nvidia-utils-550-server]
+    version: "550.127.05"
+
+- name: Remove the in-tree RDMA tools
+  appliance.hgx.appliance_package:
+    name: [rdma-core]
+    state: absent
 """
 
 RETURN = r"""
 packages:
-  description: name -> installed version after the task (null when not installed)
+  description: Package name to its installed version after the task (null when not installed).
   returned: always
   type: dict
+  sample: {"chrony": "4.2-2ubuntu2"}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -9,19 +9,82 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: appliance_service
 short_description: Enable, start, stop or restart a systemd unit with systemctl from the PATH
+version_added: "0.1.0"
+description:
+  - Reads whether the unit is enabled and active with C(systemctl is-enabled) and C(systemctl is-active),
+    runs C(systemctl enable), C(disable), C(start), C(stop) or C(restart) as needed, and verifies the
+    result.
+  - With O(daemon_reload=true), runs C(systemctl daemon-reload) first; that alone is not reported as a
+    change.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - Unlike M(ansible.builtin.systemd_service), which talks to systemd over D-Bus when it can, this module
+    only runs the C(systemctl) found on the C(PATH) of the task. On a simulated node the play's
+    environment puts the simulated C(systemctl) first, so the host's systemd is never reached.
+  - Fails naming the node, the unit, the expected and the measured state when C(systemctl) fails or a
+    unit that must run is not active afterwards.
+  - One of O(enabled), O(state) and O(daemon_reload) is required.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
 options:
-  name: {description: unit name (.service may be left out), type: str, required: true}
-  enabled: {description: whether the unit starts at boot, type: bool}
-  state: {description: wanted run state, type: str, choices: [started, stopped, restarted]}
-  daemon_reload: {description: run systemctl daemon-reload first (after a unit file changed), type: bool, default: false}
-  node: {description: the node's name, for messages, type: str, default: ""}
+  name:
+    description: Unit name (V(.service) may be left out).
+    type: str
+    required: true
+  enabled:
+    description: Whether the unit starts at boot.
+    type: bool
+  state:
+    description:
+      - Wanted run state. V(restarted) always restarts the unit.
+    type: str
+    choices: [started, stopped, restarted]
+  daemon_reload:
+    description: Run C(systemctl daemon-reload) first (after a unit file changed).
+    type: bool
+    default: false
+  node:
+    description: Name of the node, for messages.
+    type: str
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Enable and start chrony
+  appliance.hgx.appliance_service:
+    name: chrony
+    enabled: true
+    state: started
+    node: "{{ inventory_hostname }}"
+
+- name: Reload the unit files and start the new mount unit
+  appliance.hgx.appliance_service:
+    name: mnt-lustre.mount
+    daemon_reload: true
+    enabled: true
+    state: started
 """
 
 RETURN = r"""
+actions:
+  description: The C(systemctl) verbs run (in check mode, the ones that would run).
+  returned: always
+  type: list
+  elements: str
+  sample: [enable, start]
 status:
-  description: enabled and active as systemctl reports them after the task
+  description: C(enabled) and C(active) as C(systemctl) reports them after the task (empty in check mode).
   returned: always
   type: dict
+  sample: {"enabled": true, "active": true}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -7,16 +7,77 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gds_check
 short_description: Run gdscheck -p and fail on findings that break GPUDirect Storage
+version_added: "0.1.0"
+description:
+  - Runs C(gdscheck -p) (from the C(PATH) or C(/usr/local/cuda/gds/tools)) and parses its report.
+  - Fails on the findings that break GPUDirect Storage peer-to-peer transfers, each named - the platform
+    not verified, IOMMU translation on, C(nvidia-fs) not loaded, no GPU supporting GDS, or a filesystem
+    type of O(filesystem_types) not Supported.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - On a simulated node the play's environment puts the simulated C(gdscheck) first on the C(PATH); it
+    reports the node's simulated state.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: C(gdscheck -p) only reads; it runs in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  node: {description: node name used in messages, type: str, required: true}
-  filesystem_types: {description: "filesystem types the site mounts (lustre, nfs-rdma, beegfs): each must be Supported", type: list, elements: str, default: []}
+  node:
+    description: Name of the node, for messages.
+    type: str
+    required: true
+  filesystem_types:
+    description: Filesystem types the site mounts (V(lustre), V(nfs-rdma), V(beegfs)); each must be Supported.
+    type: list
+    elements: str
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Verify the GPUDirect Storage platform (gdscheck -p)
+  appliance.hgx.gds_check:
+    node: "{{ inventory_hostname }}"
+    filesystem_types: [lustre]
 """
 
 RETURN = r"""
 ansible_facts:
-  description: appliance_gds, {verified, iommu, nvidia_fs, gpus_supported, problems}
-  returned: success and on failing findings
+  description: Facts set on the host.
+  returned: success and when a finding fails the task
   type: dict
+  contains:
+    appliance_gds:
+      description: The report's verdict.
+      type: dict
+      contains:
+        verified:
+          description: Whether gdscheck reports the platform verified (null when it printed no verdict).
+          type: bool
+        iommu:
+          description: The IOMMU state gdscheck reports (for example V(disabled)).
+          type: str
+        nvidia_fs:
+          description: The loaded nvidia-fs driver's version (empty when it is not loaded).
+          type: str
+        gpus_supported:
+          description: Number of GPUs that support GPUDirect Storage.
+          type: int
+        problems:
+          description: The findings that break GPUDirect Storage (empty on success).
+          type: list
+          elements: str
+problems:
+  description: The findings that failed the task.
+  returned: failure
+  type: list
+  elements: str
 """
 
 from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, gdscheck_problems, parse_gdscheck

@@ -8,20 +8,121 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: ib_ports
 short_description: Read and verify the InfiniBand ports of a node (ibstat, sysfs counters)
+version_added: "0.1.0"
+description:
+  - Lists every HCA port with C(ibstat) and reads its error counters from
+    C(/sys/class/infiniband/<device>/ports/<port>/counters) under O(sysroot).
+  - Checks every port of O(expected_ports) - present, state V(Active), physical state V(LinkUp), running at
+    O(rate_gbps) with O(link_layer), and each counter of O(thresholds) at or below its maximum.
+  - Fails listing every contradiction, each naming the node, the port, the expected and the measured value.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - On a simulated node the play's environment puts the simulated C(ibstat) first on the C(PATH), and
+    O(sysroot) is the node's directory, which holds its simulated counters.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  node: {description: node name used in messages, type: str, required: true}
-  sysroot: {description: root of the node's file tree (empty on a real node), type: str, default: ""}
-  expected_ports: {description: "[{device, port}] the platform declares", type: list, elements: dict, required: true}
-  rate_gbps: {description: rate every expected port must run at, type: int, required: true}
-  link_layer: {description: link layer of the expected ports, type: str, default: InfiniBand}
-  thresholds: {description: "counter name (SymbolErrorCounter, LinkDownedCounter, LinkErrorRecoveryCounter) -> maximum", type: dict, default: {}}
+  node:
+    description: Name of the node, for messages.
+    type: str
+    required: true
+  sysroot:
+    description:
+      - Root of the node's file tree, where the counters are read.
+      - Empty on a real node.
+    type: str
+    default: ""
+  expected_ports:
+    description:
+      - The ports the platform declares, each a dictionary with C(device) (for example V(mlx5_0)) and
+        C(port) (default V(1)).
+    type: list
+    elements: dict
+    required: true
+  rate_gbps:
+    description: The rate in Gb/s every expected port must run at.
+    type: int
+    required: true
+  link_layer:
+    description: Link layer of the expected ports.
+    type: str
+    default: InfiniBand
+  thresholds:
+    description:
+      - Counter name to the highest value allowed.
+      - Known counters are V(SymbolErrorCounter), V(LinkDownedCounter) and V(LinkErrorRecoveryCounter).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Verify every InfiniBand port (state, rate, error counters)
+  appliance.hgx.ib_ports:
+    node: "{{ inventory_hostname }}"
+    sysroot: "{{ sysroot | default('') }}"
+    expected_ports:
+      - {device: mlx5_0, port: 1}
+      - {device: mlx5_1, port: 1}
+    rate_gbps: 400
+    thresholds:
+      SymbolErrorCounter: 10
+      LinkDownedCounter: 0
 """
 
 RETURN = r"""
 ansible_facts:
-  description: appliance_hcas, [{device, port, guid, state, physical_state, rate_gbps, link_layer, counters}]
+  description: Facts set on the host.
   returned: success and when a port fails its check
   type: dict
+  contains:
+    appliance_hcas:
+      description: Every port C(ibstat) lists.
+      type: list
+      elements: dict
+      contains:
+        device:
+          description: The HCA's device name.
+          type: str
+        port:
+          description: The port number.
+          type: int
+        guid:
+          description: The port GUID.
+          type: str
+        state:
+          description: The logical state (V(Active) when up).
+          type: str
+        physical_state:
+          description: The physical state (V(LinkUp) when up).
+          type: str
+        rate_gbps:
+          description: The rate in Gb/s.
+          type: int
+        link_layer:
+          description: The link layer (V(InfiniBand) or V(Ethernet)).
+          type: str
+        counters:
+          description: Counter name to its value (null when it could not be read).
+          type: dict
+problems:
+  description: The contradictions that failed the task.
+  returned: failure
+  type: list
+  elements: str
+msg:
+  description: One line summing up the ports verified.
+  returned: success
+  type: str
+  sample: "gpu01: 8 ports Active at 400 Gb/s"
 """
 
 import os

@@ -6,17 +6,90 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: mount_verify
-short_description: Verify that each declared mount is present with its declared options
+short_description: Verify that each declared mount is present with its declared type, source and options
+version_added: "0.1.0"
+description:
+  - Lists the node's mounts with C(findmnt -J) and checks each of O(mounts) - mounted at its mount point,
+    with its filesystem type, its source (not compared for V(beegfs), whose source is the client
+    configuration) and at least its declared options.
+  - Fails listing every contradiction, each naming the node, the mount point, the expected and the measured
+    value.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - On a simulated node the play's environment puts the simulated C(findmnt) first on the C(PATH); it lists
+    the node's simulated mounts.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  node: {description: node name used in messages, type: str, required: true}
-  mounts: {description: "[{name, mount_point, fstype, source, options}] as the storage stage renders them", type: list, elements: dict, required: true}
+  node:
+    description: Name of the node, for messages.
+    type: str
+    required: true
+  mounts:
+    description:
+      - The declared mounts, as the storage stage renders them, each a dictionary with C(mount_point),
+        C(fstype) and C(source), and optionally C(name) and C(options) (a list).
+    type: list
+    elements: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Verify each mount and its declared options
+  appliance.hgx.mount_verify:
+    node: "{{ inventory_hostname }}"
+    mounts:
+      - name: scratch
+        mount_point: /mnt/scratch
+        fstype: lustre
+        source: 10.0.4.10@o2ib:/scratch
+        options: [flock]
 """
 
 RETURN = r"""
 ansible_facts:
-  description: appliance_mounts, [{name, mount_point, present, fstype, source, options}]
+  description: Facts set on the host.
   returned: success and when a mount is wrong
   type: dict
+  contains:
+    appliance_mounts:
+      description: One entry per declared mount, as found.
+      type: list
+      elements: dict
+      contains:
+        name:
+          description: The mount's name (its mount point when it has none).
+          type: str
+        mount_point:
+          description: The declared mount point.
+          type: str
+        present:
+          description: Whether something is mounted there.
+          type: bool
+        fstype:
+          description: The mounted filesystem type (empty when not mounted).
+          type: str
+        source:
+          description: The mounted source (empty when not mounted).
+          type: str
+        options:
+          description: The mount options in effect.
+          type: list
+          elements: str
+problems:
+  description: The contradictions that failed the task.
+  returned: failure
+  type: list
+  elements: str
 """
 
 from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, missing_options, parse_findmnt

@@ -6,20 +6,88 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: storage_bench
-short_description: Measure sequential write and read throughput of each mount with fio
+short_description: Measure the sequential write and read throughput of each mount with fio
+version_added: "0.1.0"
+description:
+  - Runs C(fio) twice on each mount (sequential write, then read of the same file, 1 MiB blocks, direct
+    I/O, C(libaio), queue depth 16) and returns the throughput, so the engine keeps it with the node.
+  - Fails when a mount is below O(min_read_mbps) or O(min_write_mbps), naming the node, the mount point,
+    the expected and the measured throughput.
+  - The test file is removed after the read pass.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - On a simulated node the play's environment puts the simulated C(fio) first on the C(PATH); its
+    throughput comes from the node's state.
+  - Nothing is measured in check mode (the test writes to the filesystem); the task is reported as skipped.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: partial
+    details: The test is not run in check mode and the result is C(skipped).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  node: {description: node name used in messages, type: str, required: true}
-  mounts: {description: "[{name, mount_point}] to measure", type: list, elements: dict, required: true}
-  size_mib: {description: data written and read per mount, type: int, default: 1024}
-  min_read_mbps: {description: minimum read throughput (MB/s); 0 records without a gate, type: int, default: 0}
-  min_write_mbps: {description: minimum write throughput (MB/s); 0 records without a gate, type: int, default: 0}
+  node:
+    description: Name of the node, for messages and the fio job name.
+    type: str
+    required: true
+  mounts:
+    description: The mounts to measure, each a dictionary with C(mount_point) and optionally C(name).
+    type: list
+    elements: dict
+    required: true
+  size_mib:
+    description: Data written and read per mount, in MiB.
+    type: int
+    default: 1024
+  min_read_mbps:
+    description: Lowest read throughput allowed, in MB/s; V(0) records the result without a gate.
+    type: int
+    default: 0
+  min_write_mbps:
+    description: Lowest write throughput allowed, in MB/s; V(0) records the result without a gate.
+    type: int
+    default: 0
+"""
+
+EXAMPLES = r"""
+- name: Measure each filesystem's throughput (smoke test, result kept)
+  appliance.hgx.storage_bench:
+    node: "{{ inventory_hostname }}"
+    mounts:
+      - {name: scratch, mount_point: /mnt/scratch}
+    size_mib: 1024
+    min_read_mbps: 2000
+    min_write_mbps: 1000
 """
 
 RETURN = r"""
 ansible_facts:
-  description: appliance_storage, {results: [{name, mount_point, read_mbps, write_mbps, size_mib}]}
+  description: Facts set on the host.
   returned: success and when a mount is below its gate
   type: dict
+  contains:
+    appliance_storage:
+      description: The measurements.
+      type: dict
+      contains:
+        results:
+          description: One entry per mount with C(name), C(mount_point), C(read_mbps), C(write_mbps) and C(size_mib).
+          type: list
+          elements: dict
+problems:
+  description: The mounts below their gate.
+  returned: failure
+  type: list
+  elements: str
+skipped:
+  description: True in check mode.
+  returned: check mode
+  type: bool
 """
 
 from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, parse_fio

@@ -8,16 +8,63 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: topo_affinity
 short_description: GPU to HCA affinity from nvidia-smi topo -m, verified against the platform
+version_added: "0.1.0"
+description:
+  - Parses the matrix of C(nvidia-smi topo -m) and finds each GPU's nearest RDMA devices (the best
+    connection, a shared PCIe switch first).
+  - Fails when a GPU's expected device (O(expected), from the platform's rails) is not among its nearest,
+    naming the GPU, the expected and the measured device. GPUDirect RDMA is only fast between a GPU and
+    an HCA behind the same PCIe switch, so a board wired otherwise must not pass as the platform.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+notes:
+  - On a simulated node the play's environment puts the simulated C(nvidia-smi) first on the C(PATH); it
+    prints the node's simulated topology.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  node: {description: node name used in messages, type: str, required: true}
-  expected: {description: "GPU index -> RDMA device the platform puts next to it", type: dict, default: {}}
+  node:
+    description: Name of the node, for messages.
+    type: str
+    required: true
+  expected:
+    description: GPU index to the RDMA device the platform puts next to it; GPUs left out are only recorded.
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Record each GPU's nearest HCA and check it against the platform
+  appliance.hgx.topo_affinity:
+    node: "{{ inventory_hostname }}"
+    expected:
+      "0": mlx5_0
+      "1": mlx5_1
 """
 
 RETURN = r"""
 ansible_facts:
-  description: appliance_gpu_hca_affinity, {gpu_index: device}
+  description: Facts set on the host.
   returned: success and on a contradiction
   type: dict
+  contains:
+    appliance_gpu_hca_affinity:
+      description: GPU index (as a string) to its nearest RDMA device.
+      type: dict
+      sample: {"0": "mlx5_0", "1": "mlx5_1"}
+problems:
+  description: The contradictions that failed the task.
+  returned: failure
+  type: list
+  elements: str
 """
 
 from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, affinity, parse_topo_matrix
