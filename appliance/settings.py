@@ -16,8 +16,11 @@ from django.core.exceptions import ImproperlyConfigured
 
 from appliance.core.addresses import parse_trusted_proxies
 from appliance.core.files import create_once, make_private, private_directory
+from appliance.core.resources import DATA_ROOT, PACKAGE_DIR, default_state_dir
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# The folder of templates/, playbooks/ and firmware/: the repository's root in a checkout,
+# appliance/_data in an installed wheel (appliance/core/resources.py).
+BASE_DIR = DATA_ROOT
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -40,7 +43,8 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 # The state directory holds the database, keys and logs: this OS user only (0700, files 0600).
-STATE_DIR = private_directory(Path(os.environ.get("APPLIANCE_STATE_DIR", BASE_DIR / "var")).resolve())
+# Unset: the checkout's var/; an installed wheel's is /var/lib/appliance (root) or ~/.local/state/appliance.
+STATE_DIR = private_directory(Path(os.environ.get("APPLIANCE_STATE_DIR") or default_state_dir()).resolve())
 KEYS_DIR = private_directory(STATE_DIR / "keys")
 LOG_DIR = private_directory(STATE_DIR / "logs")
 
@@ -215,7 +219,7 @@ TIME_ZONE = os.environ.get("APPLIANCE_TIME_ZONE", "UTC")
 # The portal's languages: English (the default and the language of the API, audit log and exports), Russian.
 USE_I18N = True
 LANGUAGES = [("en", "English"), ("ru", "Русский")]
-LOCALE_PATHS = [BASE_DIR / "appliance" / "locale"]
+LOCALE_PATHS = [PACKAGE_DIR / "locale"]
 # The language switch's cookie: no script reads it, no other site sends it, https only in production.
 LANGUAGE_COOKIE_HTTPONLY = True
 LANGUAGE_COOKIE_SAMESITE = "Lax"
@@ -351,7 +355,7 @@ PLAYBOOKS_DIR = BASE_DIR / "playbooks"
 # The collection appliance.hgx: the stages' modules, module_utils and filter.
 COLLECTION_DIR = PLAYBOOKS_DIR / "collections" / "ansible_collections" / "appliance" / "hgx"
 FIRMWARE_DIR = BASE_DIR / "firmware"
-DEMO_SITE = BASE_DIR / "appliance" / "inventory" / "sites" / "demo.yml"
+DEMO_SITE = PACKAGE_DIR / "inventory" / "sites" / "demo.yml"
 # Limits on a site definition (and a platform file), checked before anything is built from it: bytes,
 # nesting depth, and nodes once every alias is expanded (a few KB of aliases can name billions of nodes).
 SITE_MAX_BYTES = env_int("APPLIANCE_SITE_MAX_BYTES", 1024 * 1024)

@@ -24,7 +24,6 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-import bcrypt
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -130,6 +129,8 @@ def _server_certificate(node_name: str) -> tuple[Path, Path]:
 def write_htpasswd(node_name: str, wrong_password: bool = False) -> Path:
     """The emulator reads this file on every request: rewriting it takes effect at once.
     With `wrong_password` (the bmc_wrong_password fault) it holds a password nobody knows."""
+    import bcrypt  # the extra `simulation` (appliance/simulation/extra.py): a controller may lack it
+
     secret = secrets.token_urlsafe(18) if wrong_password else password()
     hashed = bcrypt.hashpw(secret.encode(), bcrypt.gensalt(rounds=4)).decode()
     path = bmc_dir() / f"{node_name}.htpasswd"

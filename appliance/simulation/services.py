@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 
 from appliance import audit
 
-from . import bmc, hardware, nvml, packages, ports
+from . import bmc, extra, hardware, nvml, packages, ports
 from . import state as node_state
 from .tools import COMMANDS, kmod
 
@@ -50,6 +50,14 @@ FACTORY_DIRECTORIES = ("etc/default/grub.d", "etc/modprobe.d", "etc/modules-load
 
 class SimulationError(Exception):
     pass
+
+
+def require_extra() -> None:
+    """The packages of the extra `simulation` are installed, or one SimulationError naming it (extra.py)."""
+    try:
+        extra.require()
+    except extra.SimulationExtraMissing as exc:
+        raise SimulationError(str(exc)) from None
 
 
 def bin_dir() -> Path:
@@ -206,6 +214,7 @@ def prepare_appliance(appliance) -> dict:
     appliance. Idempotent: a node's existing state is kept."""
     if not appliance.simulated:
         raise SimulationError(f"appliance {appliance.name} is not simulated: its nodes are real servers")
+    require_extra()
     ensure_credentials()
     _write_wrappers()
     library = nvml.library_path()
@@ -239,6 +248,7 @@ def start_bmcs(appliance) -> dict:
     """Start every BMC emulator of the appliance that is not running, in parallel (a node with the
     bmc_down fault stays down). Returns {node: pid, or None for a node that is down}."""
     nodes = _bmc_nodes(appliance)
+    require_extra()
     down = {node.name for node in nodes if node.sysroot and node_state.exists(node.sysroot)
             and node_state.has_fault(node_state.load(node.sysroot), "bmc_down")}
     already = {node.name: bmc.running_pid(node.name) for node in nodes}

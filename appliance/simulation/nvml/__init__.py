@@ -32,7 +32,7 @@ def nvml_header() -> Path:
     for base in nvidia.__path__:
         for candidate in sorted(Path(base).glob("*/include/nvml.h"), reverse=True):
             return candidate
-    raise BuildError("nvml.h not found: install the nvidia-nvml-dev wheel (pyproject.toml lists it)")
+    raise BuildError("nvml.h not found: install the nvidia-nvml-dev wheel (the extra 'simulation')")
 
 
 def library_dir() -> Path:

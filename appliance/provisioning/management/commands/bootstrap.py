@@ -24,6 +24,7 @@ from rich.progress import (
 )
 
 from appliance.core import context, dispatch
+from appliance.simulation import extra as simulation_extra
 
 from ... import services, terminal
 from ...catalogue import UnknownStage
@@ -65,6 +66,12 @@ class Command(BaseCommand):
         self._check_stages(stages, from_stage)
         site_path = Path(site).resolve() if site else Path(settings.DEMO_SITE)
         site_text = self._read_site(site_path)
+        if site_path.resolve() == Path(settings.DEMO_SITE).resolve():
+            # The demo is the simulated appliance: without the extra's packages, say so before any change.
+            try:
+                simulation_extra.require()
+            except simulation_extra.SimulationExtraMissing as exc:
+                raise CommandError(str(exc), returncode=1) from None
         with context.acting_as(channel="cli"):
             return self._bootstrap(site_path, site_text, dry_run, stages, from_stage, force)
 
