@@ -2,10 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from appliance.core import api_root
 from appliance.core import views as core_views
 from appliance.core.views import health
 
-api_patterns = [
+# Version 1 of the REST API, under /api/v1/. A later, incompatible version gets its own list and prefix
+# (and its own entry in api_root.API_VERSIONS); v1 stays as it is for the clients written against it.
+api_v1_patterns = [
+    path("", api_root.ApiV1RootView.as_view(), name="api-v1-root"),
     path("inventory/", include("appliance.inventory.api_urls")),
     path("accounts/", include("appliance.accounts.api_urls")),
     path("audit/", include("appliance.audit.api_urls")),
@@ -22,7 +26,10 @@ urlpatterns = [
     path("inventory/", include("appliance.inventory.urls")),
     path("audit/", include("appliance.audit.urls")),
     path("provisioning/", include("appliance.provisioning.urls")),
-    path("api/", include(api_patterns)),
+    # GET /api/ names the versions; anything else under /api/ outside a version is a 404 whose message
+    # points to /api/v1/ (core_views.page_not_found), not a redirect: see appliance.core.api_root.
+    path("api/", api_root.api_index, name="api-index"),
+    path("api/v1/", include(api_v1_patterns)),
     path("django-admin/", admin.site.urls),
     path("health/", health, name="health"),
     # The language switch: set_language at /i18n/setlang/ (a POST that sets the language cookie).

@@ -3,7 +3,7 @@
 A test class lists its endpoints as data and inherits the check:
 
     class TestInventoryAPIAccess(AccessMatrix):
-        endpoints = [Endpoint("/api/inventory/nodes/", "inventory.view"), ...]
+        endpoints = [Endpoint("/api/v1/inventory/nodes/", "inventory.view"), ...]
 
         @pytest.fixture
         def url_values(self, ...):       # fills the {placeholders} of the URLs

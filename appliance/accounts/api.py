@@ -177,7 +177,7 @@ class TokenView(APIView):
     """A new API token for a username and password (send it as `Authorization: Token <token>`).
 
     Every call issues a new token, valid APPLIANCE_TOKEN_TTL_DAYS days; list and revoke them at
-    /api/accounts/tokens/. The one API endpoint open to anonymous callers: it is where they stop being
+    /api/v1/accounts/tokens/. The one API endpoint open to anonymous callers: it is where they stop being
     anonymous. Failed attempts count towards the same per-username lockout as the login page, and
     the endpoint shares the login page's per-address rate limit.
     """

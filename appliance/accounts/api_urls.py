@@ -12,6 +12,7 @@ class AccountsRootView(APIRootView):
 
 router = DefaultRouter()
 router.APIRootView = AccountsRootView
+router.root_view_name = "accounts-api-root"  # unique: /api/v1/ links to each app's root
 router.register("users", api.UserViewSet, basename="accounts-user")
 router.register("tokens", api.ApiTokenViewSet, basename="accounts-token-item")
 

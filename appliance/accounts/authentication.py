@@ -35,4 +35,4 @@ class TokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "apiKey", "in": "header", "name": "Authorization",
-                "description": "`Token apl_...`: an API token from /api/accounts/token/ or /api/accounts/tokens/"}
+                "description": "`Token apl_...`: an API token from /api/v1/accounts/token/ or /api/v1/accounts/tokens/"}

@@ -68,7 +68,7 @@ class AuditRecordViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit log, newest first. Filters: actor, actor_id, event (exact, or a prefix such as
     `auth.*`), action, category, target_type, target_id, target (name contains), outcome, channel,
     request_id, since, until (ISO 8601; a half-open window: since <= timestamp < until). The same
-    filters, by the same names, select what an export holds (POST /api/audit/exports/)."""
+    filters, by the same names, select what an export holds (POST /api/v1/audit/exports/)."""
 
     capability = "audit.view"
     queryset = AuditRecord.objects.all()

@@ -12,6 +12,7 @@ class AuditRootView(APIRootView):
 
 router = DefaultRouter()
 router.APIRootView = AuditRootView
+router.root_view_name = "audit-api-root"  # unique: /api/v1/ links to each app's root
 router.register("records", api.AuditRecordViewSet, basename="audit-record")
 
 urlpatterns = [

@@ -13,6 +13,7 @@ from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularRedocView
 
 from . import csp
+from .api_root import unversioned_hint
 
 API_PREFIX = "/api/"
 
@@ -51,7 +52,7 @@ def permission_denied(request, exception):
 
 def page_not_found(request, exception):
     if _is_api(request):
-        return _api_error(request, 404, "not_found", "Not found.")
+        return _api_error(request, 404, "not_found", unversioned_hint(request.path) or "Not found.")
     return render(request, "404.html", {"request_path": request.path}, status=404)
 
 

@@ -436,7 +436,7 @@ class FilesystemViewSet(InventoryViewSet):
 
 class PoolViewSet(InventoryViewSet):
     """Pools with their node counts; a pool's own page lists its nodes (the node list filters by pool too:
-    /api/inventory/nodes/?pool_id=ID, a page at a time)."""
+    /api/v1/inventory/nodes/?pool_id=ID, a page at a time)."""
 
     queryset = Pool.objects.select_related("appliance").annotate(node_count=Count("memberships")).order_by(
         "appliance__name", "name")

@@ -12,6 +12,7 @@ class InventoryRootView(APIRootView):
 
 router = DefaultRouter()
 router.APIRootView = InventoryRootView
+router.root_view_name = "inventory-api-root"  # unique: /api/v1/ links to each app's root
 router.register("appliances", api.ApplianceViewSet, basename="inventory-appliance")
 router.register("platforms", api.PlatformViewSet, basename="inventory-platform")
 router.register("nodes", api.NodeViewSet, basename="inventory-node")

@@ -12,6 +12,7 @@ class ProvisioningRootView(APIRootView):
 
 router = DefaultRouter()
 router.APIRootView = ProvisioningRootView
+router.root_view_name = "provisioning-api-root"  # unique: /api/v1/ links to each app's root
 router.register("runs", api.RunViewSet, basename="provisioning-run")
 router.register("stage-runs", api.StageRunViewSet, basename="provisioning-stagerun")
 router.register("events", api.TaskEventViewSet, basename="provisioning-taskevent")

@@ -29,14 +29,14 @@ def test_weak_passwords_are_refused(db, password, message):
 
 
 def test_weak_password_through_the_api_names_the_field(client_for):
-    response = client_for(Role.ADMINISTRATOR).post("/api/accounts/users/", {
+    response = client_for(Role.ADMINISTRATOR).post("/api/v1/accounts/users/", {
         "username": "bob", "role": "viewer", "password": "aaaaaaaaaaaa"}, content_type="application/json")
     error = assert_error_body(response, 400)
     assert error["fields"] == {"password": ["This password is a single character repeated."]}
 
 
 def test_a_user_made_by_an_administrator_remembers_who_made_it(users, client_for):
-    client_for(Role.ADMINISTRATOR).post("/api/accounts/users/", {
+    client_for(Role.ADMINISTRATOR).post("/api/v1/accounts/users/", {
         "username": "bob", "role": "viewer", "password": NEW}, content_type="application/json")
     assert User.objects.get(username="bob").created_by == users[Role.ADMINISTRATOR]
 
@@ -44,7 +44,7 @@ def test_a_user_made_by_an_administrator_remembers_who_made_it(users, client_for
 @pytest.mark.parametrize("role", Role.values)
 def test_every_user_changes_their_own_password_through_the_api(users, client_for, role):
     client = client_for(role)
-    response = client.post("/api/accounts/me/password/", {"old_password": PASSWORD, "new_password": NEW},
+    response = client.post("/api/v1/accounts/me/password/", {"old_password": PASSWORD, "new_password": NEW},
                            content_type="application/json")
     assert response.status_code == 204, response.content
     user = users[role]
@@ -53,15 +53,15 @@ def test_every_user_changes_their_own_password_through_the_api(users, client_for
     record = AuditRecord.objects.filter(event="accounts.password.change").latest("sequence")
     assert record.actor_username == user.username and record.target_id == str(user.pk)
     assert NEW not in str(record.details)
-    assert client.get("/api/accounts/me/").status_code == 200  # the session survives its own change
+    assert client.get("/api/v1/accounts/me/").status_code == 200  # the session survives its own change
 
 
 def test_own_password_change_errors_name_the_field(users, client_for):
     client = client_for(Role.VIEWER)
-    wrong = client.post("/api/accounts/me/password/", {"old_password": "not-it-at-all", "new_password": NEW},
+    wrong = client.post("/api/v1/accounts/me/password/", {"old_password": "not-it-at-all", "new_password": NEW},
                         content_type="application/json")
     assert assert_error_body(wrong, 400)["fields"] == {"old_password": ["this is not your current password"]}
-    weak = client.post("/api/accounts/me/password/", {"old_password": PASSWORD, "new_password": "zzzzzzzzzzzzzz"},
+    weak = client.post("/api/v1/accounts/me/password/", {"old_password": PASSWORD, "new_password": "zzzzzzzzzzzzzz"},
                        content_type="application/json")
     assert assert_error_body(weak, 400)["fields"] == {"new_password": ["This password is a single character repeated."]}
     users[Role.VIEWER].refresh_from_db()
@@ -90,14 +90,14 @@ def test_guessing_the_current_password_counts_towards_the_lockout(users, client_
     client = client_for(Role.OPERATOR)
     answers = []
     for attempt in range(3):
-        wrong = client.post("/api/accounts/me/password/", {"old_password": f"guess-{attempt}-xxxxxx",
+        wrong = client.post("/api/v1/accounts/me/password/", {"old_password": f"guess-{attempt}-xxxxxx",
                                                           "new_password": NEW}, content_type="application/json")
         answers.append(assert_error_body(wrong, 400)["fields"]["old_password"][0])
     assert answers == ["this is not your current password", "this is not your current password",
                        "too many failed attempts for this username; try again later"]  # the third locks
     failures = AuditRecord.objects.filter(event="auth.login.failure", target_name="operator-user")
     assert failures.count() == 3
-    locked = client.post("/api/accounts/me/password/", {"old_password": PASSWORD, "new_password": NEW},
+    locked = client.post("/api/v1/accounts/me/password/", {"old_password": PASSWORD, "new_password": NEW},
                          content_type="application/json")
     assert assert_error_body(locked, 400)["fields"] == {
         "old_password": ["too many failed attempts for this username; try again later"]}

@@ -41,7 +41,7 @@ def test_a_busy_session_ends_at_its_maximum_age(users, settings):
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
     page = client.get(response["Location"])
     assert b"Your session reached its maximum length of 1 hour; log in again." in page.content
-    assert client.get("/api/accounts/me/").status_code in (401, 403)
+    assert client.get("/api/v1/accounts/me/").status_code in (401, 403)
     logout = AuditRecord.objects.filter(event="auth.logout").latest("sequence")
     assert logout.reason == "session maximum age reached" and logout.details == {"cause": "maximum age"}
     assert logout.actor_username == "viewer-user"

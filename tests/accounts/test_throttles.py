@@ -10,7 +10,7 @@ from tests.access import assert_error_body
 
 pytestmark = pytest.mark.django_db
 
-TOKEN_URL = "/api/accounts/token/"
+TOKEN_URL = "/api/v1/accounts/token/"
 
 
 def token_attempt(client: Client, i: int, **headers):

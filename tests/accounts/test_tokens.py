@@ -23,7 +23,7 @@ def token_client(key: str) -> Client:
 
 
 def obtain(username: str) -> str:
-    response = Client().post("/api/accounts/token/", {"username": username, "password": PASSWORD},
+    response = Client().post("/api/v1/accounts/token/", {"username": username, "password": PASSWORD},
                              content_type="application/json")
     assert response.status_code == 200, response.content
     return response.json()["token"]
@@ -38,7 +38,7 @@ def test_the_database_holds_no_usable_token(users):
     stored = " ".join(str(value) for value in row)
     assert key not in stored and secret not in stored
     assert len(secret) == 43  # 32 random bytes, URL-safe base64
-    assert token_client(key).get("/api/accounts/me/").json()["username"] == "operator-user"
+    assert token_client(key).get("/api/v1/accounts/me/").json()["username"] == "operator-user"
 
 
 def test_a_token_expires_after_the_configured_days(users, settings):
@@ -46,14 +46,14 @@ def test_a_token_expires_after_the_configured_days(users, settings):
     token, key = issue_token(users[Role.VIEWER])
     assert timedelta(days=7) - timedelta(minutes=1) < token.expires - timezone.now() <= timedelta(days=7)
     ApiToken.objects.filter(pk=token.pk).update(expires=timezone.now() - timedelta(seconds=1))
-    error = assert_error_body(token_client(key).get("/api/accounts/me/"), 401)
+    error = assert_error_body(token_client(key).get("/api/v1/accounts/me/"), 401)
     assert error["message"] == "Token expired."
 
 
 def test_last_use_is_kept(users):
     token, key = issue_token(users[Role.VIEWER])
     assert token.last_used is None
-    token_client(key).get("/api/accounts/me/")
+    token_client(key).get("/api/v1/accounts/me/")
     token.refresh_from_db()
     assert timezone.now() - token.last_used < timedelta(seconds=30)
 
@@ -62,23 +62,23 @@ def test_a_tampered_or_unknown_token_is_refused(users):
     _token, key = issue_token(users[Role.VIEWER])
     prefix, secret = key.split(".", 1)
     for bad in (f"{prefix}.{'A' * len(secret)}", f"apl_000000000000.{secret}", secret, prefix, "apl_."):
-        assert assert_error_body(token_client(bad).get("/api/accounts/me/"), 401)["message"] == "Invalid token."
+        assert assert_error_body(token_client(bad).get("/api/v1/accounts/me/"), 401)["message"] == "Invalid token."
 
 
 def test_the_owner_lists_and_revokes_a_token_and_it_stops_working(users):
     key = obtain("operator-user")
     client = token_client(key)
-    listed = client.get("/api/accounts/tokens/").json()
+    listed = client.get("/api/v1/accounts/tokens/").json()
     [entry] = listed["results"]
     assert set(entry) == {"id", "username", "name", "prefix", "state", "created", "expires", "last_used", "revoked",
                           "revoked_by"}
     assert entry["state"] == "active" and key.startswith(f"apl_{entry['prefix']}.")
     assert key.split(".", 1)[1] not in str(listed)
 
-    response = client.post(f"/api/accounts/tokens/{entry['id']}/revoke/")
+    response = client.post(f"/api/v1/accounts/tokens/{entry['id']}/revoke/")
     assert response.status_code == 200 and response.json()["state"] == "revoked"
     assert response.json()["revoked_by"] == "operator-user"
-    assert assert_error_body(client.get("/api/accounts/me/"), 401)["message"] == "Token revoked."
+    assert assert_error_body(client.get("/api/v1/accounts/me/"), 401)["message"] == "Token revoked."
     record = AuditRecord.objects.filter(event="auth.token.revoke").latest("sequence")
     assert record.actor_username == "operator-user" and record.target_type == "accounts.apitoken"
     assert record.details == {"owner": "operator-user", "prefix": entry["prefix"], "name": ""}
@@ -86,46 +86,46 @@ def test_the_owner_lists_and_revokes_a_token_and_it_stops_working(users):
 
 def test_a_new_token_from_the_api_shows_its_secret_once(client_for):
     client = client_for(Role.ML_ENGINEER)
-    created = client.post("/api/accounts/tokens/", {"name": "notebook"}, content_type="application/json")
+    created = client.post("/api/v1/accounts/tokens/", {"name": "notebook"}, content_type="application/json")
     assert created.status_code == 201
     key = created.json()["token"]
-    assert token_client(key).get("/api/accounts/me/").json()["username"] == "ml_engineer-user"
-    again = client.get(f"/api/accounts/tokens/{created.json()['id']}/").json()
+    assert token_client(key).get("/api/v1/accounts/me/").json()["username"] == "ml_engineer-user"
+    again = client.get(f"/api/v1/accounts/tokens/{created.json()['id']}/").json()
     assert "token" not in again and again["name"] == "notebook"
 
 
 def test_an_operator_cannot_see_or_revoke_an_administrators_token(users, client_for):
     admin_token, admin_key = issue_token(users[Role.ADMINISTRATOR])
     operator = client_for(Role.OPERATOR)
-    assert operator.get("/api/accounts/tokens/").json()["count"] == 0
-    assert_error_body(operator.get(f"/api/accounts/tokens/{admin_token.pk}/"), 404)
-    assert_error_body(operator.post(f"/api/accounts/tokens/{admin_token.pk}/revoke/"), 404)
+    assert operator.get("/api/v1/accounts/tokens/").json()["count"] == 0
+    assert_error_body(operator.get(f"/api/v1/accounts/tokens/{admin_token.pk}/"), 404)
+    assert_error_body(operator.post(f"/api/v1/accounts/tokens/{admin_token.pk}/revoke/"), 404)
     assert operator.post(f"/accounts/tokens/{admin_token.pk}/revoke/").status_code == 404
     with pytest.raises(PermissionError, match="only its owner or an Administrator may revoke it"):
         revoke_token(admin_token, users[Role.OPERATOR])
     admin_token.refresh_from_db()
     assert admin_token.revoked is None
-    assert token_client(admin_key).get("/api/accounts/me/").status_code == 200
+    assert token_client(admin_key).get("/api/v1/accounts/me/").status_code == 200
 
 
 def test_an_auditor_lists_every_token_but_revokes_only_their_own(users, client_for):
     operator_token, _key = issue_token(users[Role.OPERATOR])
     own, _own_key = issue_token(users[Role.AUDITOR])
     auditor = client_for(Role.AUDITOR)
-    assert {t["username"] for t in auditor.get("/api/accounts/tokens/").json()["results"]} == {
+    assert {t["username"] for t in auditor.get("/api/v1/accounts/tokens/").json()["results"]} == {
         "operator-user", "auditor-user"}
-    assert assert_error_body(auditor.post(f"/api/accounts/tokens/{operator_token.pk}/revoke/"), 403)
-    assert auditor.post(f"/api/accounts/tokens/{own.pk}/revoke/").status_code == 200
+    assert assert_error_body(auditor.post(f"/api/v1/accounts/tokens/{operator_token.pk}/revoke/"), 403)
+    assert auditor.post(f"/api/v1/accounts/tokens/{own.pk}/revoke/").status_code == 200
 
 
 def test_an_administrator_revokes_anyones_token(users, client_for):
     token, key = issue_token(users[Role.OPERATOR])
-    response = client_for(Role.ADMINISTRATOR).post(f"/api/accounts/tokens/{token.pk}/revoke/")
+    response = client_for(Role.ADMINISTRATOR).post(f"/api/v1/accounts/tokens/{token.pk}/revoke/")
     assert response.status_code == 200 and response.json()["revoked_by"] == "administrator-user"
-    assert_error_body(token_client(key).get("/api/accounts/me/"), 401)
+    assert_error_body(token_client(key).get("/api/v1/accounts/me/"), 401)
     record = AuditRecord.objects.filter(event="auth.token.revoke").latest("sequence")
     assert record.actor_username == "administrator-user" and record.details["owner"] == "operator-user"
-    again = client_for(Role.ADMINISTRATOR).post(f"/api/accounts/tokens/{token.pk}/revoke/")
+    again = client_for(Role.ADMINISTRATOR).post(f"/api/v1/accounts/tokens/{token.pk}/revoke/")
     assert "already revoked" in assert_error_body(again, 400)["fields"]["non_field_errors"][0]
 
 
@@ -140,7 +140,7 @@ def test_the_portal_page_makes_lists_and_revokes_tokens(users, client_for):
     listing = client.get("/accounts/tokens/")
     assert key.encode() not in listing.content and f"apl_{token.prefix}".encode() in listing.content
     assert client.post(f"/accounts/tokens/{token.pk}/revoke/").status_code == 302
-    assert_error_body(token_client(key).get("/api/accounts/me/"), 401)
+    assert_error_body(token_client(key).get("/api/v1/accounts/me/"), 401)
 
 
 # --- Django's admin site ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def patch_json(client, url, data):
 
 
 def test_administrator_creates_a_user_with_a_role(admin):
-    response = post_json(admin, "/api/accounts/users/",
+    response = post_json(admin, "/api/v1/accounts/users/",
                          {"username": "ml-alice", "email": "alice@example.org", "role": "ml_engineer",
                           "password": "a-long-enough-passphrase"})
     assert response.status_code == 201, response.content
@@ -51,19 +51,19 @@ def test_administrator_creates_a_user_with_a_role(admin):
     ({"role": "viewer", "password": "a-long-enough-passphrase"}, "username"),
 ])
 def test_user_creation_errors_name_the_field(admin, payload, field):
-    error = assert_error_body(post_json(admin, "/api/accounts/users/", payload), 400)
+    error = assert_error_body(post_json(admin, "/api/v1/accounts/users/", payload), 400)
     assert list(error["fields"]) == [field], error
     assert not User.objects.filter(username="bob").exists()
 
 
 def test_change_role_and_deactivate(admin, users):
     viewer = users[Role.VIEWER]
-    response = patch_json(admin, f"/api/accounts/users/{viewer.pk}/", {"role": "operator"})
+    response = patch_json(admin, f"/api/v1/accounts/users/{viewer.pk}/", {"role": "operator"})
     assert response.status_code == 200 and response.json()["role"] == "operator"
     change = AuditRecord.objects.filter(event="accounts.role.change").latest("sequence")
     assert change.details == {"role": ["viewer", "operator"]} and change.actor_username == "administrator-user"
 
-    response = patch_json(admin, f"/api/accounts/users/{viewer.pk}/", {"is_active": False})
+    response = patch_json(admin, f"/api/v1/accounts/users/{viewer.pk}/", {"is_active": False})
     assert response.status_code == 200 and response.json()["is_active"] is False
     viewer.refresh_from_db()
     assert not viewer.is_active
@@ -76,24 +76,24 @@ def test_a_deactivated_user_loses_token_and_session(admin, users):
     _token, key = issue_token(viewer)
     session = Client()
     session.force_login(viewer)
-    assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/accounts/me/").status_code == 200
-    patch_json(admin, f"/api/accounts/users/{viewer.pk}/", {"is_active": False})
-    assert_error_body(Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/accounts/me/"), 401)
-    assert session.get("/api/accounts/me/").status_code in (401, 403)
+    assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/v1/accounts/me/").status_code == 200
+    patch_json(admin, f"/api/v1/accounts/users/{viewer.pk}/", {"is_active": False})
+    assert_error_body(Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/v1/accounts/me/"), 401)
+    assert session.get("/api/v1/accounts/me/").status_code in (401, 403)
 
 
 def test_administrators_cannot_lock_themselves_or_the_appliance_out(admin, users):
     me = users[Role.ADMINISTRATOR]
-    error = assert_error_body(patch_json(admin, f"/api/accounts/users/{me.pk}/", {"is_active": False}), 400)
+    error = assert_error_body(patch_json(admin, f"/api/v1/accounts/users/{me.pk}/", {"is_active": False}), 400)
     assert "own account" in error["fields"]["is_active"][0]
-    error = assert_error_body(patch_json(admin, f"/api/accounts/users/{me.pk}/", {"role": "viewer"}), 400)
+    error = assert_error_body(patch_json(admin, f"/api/v1/accounts/users/{me.pk}/", {"role": "viewer"}), 400)
     assert "last active Administrator" in error["fields"]["role"][0]
     me.refresh_from_db()
     assert me.role == Role.ADMINISTRATOR and me.is_active
 
 
 def test_put_and_delete_are_not_offered(admin, users):
-    url = f"/api/accounts/users/{users[Role.VIEWER].pk}/"
+    url = f"/api/v1/accounts/users/{users[Role.VIEWER].pk}/"
     assert_error_body(admin.delete(url), 405)
     assert_error_body(admin.put(url, {"role": "viewer"}, content_type="application/json"), 405)
     assert User.objects.filter(pk=users[Role.VIEWER].pk).exists()
@@ -101,15 +101,15 @@ def test_put_and_delete_are_not_offered(admin, users):
 
 @pytest.mark.parametrize("role", Role.values)
 def test_me_shows_role_and_capabilities(client_for, users, role):
-    body = client_for(role).get("/api/accounts/me/").json()
+    body = client_for(role).get("/api/v1/accounts/me/").json()
     assert body["username"] == users[role].username and body["role"] == role
     assert body["capabilities"] == sorted(capabilities_of(users[role]))
 
 
 def test_auditor_reads_users_but_changes_nothing(client_for, users):
     auditor = client_for(Role.AUDITOR)
-    assert auditor.get("/api/accounts/users/").json()["count"] == 5
-    assert_error_body(patch_json(auditor, f"/api/accounts/users/{users[Role.VIEWER].pk}/", {"role": "operator"}), 403)
+    assert auditor.get("/api/v1/accounts/users/").json()["count"] == 5
+    assert_error_body(patch_json(auditor, f"/api/v1/accounts/users/{users[Role.VIEWER].pk}/", {"role": "operator"}), 403)
 
 
 # --- tokens -------------------------------------------------------------------------------------------
@@ -117,50 +117,50 @@ def test_auditor_reads_users_but_changes_nothing(client_for, users):
 
 def test_token_for_username_and_password(users):
     client = Client()
-    response = post_json(client, "/api/accounts/token/", {"username": "operator-user", "password": PASSWORD})
+    response = post_json(client, "/api/v1/accounts/token/", {"username": "operator-user", "password": PASSWORD})
     assert response.status_code == 200, response.content
     token = response.json()["token"]
     assert response.json()["role"] == "operator"
-    me = Client(HTTP_AUTHORIZATION=f"Token {token}").get("/api/accounts/me/")
+    me = Client(HTTP_AUTHORIZATION=f"Token {token}").get("/api/v1/accounts/me/")
     assert me.json()["username"] == "operator-user"
     record = AuditRecord.objects.filter(event="auth.token.create").latest("sequence")
     assert record.actor_username == "operator-user" and record.outcome == "success"
     assert token not in str(record.details) and token not in record.reason
     # Only a digest is kept, so asking again issues another token (each listed and revocable on its own).
-    again = post_json(client, "/api/accounts/token/", {"username": "operator-user", "password": PASSWORD})
+    again = post_json(client, "/api/v1/accounts/token/", {"username": "operator-user", "password": PASSWORD})
     assert again.json()["token"] != token
-    assert Client(HTTP_AUTHORIZATION=f"Token {token}").get("/api/accounts/me/").status_code == 200
+    assert Client(HTTP_AUTHORIZATION=f"Token {token}").get("/api/v1/accounts/me/").status_code == 200
 
 
 def test_token_with_wrong_password_or_missing_fields(users):
-    error = assert_error_body(post_json(Client(), "/api/accounts/token/",
+    error = assert_error_body(post_json(Client(), "/api/v1/accounts/token/",
                                         {"username": "operator-user", "password": "wrong-wrong-wrong"}), 401)
     assert error["code"] == "authentication_failed"
-    error = assert_error_body(post_json(Client(), "/api/accounts/token/", {"username": "operator-user"}), 400)
+    error = assert_error_body(post_json(Client(), "/api/v1/accounts/token/", {"username": "operator-user"}), 400)
     assert list(error["fields"]) == ["password"]
 
 
 def test_token_for_a_deactivated_user_is_refused(users):
     users[Role.VIEWER].is_active = False
     users[Role.VIEWER].save()
-    assert_error_body(post_json(Client(), "/api/accounts/token/",
+    assert_error_body(post_json(Client(), "/api/v1/accounts/token/",
                                 {"username": "viewer-user", "password": PASSWORD}), 401)
 
 
 def test_token_endpoint_shares_the_login_lockout(users, settings):
     client = Client()
     for _ in range(settings.AXES_FAILURE_LIMIT):
-        post_json(client, "/api/accounts/token/", {"username": "operator-user", "password": "wrong-wrong-wrong"})
-    error = assert_error_body(post_json(client, "/api/accounts/token/",
+        post_json(client, "/api/v1/accounts/token/", {"username": "operator-user", "password": "wrong-wrong-wrong"})
+    error = assert_error_body(post_json(client, "/api/v1/accounts/token/",
                                         {"username": "operator-user", "password": PASSWORD}), 429)
     assert error["code"] == "locked_out"
 
 
 def test_token_endpoint_is_rate_limited_per_address(db):
     client = Client()
-    statuses = [post_json(client, "/api/accounts/token/", {"username": f"nobody-{i}", "password": "x"}).status_code
+    statuses = [post_json(client, "/api/v1/accounts/token/", {"username": f"nobody-{i}", "password": "x"}).status_code
                 for i in range(10)]
     assert statuses == [401] * 10
-    error = assert_error_body(post_json(client, "/api/accounts/token/", {"username": "nobody-x", "password": "x"}),
+    error = assert_error_body(post_json(client, "/api/v1/accounts/token/", {"username": "nobody-x", "password": "x"}),
                               429)
     assert error["code"] == "throttled"

@@ -28,13 +28,13 @@ def names(response) -> list[str]:
 
 
 def test_node_detail_nests_brief_gpus_ports_pool_and_a_bmc_without_password(viewer, inventory):
-    body = viewer.get(f"/api/inventory/nodes/{inventory.gpu_node.pk}/").json()
+    body = viewer.get(f"/api/v1/inventory/nodes/{inventory.gpu_node.pk}/").json()
     assert body["name"] == "gpu-01"
     assert body["appliance"]["name"] == "demo"
-    assert body["appliance"]["url"].endswith(f"/api/inventory/appliances/{inventory.appliance.pk}/")
+    assert body["appliance"]["url"].endswith(f"/api/v1/inventory/appliances/{inventory.appliance.pk}/")
     assert body["platform"]["slug"] == "hgx-h100-8gpu"
     assert body["pool"] == {"id": inventory.training.pk, "name": "training", "kind": "training",
-                            "url": f"http://testserver/api/inventory/pools/{inventory.training.pk}/"}
+                            "url": f"http://testserver/api/v1/inventory/pools/{inventory.training.pk}/"}
     assert [g["index"] for g in body["gpus"]] == list(range(8))
     assert set(body["gpus"][0]) == {"id", "url", "index", "uuid", "model", "memory_mib", "mig_mode"}
     assert body["gpus"][7]["mig_mode"] == "enabled"
@@ -47,7 +47,7 @@ def test_node_detail_nests_brief_gpus_ports_pool_and_a_bmc_without_password(view
 
 
 def test_node_without_bmc_or_pool(viewer, inventory):
-    body = viewer.get(f"/api/inventory/nodes/{inventory.storage_node.pk}/").json()
+    body = viewer.get(f"/api/v1/inventory/nodes/{inventory.storage_node.pk}/").json()
     assert body["bmc"] is None and body["pool"] is None and body["gpus"] == [] and body["platform"] is None
 
 
@@ -68,16 +68,16 @@ def test_node_without_bmc_or_pool(viewer, inventory):
 ])
 def test_node_filters(viewer, inventory, query, expected):
     inventory.gpu_node_2.transition("maintenance", "cabling")
-    assert names(viewer.get(f"/api/inventory/nodes/{query}")) == expected
+    assert names(viewer.get(f"/api/v1/inventory/nodes/{query}")) == expected
 
 
 def test_node_filters_by_ids(viewer, inventory):
-    assert names(viewer.get(f"/api/inventory/nodes/?pool_id={inventory.inference.pk}")) == ["gpu-02"]
-    assert len(names(viewer.get(f"/api/inventory/nodes/?appliance_id={inventory.appliance.pk}"))) == 3
+    assert names(viewer.get(f"/api/v1/inventory/nodes/?pool_id={inventory.inference.pk}")) == ["gpu-02"]
+    assert len(names(viewer.get(f"/api/v1/inventory/nodes/?appliance_id={inventory.appliance.pk}"))) == 3
 
 
 def test_unknown_filter_value_is_a_400_in_the_common_error_body(viewer, inventory):
-    response = viewer.get("/api/inventory/nodes/?state=sleeping")
+    response = viewer.get("/api/v1/inventory/nodes/?state=sleeping")
     error = assert_error_body(response, 400)
     assert "state" in error["fields"]
 
@@ -87,49 +87,49 @@ def test_unknown_filter_value_is_a_400_in_the_common_error_body(viewer, inventor
     ("?model=nvidia h100 80gb hbm3", 16), ("?model=A100", 0), ("?index=3", 2),
 ])
 def test_gpu_filters(viewer, inventory, query, count):
-    body = viewer.get(f"/api/inventory/gpus/{query}").json()
+    body = viewer.get(f"/api/v1/inventory/gpus/{query}").json()
     assert body["count"] == count
     if count:
         assert set(body["results"][0]["node"]) == {"id", "url", "name", "role", "state"}
 
 
 def test_gpu_filter_by_node_id(viewer, inventory):
-    body = viewer.get(f"/api/inventory/gpus/?node_id={inventory.gpu_node.pk}&index=0").json()
+    body = viewer.get(f"/api/v1/inventory/gpus/?node_id={inventory.gpu_node.pk}&index=0").json()
     assert [g["uuid"] for g in body["results"]] == ["GPU-gpu-01-0000-5f3a-9c1e"]
 
 
 def test_ports_and_hcas(viewer, inventory):
-    port = viewer.get(f"/api/inventory/hca-ports/{inventory.port.pk}/").json()
+    port = viewer.get(f"/api/v1/inventory/hca-ports/{inventory.port.pk}/").json()
     assert port["node"]["name"] == "gpu-01" and port["hca"]["device"] == "mlx5_0"
     assert port["closest_gpu"]["index"] == 0 and port["rate_gbps"] == 400 and port["state"] == "Active"
-    assert viewer.get("/api/inventory/hca-ports/?node=gpu-02").json()["count"] == 8
-    hca = viewer.get(f"/api/inventory/hcas/{inventory.hca.pk}/").json()
+    assert viewer.get("/api/v1/inventory/hca-ports/?node=gpu-02").json()["count"] == 8
+    hca = viewer.get(f"/api/v1/inventory/hcas/{inventory.hca.pk}/").json()
     assert [p["port"] for p in hca["ports"]] == [1]
 
 
 def test_pools_list_their_node_counts_and_scheduler(viewer, inventory):
-    pools = {p["name"]: p for p in viewer.get("/api/inventory/pools/").json()["results"]}
+    pools = {p["name"]: p for p in viewer.get("/api/v1/inventory/pools/").json()["results"]}
     assert pools["training"]["scheduler"] == "slurm" and pools["training"]["sharing"] == "exclusive"
     assert pools["inference"]["scheduler"] == "kubernetes" and pools["inference"]["sharing"] == "shared"
     # A list stays small at fleet scale: counts and where the nodes are, not the nodes themselves.
     assert pools["training"]["node_count"] == 1 and "nodes" not in pools["training"]
     training = inventory.training.pk
-    assert pools["training"]["nodes_url"] == f"http://testserver/api/inventory/nodes/?pool_id={training}"
+    assert pools["training"]["nodes_url"] == f"http://testserver/api/v1/inventory/nodes/?pool_id={training}"
     assert [n["name"] for n in viewer.get(pools["training"]["nodes_url"]).json()["results"]] == ["gpu-01"]
-    detail = viewer.get(f"/api/inventory/pools/{training}/").json()
+    detail = viewer.get(f"/api/v1/inventory/pools/{training}/").json()
     assert [n["name"] for n in detail["nodes"]] == ["gpu-01"] and detail["node_count"] == 1
 
 
 def test_other_collections(viewer, inventory):
-    assert viewer.get("/api/inventory/appliances/").json()["results"][0]["node_count"] == 3
-    assert names(viewer.get("/api/inventory/switches/?kind=infiniband")) == ["ib-leaf-1"]
-    assert names(viewer.get("/api/inventory/networks/?kind=ipoib")) == ["ib0"]
-    assert names(viewer.get("/api/inventory/filesystems/?type=lustre")) == ["scratch"]
-    assert viewer.get("/api/inventory/platforms/").json()["results"][0]["gpu_count"] == 8
+    assert viewer.get("/api/v1/inventory/appliances/").json()["results"][0]["node_count"] == 3
+    assert names(viewer.get("/api/v1/inventory/switches/?kind=infiniband")) == ["ib-leaf-1"]
+    assert names(viewer.get("/api/v1/inventory/networks/?kind=ipoib")) == ["ib0"]
+    assert names(viewer.get("/api/v1/inventory/filesystems/?type=lustre")) == ["scratch"]
+    assert viewer.get("/api/v1/inventory/platforms/").json()["results"][0]["gpu_count"] == 8
 
 
 def test_pagination(viewer, inventory):
-    body = viewer.get("/api/inventory/gpus/?page_size=5&page=2").json()
+    body = viewer.get("/api/v1/inventory/gpus/?page_size=5&page=2").json()
     assert body["count"] == 16 and len(body["results"]) == 5 and body["next"] and body["previous"]
 
 
@@ -138,18 +138,18 @@ def test_token_authentication(inventory, users):
 
     _token, key = issue_token(users[Role.VIEWER])
     client = Client(HTTP_AUTHORIZATION=f"Token {key}")
-    assert client.get("/api/inventory/nodes/").status_code == 200
-    assert client.post(f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/",
+    assert client.get("/api/v1/inventory/nodes/").status_code == 200
+    assert client.post(f"/api/v1/inventory/nodes/{inventory.gpu_node.pk}/transition/",
                        {"state": "maintenance"}, content_type="application/json").status_code == 403
     bad = Client(HTTP_AUTHORIZATION="Token 0000000000000000000000000000000000000000")
-    assert_error_body(bad.get("/api/inventory/nodes/"), 401)
+    assert_error_body(bad.get("/api/v1/inventory/nodes/"), 401)
 
 
 # --- transitions ------------------------------------------------------------------------------------
 
 
 def test_transition_moves_the_node_and_records_it(operator, inventory):
-    url = f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/"
+    url = f"/api/v1/inventory/nodes/{inventory.gpu_node.pk}/transition/"
     response = operator.post(url, {"state": "maintenance", "reason": "fan swap"}, content_type="application/json")
     assert response.status_code == 200, response.content
     assert response.json()["state"] == "maintenance"
@@ -163,7 +163,7 @@ def test_transition_moves_the_node_and_records_it(operator, inventory):
 
 
 def test_only_a_run_moves_a_node_into_or_out_of_provisioning(operator, inventory):
-    url = f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/"
+    url = f"/api/v1/inventory/nodes/{inventory.gpu_node.pk}/transition/"
     error = assert_error_body(operator.post(url, {"state": "provisioning", "reason": "by hand"},
                                             content_type="application/json"), 409)
     assert "only a provisioning run moves a node into or out of provisioning" in error["message"]
@@ -177,7 +177,7 @@ def test_only_a_run_moves_a_node_into_or_out_of_provisioning(operator, inventory
 
 
 def test_transition_the_table_forbids_is_a_409_listing_what_is_allowed(operator, inventory):
-    url = f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/"
+    url = f"/api/v1/inventory/nodes/{inventory.gpu_node.pk}/transition/"
     response = operator.post(url, {"state": "ready"}, content_type="application/json")
     error = assert_error_body(response, 409)
     assert error["code"] == "invalid_transition"
@@ -189,17 +189,17 @@ def test_transition_the_table_forbids_is_a_409_listing_what_is_allowed(operator,
 
 
 def test_transition_to_an_unknown_state_is_a_400_naming_the_field(operator, inventory):
-    url = f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/"
+    url = f"/api/v1/inventory/nodes/{inventory.gpu_node.pk}/transition/"
     error = assert_error_body(operator.post(url, {"state": "asleep"}, content_type="application/json"), 400)
     assert error["code"] == "invalid" and list(error["fields"]) == ["state"]
 
 
 def test_error_bodies_for_unknown_objects_and_methods(operator, inventory):
-    error = assert_error_body(operator.get("/api/inventory/nodes/999999/"), 404)
+    error = assert_error_body(operator.get("/api/v1/inventory/nodes/999999/"), 404)
     assert error["code"] == "not_found"
-    error = assert_error_body(operator.delete(f"/api/inventory/nodes/{inventory.gpu_node.pk}/"), 405)
+    error = assert_error_body(operator.delete(f"/api/v1/inventory/nodes/{inventory.gpu_node.pk}/"), 405)
     assert error["code"] == "method_not_allowed"
-    error = assert_error_body(operator.post(f"/api/inventory/nodes/{inventory.gpu_node.pk}/transition/", "{not json",
+    error = assert_error_body(operator.post(f"/api/v1/inventory/nodes/{inventory.gpu_node.pk}/transition/", "{not json",
                                             content_type="application/json"), 400)
     assert error["code"] == "parse_error"
 
@@ -212,7 +212,7 @@ def uploads(operator, site_credentials):
     return operator
 
 
-def upload(client, text: str, url="/api/inventory/site/import/", name="site.yml", **extra):
+def upload(client, text: str, url="/api/v1/inventory/site/import/", name="site.yml", **extra):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     return client.post(url, {"file": SimpleUploadedFile(name, text.encode(), "application/yaml"), **extra})
@@ -244,7 +244,7 @@ def test_upload_imports_and_a_second_upload_changes_nothing(uploads):
 
 
 def test_raw_yaml_body_with_filename_and_dry_run_query(uploads):
-    response = uploads.post("/api/inventory/site/import/?dry_run=1&filename=racks/site-a.yml", VALID_SITE,
+    response = uploads.post("/api/v1/inventory/site/import/?dry_run=1&filename=racks/site-a.yml", VALID_SITE,
                             content_type="application/yaml")
     assert response.status_code == 200, response.content
     assert response.json()["filename"] == "site-a.yml" and response.json()["dry_run"] is True
@@ -268,20 +268,20 @@ def test_invalid_site_lists_every_error_with_file_line_and_path(uploads):
 
 
 def test_validate_writes_nothing(uploads):
-    response = uploads.post("/api/inventory/site/validate/", VALID_SITE, content_type="text/yaml")
+    response = uploads.post("/api/v1/inventory/site/validate/", VALID_SITE, content_type="text/yaml")
     assert response.json() == {"filename": "site.yml", "appliance": "upload-demo", "valid": True,
                                "summary": response.json()["summary"]}
     assert "2 nodes" in response.json()["summary"]
     assert not Node.objects.filter(name__startswith="up-").exists()
-    error = assert_error_body(upload(uploads, BROKEN_SITE, url="/api/inventory/site/validate/"), 400)
+    error = assert_error_body(upload(uploads, BROKEN_SITE, url="/api/v1/inventory/site/validate/"), 400)
     assert len(error["errors"]) >= 3
 
 
 def test_upload_input_errors(uploads):
-    error = assert_error_body(uploads.post("/api/inventory/site/import/", b"", content_type="application/yaml"), 400)
+    error = assert_error_body(uploads.post("/api/v1/inventory/site/import/", b"", content_type="application/yaml"), 400)
     assert "file" in error["fields"]
-    error = assert_error_body(uploads.post("/api/inventory/site/import/", b"\xff\xfe name: x",
+    error = assert_error_body(uploads.post("/api/v1/inventory/site/import/", b"\xff\xfe name: x",
                                            content_type="application/yaml"), 400)
     assert "UTF-8" in error["message"]
-    error = assert_error_body(uploads.post("/api/inventory/site/import/", "{}", content_type="application/xml"), 415)
+    error = assert_error_body(uploads.post("/api/v1/inventory/site/import/", "{}", content_type="application/xml"), 415)
     assert error["code"] == "unsupported_media_type"

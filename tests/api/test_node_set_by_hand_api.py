@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 
 def post(client, node, body):
-    return client.post(f"/api/inventory/nodes/{node.pk}/transition/", data=json.dumps(body),
+    return client.post(f"/api/v1/inventory/nodes/{node.pk}/transition/", data=json.dumps(body),
                        content_type="application/json")
 
 
@@ -38,7 +38,7 @@ def test_an_administrator_sets_ready_by_hand_and_the_node_says_who(users, failed
     assert (body["state"], body["state_by_hand"], body["state_set_by"]) == ("ready", True, "administrator-user")
     assert body["state_reason"] == "GPU 5 reseated, nvidia-smi shows 8"
     assert body["state_label"] == "Ready (set by hand)"
-    listed = admin.get(f"/api/inventory/nodes/?name={failed.name}").json()["results"][0]
+    listed = admin.get(f"/api/v1/inventory/nodes/?name={failed.name}").json()["results"][0]
     assert (listed["state_by_hand"], listed["state_set_by"]) == (True, "administrator-user")
 
 

@@ -30,7 +30,7 @@ def administrator_token() -> str:
 
 
 def served_schema() -> dict:
-    """The schema exactly as /api/schema/ serves it (drf-spectacular's generator and renderer)."""
+    """The schema exactly as /api/v1/schema/ serves it (drf-spectacular's generator and renderer)."""
     from drf_spectacular.generators import SchemaGenerator
     from drf_spectacular.renderers import OpenApiJsonRenderer
 
@@ -55,13 +55,13 @@ def appliance_with_data(transactional_db, settings):
 # request may be refused with a 400 naming the rule. For these alone the check that valid data is
 # accepted (positive_data_acceptance) is not run; every other check is, on every operation.
 RULES_BEYOND_THE_SCHEMA = {
-    "POST /api/accounts/me/password/": "the old password must be the current one, the new one pass the validators",
-    "POST /api/accounts/users/": "the password must pass the validators (common, numeric, like the username)",
-    "POST /api/audit/exports/": "the time range must hold records",
-    "POST /api/inventory/credentials/": "the endpoints must be BMC URLs the appliance may send a login to",
-    "POST /api/inventory/site/import/": "the body must be a valid site definition",
-    "POST /api/inventory/site/validate/": "the body must be a valid site definition",
-    "POST /api/provisioning/runs/": "the appliance, stages and nodes named must exist",
+    "POST /api/v1/accounts/me/password/": "the old password must be the current one, the new one pass the validators",
+    "POST /api/v1/accounts/users/": "the password must pass the validators (common, numeric, like the username)",
+    "POST /api/v1/audit/exports/": "the time range must hold records",
+    "POST /api/v1/inventory/credentials/": "the endpoints must be BMC URLs the appliance may send a login to",
+    "POST /api/v1/inventory/site/import/": "the body must be a valid site definition",
+    "POST /api/v1/inventory/site/validate/": "the body must be a valid site definition",
+    "POST /api/v1/provisioning/runs/": "the appliance, stages and nodes named must exist",
 }
 
 

@@ -27,7 +27,7 @@ def api_client(user) -> Client:
 def test_list_is_newest_first_in_the_hashed_shape(client_for, users):
     with context.acting_as(users[Role.OPERATOR], channel="api", request_id="req-api-list-1"):
         item = Appliance.objects.create(name="listed")
-    response = client_for(Role.AUDITOR).get("/api/audit/records/", {"request_id": "req-api-list-1"})
+    response = client_for(Role.AUDITOR).get("/api/v1/audit/records/", {"request_id": "req-api-list-1"})
     assert response.status_code == 200
     [row] = response.json()["results"]
     record = AuditRecord.objects.get(request_id="req-api-list-1")
@@ -46,14 +46,14 @@ def test_filters_match_the_portal(client_for, users):
         Appliance.objects.create(name="op-made")
     audit.record("access.denied", outcome="denied", reason="no", target_type="url", target_name="/x/")
     client = client_for(Role.ADMINISTRATOR)
-    denied = client.get("/api/audit/records/", {"outcome": "denied", "event": "access."}).json()["results"]
+    denied = client.get("/api/v1/audit/records/", {"outcome": "denied", "event": "access."}).json()["results"]
     assert denied and all(r["outcome"] == "denied" and r["event"].startswith("access.") for r in denied)
-    by_actor = client.get("/api/audit/records/", {"actor": "operator-user", "target_type": "inventory.appliance"})
+    by_actor = client.get("/api/v1/audit/records/", {"actor": "operator-user", "target_type": "inventory.appliance"})
     assert [r["target"]["name"] for r in by_actor.json()["results"]] == ["op-made"]
 
 
 def test_bad_filter_is_a_400_naming_the_field(client_for):
-    response = client_for(Role.AUDITOR).get("/api/audit/records/", {"until": "not a date"})
+    response = client_for(Role.AUDITOR).get("/api/v1/audit/records/", {"until": "not a date"})
     assert response.status_code == 400
     body = response.json()
     assert body["error"]["status"] == 400 and "until" in body["error"]["fields"]
@@ -62,7 +62,7 @@ def test_bad_filter_is_a_400_naming_the_field(client_for):
 def test_cursor_paging_covers_every_record_once(client_for):
     created = {audit.record("task.run", target_type="task", target_name=f"p{i}").sequence for i in range(30)}
     client = client_for(Role.AUDITOR)
-    url, seen = "/api/audit/records/?event=task.run&page_size=7", []
+    url, seen = "/api/v1/audit/records/?event=task.run&page_size=7", []
     while url:
         body = client.get(url).json()
         seen.extend(r["sequence"] for r in body["results"])
@@ -73,18 +73,18 @@ def test_cursor_paging_covers_every_record_once(client_for):
 def test_detail_and_404(client_for):
     record = AuditRecord.objects.order_by("sequence").first()
     client = client_for(Role.AUDITOR)
-    body = client.get(f"/api/audit/records/{record.sequence}/").json()
+    body = client.get(f"/api/v1/audit/records/{record.sequence}/").json()
     assert body["uuid"] == str(record.uuid) and body["hash"] == record.hash
     viewed = AuditRecord.objects.filter(event="audit.view").latest("sequence")
     assert viewed.details == {"view": "api.record"} and viewed.target_id == str(record.sequence)
-    assert client.get("/api/audit/records/99999999/").status_code == 404
+    assert client.get("/api/v1/audit/records/99999999/").status_code == 404
 
 
 def test_verify_endpoint_checks_the_inclusion_proof_against_a_signed_checkpoint(client_for, users):
     with context.acting_as(users[Role.OPERATOR], channel="web"):
         Appliance.objects.create(name="to-verify")
     record = AuditRecord.objects.get(event="inventory.appliance.create", target_name="to-verify")
-    response = client_for(Role.AUDITOR).get(f"/api/audit/records/{record.sequence}/verify/")
+    response = client_for(Role.AUDITOR).get(f"/api/v1/audit/records/{record.sequence}/verify/")
     assert response.status_code == 200
     body = response.json()
     assert body["ok"] is True and body["sequence"] == record.sequence
@@ -105,7 +105,7 @@ def test_portal_verify_button_fragment(client_for):
 
 
 def test_catalogue_endpoint(client_for):
-    body = client_for(Role.AUDITOR).get("/api/audit/catalogue/").json()
+    body = client_for(Role.AUDITOR).get("/api/v1/audit/catalogue/").json()
     assert body["standards"] == list(catalogue.STANDARDS)
     events = {e["name"]: e for e in body["events"]}
     assert set(events) == set(catalogue.CATALOGUE)
@@ -117,7 +117,7 @@ def test_catalogue_endpoint(client_for):
 def test_export_downloads_a_bundle_and_is_recorded(client_for, users, role):
     with context.acting_as(users[Role.OPERATOR], channel="web"):
         Appliance.objects.create(name="exported")
-    response = client_for(role).post("/api/audit/exports/", {"format": "jsonl"}, content_type="application/json")
+    response = client_for(role).post("/api/v1/audit/exports/", {"format": "jsonl"}, content_type="application/json")
     assert response.status_code == 200
     assert response["Content-Type"] == "application/zip"
     assert response["Content-Disposition"].startswith('attachment; filename="audit-jsonl-')
@@ -142,7 +142,7 @@ def test_portal_export_page_downloads_a_bundle(client_for):
 
 def test_export_rejects_a_bad_range(client_for):
     response = client_for(Role.AUDITOR).post(
-        "/api/audit/exports/", {"format": "jsonl", "since": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"},
+        "/api/v1/audit/exports/", {"format": "jsonl", "since": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"},
         content_type="application/json")
     assert response.status_code == 400 and "until" in response.json()["error"]["fields"]
     page = client_for(Role.AUDITOR).post("/audit/export/", {"format": "jsonl", "since": "2030-01-02T00:00",
@@ -152,7 +152,7 @@ def test_export_rejects_a_bad_range(client_for):
 
 def test_export_of_an_empty_range_is_refused_with_the_reason(client_for):
     response = client_for(Role.AUDITOR).post(
-        "/api/audit/exports/", {"format": "cef", "since": "2001-01-01T00:00:00Z", "until": "2001-01-02T00:00:00Z"},
+        "/api/v1/audit/exports/", {"format": "cef", "since": "2001-01-01T00:00:00Z", "until": "2001-01-02T00:00:00Z"},
         content_type="application/json")
     assert response.status_code == 400
     assert "no records in that time range" in response.json()["error"]["message"]
@@ -166,13 +166,13 @@ def test_export_of_an_empty_range_is_refused_with_the_reason(client_for):
 @pytest.mark.parametrize("role", [Role.OPERATOR, Role.ML_ENGINEER, Role.VIEWER])
 def test_other_roles_cannot_read_or_export(client_for, role):
     client = client_for(role)
-    assert client.get("/api/audit/records/").status_code == 403
-    assert client.get("/api/audit/catalogue/").status_code == 403
-    assert client.post("/api/audit/exports/", {"format": "jsonl"}, content_type="application/json").status_code == 403
+    assert client.get("/api/v1/audit/records/").status_code == 403
+    assert client.get("/api/v1/audit/catalogue/").status_code == 403
+    assert client.post("/api/v1/audit/exports/", {"format": "jsonl"}, content_type="application/json").status_code == 403
 
 
 def test_anonymous_gets_401(db):
-    assert Client().get("/api/audit/records/").status_code == 401
+    assert Client().get("/api/v1/audit/records/").status_code == 401
 
 
 @pytest.mark.parametrize("role", [Role.AUDITOR, Role.ADMINISTRATOR])
@@ -181,12 +181,12 @@ def test_no_api_route_changes_or_deletes_a_record(client_for, role):
     record = AuditRecord.objects.order_by("sequence").first()
     before = list(AuditRecord.objects.order_by("sequence").values_list("sequence", "hash"))
     body = {"outcome": "success", "reason": "", "details": {}, "event": "auth.login.success"}
-    detail = f"/api/audit/records/{record.sequence}/"
-    attempts = [("post", "/api/audit/records/"), ("put", detail), ("patch", detail), ("delete", detail),
+    detail = f"/api/v1/audit/records/{record.sequence}/"
+    attempts = [("post", "/api/v1/audit/records/"), ("put", detail), ("patch", detail), ("delete", detail),
                 ("post", detail), ("post", f"{detail}verify/"), ("delete", f"{detail}verify/"),
-                ("put", "/api/audit/catalogue/"), ("post", "/api/audit/catalogue/"),
-                ("delete", "/api/audit/catalogue/"), ("put", "/api/audit/exports/"),
-                ("delete", "/api/audit/exports/")]
+                ("put", "/api/v1/audit/catalogue/"), ("post", "/api/v1/audit/catalogue/"),
+                ("delete", "/api/v1/audit/catalogue/"), ("put", "/api/v1/audit/exports/"),
+                ("delete", "/api/v1/audit/exports/")]
     for method, url in attempts:
         response = getattr(client, method)(url, body, content_type="application/json")
         assert response.status_code in (403, 405), (method, url, response.status_code)

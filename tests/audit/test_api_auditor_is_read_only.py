@@ -17,17 +17,17 @@ pytestmark = pytest.mark.django_db
 ALLOWED_FOR_EVERYONE = {
     "/accounts/login/": "starts the caller's own session",
     "/accounts/logout/": "ends the caller's own session",
-    "/api/accounts/token/": "issues the caller's own API token",
-    "/api/accounts/tokens/": "issues the caller's own API token",
+    "/api/v1/accounts/token/": "issues the caller's own API token",
+    "/api/v1/accounts/tokens/": "issues the caller's own API token",
     "/accounts/tokens/": "issues the caller's own API token",
-    "/api/accounts/tokens/1/revoke/": "revokes one of the caller's own tokens (others': 403 or 404)",
+    "/api/v1/accounts/tokens/1/revoke/": "revokes one of the caller's own tokens (others': 403 or 404)",
     "/accounts/tokens/1/revoke/": "revokes one of the caller's own tokens (others': 403 or 404)",
-    "/api/accounts/me/password/": "changes the caller's own password",
+    "/api/v1/accounts/me/password/": "changes the caller's own password",
     "/accounts/password/": "changes the caller's own password",
     "/health/": "liveness probe, writes nothing",
     "/i18n/setlang/": "sets the caller's own interface language (a cookie)",
 }
-AUDITOR_EXPORTS = {"/audit/export/", "/api/audit/exports/"}
+AUDITOR_EXPORTS = {"/audit/export/", "/api/v1/audit/exports/"}
 
 
 def every_route() -> list[str]:
@@ -44,7 +44,7 @@ def test_every_write_route_refuses_an_auditor(client_for):
     build_sample_inventory()
     client = client_for(Role.AUDITOR)
     routes = every_route()
-    assert "/api/audit/records/1/" in routes and "/api/inventory/nodes/1/transition/" in routes
+    assert "/api/v1/audit/records/1/" in routes and "/api/v1/inventory/nodes/1/transition/" in routes
     first_record = AuditRecord.objects.order_by("sequence").values_list("sequence", flat=True).first()
     let_through = []
     for path in routes:

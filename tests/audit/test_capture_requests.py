@@ -40,7 +40,7 @@ def test_state_changing_request_is_recorded_with_its_context(users):
 
 def test_failed_state_changing_request_is_a_failure(client_for):
     client = client_for(Role.AUDITOR)
-    response = client.post("/api/audit/exports/", {"format": "no-such-format"}, content_type="application/json")
+    response = client.post("/api/v1/audit/exports/", {"format": "no-such-format"}, content_type="application/json")
     assert response.status_code == 400
     [rec] = records("api.request", request_id=response["X-Request-ID"])
     assert rec.outcome == "failure"
@@ -52,7 +52,7 @@ def test_failed_state_changing_request_is_a_failure(client_for):
 
 def test_api_403_is_recorded_as_denied_with_the_reason(client_for):
     client = client_for(Role.VIEWER)
-    response = client.get("/api/audit/records/", headers={"User-Agent": AGENT})
+    response = client.get("/api/v1/audit/records/", headers={"User-Agent": AGENT})
     assert response.status_code == 403
     [rec] = records("access.denied", request_id=response["X-Request-ID"])
     assert rec.outcome == "denied"
@@ -60,7 +60,7 @@ def test_api_403_is_recorded_as_denied_with_the_reason(client_for):
     assert rec.actor_username == "viewer-user" and rec.actor_roles == [Role.VIEWER]
     assert rec.channel == "api" and rec.user_agent == AGENT and rec.source_address == "127.0.0.1"
     assert rec.details["method"] == "GET" and rec.details["status"] == 403
-    assert rec.target_name == "/api/audit/records/"
+    assert rec.target_name == "/api/v1/audit/records/"
     assert not records("api.request", request_id=response["X-Request-ID"])
 
 
@@ -72,7 +72,7 @@ def flush_finished_minutes():
 
 
 def test_api_401_of_an_anonymous_caller_is_counted_then_recorded_for_its_source():
-    response = Client().delete("/api/audit/records/1/")
+    response = Client().delete("/api/v1/audit/records/1/")
     assert response.status_code == 401
     assert not records("access.denied")  # not one record per refusal
     assert flush_finished_minutes() == 1
@@ -83,11 +83,11 @@ def test_api_401_of_an_anonymous_caller_is_counted_then_recorded_for_its_source(
     assert rec.reason.startswith("1 anonymous request(s) refused from 127.0.0.1 in the minute from ")
     assert rec.reason.endswith("; the first: Authentication credentials were not provided.")
     assert rec.details["count"] == 1 and rec.details["statuses"] == {"401": 1}
-    assert rec.details["first"]["method"] == "DELETE" and rec.details["first"]["path"] == "/api/audit/records/1/"
+    assert rec.details["first"]["method"] == "DELETE" and rec.details["first"]["path"] == "/api/v1/audit/records/1/"
 
 
 def test_invalid_token_is_counted_as_an_anonymous_refusal():
-    response = Client().get("/api/audit/records/", headers={"Authorization": "Token not-a-real-token"})
+    response = Client().get("/api/v1/audit/records/", headers={"Authorization": "Token not-a-real-token"})
     assert response.status_code == 401
     flush_finished_minutes()
     [rec] = records("access.anonymous.denied", request_id=response["X-Request-ID"])
@@ -113,7 +113,7 @@ def test_reads_other_than_the_audit_log_are_not_recorded(client_for):
 
 def test_client_request_id_is_its_correlation_id_not_the_record_request_id(client_for):
     client = client_for(Role.VIEWER)
-    response = client.get("/api/audit/catalogue/", headers={"X-Request-ID": "trace-0123456789"})
+    response = client.get("/api/v1/audit/catalogue/", headers={"X-Request-ID": "trace-0123456789"})
     assert response.status_code == 403
     server_id = response["X-Request-ID"]
     assert server_id != "trace-0123456789"
@@ -125,15 +125,15 @@ def test_client_request_id_is_its_correlation_id_not_the_record_request_id(clien
 
 def test_two_requests_with_the_same_client_id_get_records_of_their_own(client_for):
     client = client_for(Role.VIEWER)
-    first = client.get("/api/audit/catalogue/", headers={"X-Request-ID": "same-id-every-time"})
-    second = client.get("/api/audit/catalogue/", headers={"X-Request-ID": "same-id-every-time"})
+    first = client.get("/api/v1/audit/catalogue/", headers={"X-Request-ID": "same-id-every-time"})
+    second = client.get("/api/v1/audit/catalogue/", headers={"X-Request-ID": "same-id-every-time"})
     assert first["X-Request-ID"] != second["X-Request-ID"]
     for response in (first, second):
         assert len(records("access.denied", request_id=response["X-Request-ID"])) == 1
 
 
 def test_a_malformed_client_request_id_is_dropped(client_for):
-    response = client_for(Role.VIEWER).get("/api/audit/catalogue/", headers={"X-Request-ID": "bad id; forged"})
+    response = client_for(Role.VIEWER).get("/api/v1/audit/catalogue/", headers={"X-Request-ID": "bad id; forged"})
     [rec] = records("access.denied", request_id=response["X-Request-ID"])
     assert "client_request_id" not in rec.details
 
@@ -145,7 +145,7 @@ def test_inventory_edit_through_the_api_records_the_request_and_the_change(users
     node = Node.objects.create(appliance=Appliance.objects.create(name="api-edit"), name="gpu-77", role="gpu")
     _token, key = issue_token(users[Role.OPERATOR])
     client = Client(headers={"Authorization": f"Token {key}", "User-Agent": AGENT})
-    response = client.post(f"/api/inventory/nodes/{node.pk}/transition/", {"state": "maintenance", "reason": "fan"},
+    response = client.post(f"/api/v1/inventory/nodes/{node.pk}/transition/", {"state": "maintenance", "reason": "fan"},
                            content_type="application/json")
     assert response.status_code == 200
     request_id = response["X-Request-ID"]
@@ -159,7 +159,7 @@ def test_inventory_edit_through_the_api_records_the_request_and_the_change(users
     assert change.sequence < request_record.sequence
 
     refused = Client(headers={"Authorization": f"Token {issue_token(users[Role.VIEWER])[1]}"}).post(
-        f"/api/inventory/nodes/{node.pk}/transition/", {"state": "ready"}, content_type="application/json")
+        f"/api/v1/inventory/nodes/{node.pk}/transition/", {"state": "ready"}, content_type="application/json")
     assert refused.status_code == 403
     [denied] = records("access.denied", request_id=refused["X-Request-ID"])
     assert denied.actor_username == "viewer-user" and denied.details["method"] == "POST"

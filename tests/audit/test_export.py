@@ -350,7 +350,7 @@ def test_every_catalogue_event_is_valid_ocsf_1_1_0_for_every_kind_of_actor_and_t
     from appliance.audit.export.formats import Ocsf
 
     context, problems = _context(), {}
-    details = {"method": "PATCH", "path": "/api/inventory/nodes/12/", "status": 200, "view": "node-detail",
+    details = {"method": "PATCH", "path": "/api/v1/inventory/nodes/12/", "status": 200, "view": "node-detail",
                "role": ["viewer", "operator"], "command": "create_admin", "argv": ["--username", "x y"]}
     for name in sorted(catalogue.CATALOGUE):
         for target_name, target in TARGETS.items():

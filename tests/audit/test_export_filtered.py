@@ -109,7 +109,7 @@ def test_portal_export_refuses_a_bad_filter_naming_it(client_for, mixed_log):
 
 def test_api_export_applies_every_filter_given(client_for, mixed_log, tmp_path):
     response = client_for(Role.AUDITOR).post(
-        "/api/audit/exports/", {"format": "csv", "actor": "administrator-user", "outcome": "failure",
+        "/api/v1/audit/exports/", {"format": "csv", "actor": "administrator-user", "outcome": "failure",
                                 "event": "task.*", "target": "RACK B"}, content_type="application/json")
     assert response.status_code == 200, response.content
     bundle = unzip(response, tmp_path)
@@ -129,14 +129,14 @@ def test_api_export_applies_every_filter_given(client_for, mixed_log, tmp_path):
     ({"since": "0001-01-01T00:00:00+05:00"}, "since"),
 ])
 def test_api_export_refuses_a_bad_filter_naming_the_parameter(client_for, mixed_log, body, field):
-    response = client_for(Role.AUDITOR).post("/api/audit/exports/", {"format": "jsonl", **body},
+    response = client_for(Role.AUDITOR).post("/api/v1/audit/exports/", {"format": "jsonl", **body},
                                              content_type="application/json")
     assert response.status_code == 400
     assert list(response.json()["error"]["fields"]) == [field]
 
 
 def test_api_export_of_a_filter_that_matches_nothing_says_so(client_for, mixed_log):
-    response = client_for(Role.AUDITOR).post("/api/audit/exports/", {"format": "jsonl", "actor": "nobody"},
+    response = client_for(Role.AUDITOR).post("/api/v1/audit/exports/", {"format": "jsonl", "actor": "nobody"},
                                              content_type="application/json")
     assert response.status_code == 400
     assert "no records that match the filter (actor=nobody)" in response.json()["error"]["message"]

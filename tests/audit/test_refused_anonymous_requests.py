@@ -50,9 +50,9 @@ def test_300_refused_anonymous_requests_leave_a_few_records_whose_counts_add_up(
     before = AuditRecord.objects.count()
     for number in range(300):
         if number % 2:
-            assert client.get("/api/audit/records/").status_code == 401
+            assert client.get("/api/v1/audit/records/").status_code == 401
         else:
-            assert client.delete(f"/api/inventory/nodes/{number}/").status_code == 401
+            assert client.delete(f"/api/v1/inventory/nodes/{number}/").status_code == 401
     # Nothing per request: at most the flush of a minute boundary crossed during the loop.
     assert AuditRecord.objects.count() - before <= 1
     refusals.flush(now=later())
@@ -74,7 +74,7 @@ def test_each_source_address_gets_its_own_count(counter_cache):
     for address, requests in (("203.0.113.1", 3), ("2001:db8::5", 2)):
         client = Client(REMOTE_ADDR=address)
         for _ in range(requests):
-            client.get("/api/inventory/nodes/", headers={"User-Agent": f"scanner/{address}"})
+            client.get("/api/v1/inventory/nodes/", headers={"User-Agent": f"scanner/{address}"})
     refusals.flush(now=later())
     counts = {}
     for rec in AuditRecord.objects.filter(event=EVENT):
@@ -86,7 +86,7 @@ def test_each_source_address_gets_its_own_count(counter_cache):
 def test_a_minute_is_recorded_once_however_often_and_from_wherever_it_is_flushed(counter_cache):
     client = Client(REMOTE_ADDR="192.0.2.44")
     for _ in range(4):
-        client.get("/api/audit/records/")
+        client.get("/api/v1/audit/records/")
     moment = later()
     first = refusals.flush(now=moment)
     assert first >= 1
@@ -98,7 +98,7 @@ def test_a_minute_is_recorded_once_however_often_and_from_wherever_it_is_flushed
 
 
 def test_a_minute_still_running_is_not_flushed(counter_cache):
-    Client(REMOTE_ADDR="192.0.2.45").get("/api/audit/records/")
+    Client(REMOTE_ADDR="192.0.2.45").get("/api/v1/audit/records/")
     now = time.time()
     assert refusals.flush(now=now - 61) == 0  # as seen a minute before the refusal: nothing finished
     assert not AuditRecord.objects.filter(event=EVENT).exists()
@@ -106,12 +106,12 @@ def test_a_minute_still_running_is_not_flushed(counter_cache):
 
 
 def test_the_first_request_of_a_new_minute_writes_the_last_one(counter_cache, monkeypatch):
-    Client(REMOTE_ADDR="192.0.2.46").get("/api/audit/records/")
+    Client(REMOTE_ADDR="192.0.2.46").get("/api/v1/audit/records/")
     monkeypatch.setattr(refusals, "_next_flush_at", 0.0)
     refusals.flush_at_minute_boundary(now=later())
     assert AuditRecord.objects.filter(event=EVENT, source_address="192.0.2.46").count() == 1
     # Once per process and minute: a second refusal in the same (future) minute waits for the next one.
-    Client(REMOTE_ADDR="192.0.2.47").get("/api/audit/records/")
+    Client(REMOTE_ADDR="192.0.2.47").get("/api/v1/audit/records/")
     refusals.flush_at_minute_boundary(now=later())
     assert not AuditRecord.objects.filter(event=EVENT, source_address="192.0.2.47").exists()
 
@@ -119,7 +119,7 @@ def test_the_first_request_of_a_new_minute_writes_the_last_one(counter_cache, mo
 def test_refusals_of_signed_in_users_are_still_recorded_one_by_one(client_for, counter_cache):
     client = client_for("viewer")
     for _ in range(3):
-        assert client.get("/api/audit/records/").status_code == 403
+        assert client.get("/api/v1/audit/records/").status_code == 403
     assert AuditRecord.objects.filter(event="access.denied", actor_username="viewer-user").count() == 3
     assert refusals.flush(now=later()) == 0
 
@@ -127,7 +127,7 @@ def test_refusals_of_signed_in_users_are_still_recorded_one_by_one(client_for, c
 def test_the_periodic_task_flushes(counter_cache):
     from appliance.celery import app
 
-    Client(REMOTE_ADDR="192.0.2.48").get("/api/audit/records/")
+    Client(REMOTE_ADDR="192.0.2.48").get("/api/v1/audit/records/")
     assert app.conf.beat_schedule["audit-refused-requests"]["task"] == "audit.flush_refused_requests"
     task = app.tasks["audit.flush_refused_requests"]
     assert task.apply(kwargs={"now": later()}).get() == 1

@@ -33,7 +33,7 @@ def test_every_page_has_a_strict_policy_with_a_fresh_nonce(client_for):
     assert nonce_of(first) != nonce_of(second)
     overview = client_for(Role.OPERATOR).get("/")
     assert overview["Content-Security-Policy"] == STRICT.format(nonce=nonce_of(overview))
-    api = client_for(Role.OPERATOR).get("/api/inventory/nodes/")
+    api = client_for(Role.OPERATOR).get("/api/v1/inventory/nodes/")
     assert "script-src 'self';" in api["Content-Security-Policy"]
 
 
@@ -66,7 +66,7 @@ def test_pattern_catches_an_inline_script():
 @pytest.mark.django_db
 def test_api_docs_load_their_scripts_from_files(client_for):
     client = client_for(Role.OPERATOR)
-    page = client.get("/api/schema/docs/")
+    page = client.get("/api/v1/schema/docs/")
     assert page.status_code == 200
     html = page.content.decode()
     assert not INLINE_SCRIPT.search(html)
@@ -75,7 +75,7 @@ def test_api_docs_load_their_scripts_from_files(client_for):
     script = client.get(script_url)
     assert script.status_code == 200 and script["Content-Type"].startswith("application/javascript")
     assert "SwaggerUIBundle" in script.content.decode()
-    redoc = client.get("/api/schema/redoc/")
+    redoc = client.get("/api/v1/schema/redoc/")
     assert redoc.status_code == 200 and not INLINE_SCRIPT.search(redoc.content.decode())
     assert "script-src 'self';" in redoc["Content-Security-Policy"]
     assert "style-src 'self' 'unsafe-inline';" in redoc["Content-Security-Policy"]

@@ -22,6 +22,7 @@ OPEN_ROUTES = {
     "schema-docs": "the schema's page: any signed-in user",
     "schema-redoc": "the schema's page: any signed-in user",
     "health": "the load balancer's probe, answers no data",
+    "api-index": "GET /api/: the API's versions and where each begins, no data",
     "set_language": "Django's language switch: sets the caller's language cookie, nothing on the server",
 }
 HANDLERS = ("get", "post", "put", "patch", "delete")

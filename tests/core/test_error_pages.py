@@ -35,7 +35,7 @@ def test_unknown_page_is_the_appliance_404_in_the_portal_frame(client_for):
 
 
 def test_unknown_api_url_is_the_api_error_body():
-    response = Client().get("/api/no-such-endpoint/")
+    response = Client().get("/api/v1/no-such-endpoint/")
     assert response.status_code == 404
     assert json.loads(response.content)["error"] == {"status": 404, "code": "not_found", "message": "Not found."}
 
@@ -81,6 +81,6 @@ def test_error_pages_follow_the_reader_language(client_for):
 
 
 def test_the_403_page_of_the_api_stays_english(client_for):
-    response = client_for(Role.OPERATOR).get("/api/audit/records/", HTTP_ACCEPT_LANGUAGE="ru")
+    response = client_for(Role.OPERATOR).get("/api/v1/audit/records/", HTTP_ACCEPT_LANGUAGE="ru")
     assert response.status_code == 403
     assert json.loads(response.content)["error"]["message"] == "Your role does not allow this."

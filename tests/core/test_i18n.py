@@ -299,14 +299,14 @@ def test_a_refusal_reads_russian_on_the_page_and_english_in_the_audit_log(make_u
 
 @pytest.mark.django_db
 def test_the_api_answers_in_english_whatever_the_client_asks(make_user):
-    anonymous = Client().get("/api/inventory/nodes/", **RUSSIAN)
+    anonymous = Client().get("/api/v1/inventory/nodes/", **RUSSIAN)
     assert anonymous.status_code == 401
     assert anonymous.json()["error"]["message"] == "Authentication credentials were not provided."
     assert anonymous.get("Content-Language") is None
 
     client = Client()
     client.force_login(make_user(Role.VIEWER, "vera"))
-    refused = client.post("/api/accounts/users/", {}, content_type="application/json", **RUSSIAN)
+    refused = client.post("/api/v1/accounts/users/", {}, content_type="application/json", **RUSSIAN)
     assert refused.status_code == 403
     assert refused.json()["error"]["message"] == "Your role does not allow this."
     record = AuditRecord.objects.filter(event="access.denied").latest("sequence")

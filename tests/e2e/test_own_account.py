@@ -21,7 +21,7 @@ def test_a_token_is_shown_once_works_and_is_revoked(page, log_in):
     page.click("[data-action=create-token]")
     key = page.get_by_test_id("new-token-value").inner_text()
     assert re.fullmatch(r"apl_[0-9a-f]{12}\.[A-Za-z0-9_-]{43}", key)
-    assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/accounts/me/").json()["username"] == "operator-user"
+    assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/v1/accounts/me/").json()["username"] == "operator-user"
 
     page.goto("/accounts/tokens/")
     expect(page.get_by_test_id("new-token")).to_have_count(0)
@@ -32,7 +32,7 @@ def test_a_token_is_shown_once_works_and_is_revoked(page, log_in):
     row.get_by_role("button", name="Revoke").click()
     page.wait_for_url(re.compile(r"/accounts/tokens/$"))
     expect(page.locator(f"tr[data-token='{key[4:16]}']")).to_contain_text("revoked by operator-user")
-    assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/accounts/me/").status_code == 401
+    assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/v1/accounts/me/").status_code == 401
 
 
 def test_a_user_changes_their_password(page, log_in, users):

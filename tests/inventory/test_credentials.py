@@ -46,7 +46,7 @@ def import_errors(text: str, **options) -> list[tuple[str, str]]:
 
 
 def api_import(client, text: str):
-    return client.post("/api/inventory/site/import/?filename=demo.yml", text, content_type="application/yaml")
+    return client.post("/api/v1/inventory/site/import/?filename=demo.yml", text, content_type="application/yaml")
 
 
 # --- the site definition holds no secret and points at none ---------------------------------------
@@ -197,13 +197,13 @@ def test_the_command_line_is_the_administrators_channel(demo_text, site_env):
 def test_operators_and_others_can_neither_read_nor_create_credentials(site_env, client_for):
     for role in (Role.OPERATOR, Role.ML_ENGINEER, Role.AUDITOR, Role.VIEWER):
         client = client_for(role)
-        assert client.get("/api/inventory/credentials/").status_code == 403
-        assert client.get("/api/inventory/credentials/demo-bmc/").status_code == 403
-        response = client.post("/api/inventory/credentials/", {
+        assert client.get("/api/v1/inventory/credentials/").status_code == 403
+        assert client.get("/api/v1/inventory/credentials/demo-bmc/").status_code == 403
+        response = client.post("/api/v1/inventory/credentials/", {
             "name": "mine", "username": "root", "secret": "x" * 12, "endpoints": [LISTENER]},
             content_type="application/json")
         assert response.status_code == 403
-        assert client.post("/api/inventory/credentials/demo-bmc/", {}, content_type="application/json").status_code in (
+        assert client.post("/api/v1/inventory/credentials/demo-bmc/", {}, content_type="application/json").status_code in (
             403, 405)
     assert not Credential.objects.filter(name="mine").exists()
 
@@ -211,7 +211,7 @@ def test_operators_and_others_can_neither_read_nor_create_credentials(site_env, 
 def test_an_administrator_manages_credentials_and_never_reads_a_secret(site_env, client_for, make_user):
     admin = client_for(Role.ADMINISTRATOR)
     records = AuditRecord.objects.count()
-    response = admin.post("/api/inventory/credentials/", {
+    response = admin.post("/api/v1/inventory/credentials/", {
         "name": "rack2-bmc", "username": "root", "secret": "Rack2-Bmc-Secret-81", "description": "rack 2",
         "endpoints": ["https://BMC-21.example.org", "10.2.0.22:8443"]}, content_type="application/json")
     assert response.status_code == 201, response.content
@@ -225,12 +225,12 @@ def test_an_administrator_manages_credentials_and_never_reads_a_secret(site_env,
         stored = cursor.fetchone()[0]
     assert stored.startswith("enc:v1:") and "Rack2-Bmc-Secret-81" not in stored
 
-    response = admin.patch("/api/inventory/credentials/rack2-bmc/", {"secret": "Rack2-Bmc-Secret-82",
+    response = admin.patch("/api/v1/inventory/credentials/rack2-bmc/", {"secret": "Rack2-Bmc-Secret-82",
                            "endpoints": ["https://bmc-21.example.org"]}, content_type="application/json")
     assert response.status_code == 200, response.content
     assert Credential.objects.get(name="rack2-bmc").secret == "Rack2-Bmc-Secret-82"
 
-    pages = [admin.get("/api/inventory/credentials/").content, admin.get("/api/inventory/credentials/rack2-bmc/").content]
+    pages = [admin.get("/api/v1/inventory/credentials/").content, admin.get("/api/v1/inventory/credentials/rack2-bmc/").content]
     events = list(AuditRecord.objects.filter(sequence__gt=records, event__startswith="inventory.credential."))
     assert [e.event for e in events] == ["inventory.credential.create", "inventory.credential.update"]
     assert events[0].actor_username and events[0].details["after"]["secret"] == "[redacted]"
@@ -240,23 +240,23 @@ def test_an_administrator_manages_credentials_and_never_reads_a_secret(site_env,
     everything = b"".join(pages).decode() + json.dumps([e.details for e in AuditRecord.objects.all()])
     assert "Rack2-Bmc-Secret-8" not in everything and DEMO_PASSWORD not in everything
 
-    assert admin.delete("/api/inventory/credentials/rack2-bmc/").status_code == 204
+    assert admin.delete("/api/v1/inventory/credentials/rack2-bmc/").status_code == 204
     assert AuditRecord.objects.filter(event="inventory.credential.delete", target_name="rack2-bmc").exists()
 
 
 def test_the_api_refuses_bad_credentials_with_the_field_named(site_env, client_for, demo_text):
     admin = client_for(Role.ADMINISTRATOR)
     bad = {"name": "Bad Name", "username": "root", "secret": "s" * 12}
-    response = admin.post("/api/inventory/credentials/", bad, content_type="application/json")
+    response = admin.post("/api/v1/inventory/credentials/", bad, content_type="application/json")
     assert response.status_code == 400 and "name" in response.json()["error"]["fields"]
     for field, value in (("endpoints", ["ftp://10.0.0.9"]), ("secret", "two\nlines"), ("username", "a:b")):
-        response = admin.post("/api/inventory/credentials/", {**bad, "name": "ok-name", field: value},
+        response = admin.post("/api/v1/inventory/credentials/", {**bad, "name": "ok-name", field: value},
                               content_type="application/json")
         assert response.status_code == 400 and list(response.json()["error"]["fields"]) == [field], response.content
     assert not Credential.objects.filter(name="ok-name").exists()
     # A credential in use stays: the site names it.
     import_site(demo_text, "demo.yml")
-    response = admin.delete("/api/inventory/credentials/demo-bmc/")
+    response = admin.delete("/api/v1/inventory/credentials/demo-bmc/")
     assert response.status_code == 409
     assert response.json()["error"]["message"] == (
         "credential demo-bmc is used by the BMC of gpu01, gpu02, gpu03, gpu04, mgmt01, stor01, stor02: "

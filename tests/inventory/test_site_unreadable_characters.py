@@ -18,7 +18,7 @@ def test_a_nul_character_is_a_syntax_error_with_its_line():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("endpoint", ["/api/inventory/site/validate/", "/api/inventory/site/import/"])
+@pytest.mark.parametrize("endpoint", ["/api/v1/inventory/site/validate/", "/api/v1/inventory/site/import/"])
 def test_an_upload_with_a_nul_character_is_a_400(client_for, endpoint):
     upload = SimpleUploadedFile("site.yml", b"\x00name: demo\n", "application/yaml")
     response = client_for(Role.OPERATOR).post(endpoint, {"file": upload})

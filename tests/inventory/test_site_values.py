@@ -184,7 +184,7 @@ def test_depth_size_and_recursion_limits(site_env, settings):
 
 def test_the_api_answers_a_bomb_with_a_400_naming_the_line(site_env, client_for):
     started = time.monotonic()
-    response = client_for(Role.OPERATOR).post("/api/inventory/site/validate/?filename=bomb.yml", BILLION_LAUGHS,
+    response = client_for(Role.OPERATOR).post("/api/v1/inventory/site/validate/?filename=bomb.yml", BILLION_LAUGHS,
                                               content_type="application/yaml")
     assert time.monotonic() - started < 2
     assert response.status_code == 400, response.content

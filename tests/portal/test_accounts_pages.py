@@ -128,4 +128,4 @@ def test_session_ends_after_the_idle_timeout(users, settings):
     page = client.get(response["Location"])
     assert b"Log in" in page.content
     assert b"Your session ended after 1 minute without activity" in page.content
-    assert client.get("/api/accounts/me/").status_code in (401, 403)
+    assert client.get("/api/v1/accounts/me/").status_code in (401, 403)

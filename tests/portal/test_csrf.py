@@ -64,10 +64,10 @@ def test_the_walk_finds_the_forms_and_api_writes():
     assert {("/accounts/login/", "post"), ("/accounts/logout/", "post"), ("/accounts/users/new/", "post"),
             ("/accounts/users/1/", "post"), ("/inventory/nodes/x/transition/", "post"),
             ("/inventory/site/import/", "post"), ("/audit/export/", "post"), ("/provisioning/", "post"),
-            ("/provisioning/runs/1/cancel/", "post"), ("/api/inventory/nodes/1/transition/", "post"),
-            ("/api/inventory/site/validate/", "post"), ("/api/inventory/site/import/", "post"),
-            ("/api/accounts/users/", "post"), ("/api/accounts/users/1/", "patch"), ("/api/provisioning/runs/", "post"),
-            ("/api/provisioning/runs/1/cancel/", "post"), ("/api/audit/exports/", "post")} <= found
+            ("/provisioning/runs/1/cancel/", "post"), ("/api/v1/inventory/nodes/1/transition/", "post"),
+            ("/api/v1/inventory/site/validate/", "post"), ("/api/v1/inventory/site/import/", "post"),
+            ("/api/v1/accounts/users/", "post"), ("/api/v1/accounts/users/1/", "patch"), ("/api/v1/provisioning/runs/", "post"),
+            ("/api/v1/provisioning/runs/1/cancel/", "post"), ("/api/v1/audit/exports/", "post")} <= found
 
 
 def browser(user=None) -> tuple[Client, str]:
@@ -123,12 +123,12 @@ FORMS = [
     ("post", "/provisioning/runs/{run}/cancel/", {}, 302),
     ("post", "/audit/export/", {"format": "jsonl"}, 200),
     ("post", "/accounts/logout/", {}, 302),
-    ("post", "/api/inventory/nodes/{node}/transition/", {"state": "maintenance", "reason": "fan"}, 200),
-    ("post", "/api/accounts/users/", {"username": "api-viewer", "role": "viewer",
+    ("post", "/api/v1/inventory/nodes/{node}/transition/", {"state": "maintenance", "reason": "fan"}, 200),
+    ("post", "/api/v1/accounts/users/", {"username": "api-viewer", "role": "viewer",
                                       "password": "long-enough-passphrase-71"}, 201),
-    ("patch", "/api/accounts/users/{target_user}/", {"role": "operator"}, 200),
-    ("post", "/api/provisioning/runs/{run}/cancel/", {}, 200),
-    ("post", "/api/audit/exports/", {"format": "jsonl"}, 200),
+    ("patch", "/api/v1/accounts/users/{target_user}/", {"role": "operator"}, 200),
+    ("post", "/api/v1/provisioning/runs/{run}/cancel/", {}, 200),
+    ("post", "/api/v1/audit/exports/", {"format": "jsonl"}, 200),
 ]
 
 
@@ -161,10 +161,10 @@ def test_a_form_field_token_works_as_a_browser_sends_it(users, targets):
 def test_an_api_token_client_needs_no_csrf_token(users, targets):
     """No cookie, no session: a token is sent on purpose, never by a browser riding a session."""
     client = Client(enforce_csrf_checks=True)
-    issued = client.post("/api/accounts/token/", data=json.dumps(
+    issued = client.post("/api/v1/accounts/token/", data=json.dumps(
         {"username": users[Role.OPERATOR].username, "password": "correct-horse-battery-9"}),
         content_type="application/json")
     assert issued.status_code == 200, issued.content[:300]
-    response = client.post(f"/api/provisioning/runs/{targets['run']}/cancel/", data="{}",
+    response = client.post(f"/api/v1/provisioning/runs/{targets['run']}/cancel/", data="{}",
                            content_type="application/json", headers={"Authorization": f"Token {issued.json()['token']}"})
     assert response.status_code == 200, response.content[:300]

@@ -27,17 +27,17 @@ PAGES = [
     "/",
 ]
 ENDPOINTS = [
-    "/api/inventory/appliances/",
-    "/api/inventory/nodes/?appliance={appliance}",
-    "/api/inventory/nodes/{node_id}/",
-    "/api/inventory/gpus/",
-    "/api/inventory/hcas/",
-    "/api/inventory/hca-ports/",
-    "/api/inventory/switches/?appliance={appliance}",
-    "/api/inventory/networks/",
-    "/api/inventory/filesystems/",
-    "/api/inventory/pools/?appliance={appliance}",
-    "/api/inventory/platforms/",
+    "/api/v1/inventory/appliances/",
+    "/api/v1/inventory/nodes/?appliance={appliance}",
+    "/api/v1/inventory/nodes/{node_id}/",
+    "/api/v1/inventory/gpus/",
+    "/api/v1/inventory/hcas/",
+    "/api/v1/inventory/hca-ports/",
+    "/api/v1/inventory/switches/?appliance={appliance}",
+    "/api/v1/inventory/networks/",
+    "/api/v1/inventory/filesystems/",
+    "/api/v1/inventory/pools/?appliance={appliance}",
+    "/api/v1/inventory/platforms/",
 ]
 
 
@@ -83,9 +83,9 @@ def test_a_thousand_rows_in_one_page_make_no_or_chain(client_for):
     5.2), which SQLite refuses past 1,000 terms: 130 servers have 1,040 HCA ports."""
     client = client_for(Role.ADMINISTRATOR)
     bulk_fleet(130, "fleet-wide", site=3)
-    for url in ("/api/inventory/nodes/?appliance=fleet-wide&page_size=1000",
-                "/api/inventory/hcas/?page_size=1000", "/api/inventory/hca-ports/?page_size=1000",
-                "/api/inventory/gpus/?page_size=1000", "/api/inventory/pools/", "/inventory/fabric/?appliance=fleet-wide",
+    for url in ("/api/v1/inventory/nodes/?appliance=fleet-wide&page_size=1000",
+                "/api/v1/inventory/hcas/?page_size=1000", "/api/v1/inventory/hca-ports/?page_size=1000",
+                "/api/v1/inventory/gpus/?page_size=1000", "/api/v1/inventory/pools/", "/inventory/fabric/?appliance=fleet-wide",
                 "/inventory/pools/?appliance=fleet-wide", "/inventory/storage/?appliance=fleet-wide"):
         with CaptureQueriesContext(connection) as captured:
             response = client.get(url)

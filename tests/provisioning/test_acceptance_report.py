@@ -85,13 +85,13 @@ def test_portal_exports_html_and_json_each_audited(reports, client_for, applianc
 def test_api_exports_json_and_html_each_audited(reports, users):
     api = APIClient()
     api.force_authenticate(users[Role.OPERATOR])
-    body = api.get("/api/provisioning/acceptance/", {"node": "gpu02"}).json()
+    body = api.get("/api/v1/provisioning/acceptance/", {"node": "gpu02"}).json()
     assert [n["node"] for n in body["nodes"]] == ["gpu02"] and body["passed"] is True
-    html = api.get("/api/provisioning/acceptance/html/")
+    html = api.get("/api/v1/provisioning/acceptance/html/")
     assert html.status_code == 200 and b"Acceptance report" in html.content
     assert 'attachment; filename="acceptance-lab-' in html["Content-Disposition"]
     assert [(r.details["format"], r.channel) for r in exports()] == [("json", "api"), ("html", "api")]
-    error = api.get("/api/provisioning/acceptance/", {"result": "maybe"})
+    error = api.get("/api/v1/provisioning/acceptance/", {"result": "maybe"})
     assert error.status_code == 400 and "result: 'maybe' is not one of passed, failed" in error.json()["error"]["message"]
 
 
@@ -100,8 +100,8 @@ class TestAcceptanceAccess(AccessMatrix):
         Endpoint("/provisioning/acceptance/", "provisioning.view"),
         Endpoint("/provisioning/acceptance/export.html", "provisioning.view"),
         Endpoint("/provisioning/acceptance/export.json", "provisioning.view"),
-        Endpoint("/api/provisioning/acceptance/", "provisioning.view"),
-        Endpoint("/api/provisioning/acceptance/html/", "provisioning.view"),
+        Endpoint("/api/v1/provisioning/acceptance/", "provisioning.view"),
+        Endpoint("/api/v1/provisioning/acceptance/html/", "provisioning.view"),
     ]
 
     @pytest.fixture(autouse=True)

@@ -91,7 +91,7 @@ def test_a_run_started_through_the_api_finishes_in_a_celery_worker(worker, users
     client = APIClient()
     client.force_authenticate(users[Role.OPERATOR])
     started = time.monotonic()
-    response = client.post("/api/provisioning/runs/", {"appliance": "lab", "stages": ["first"], "nodes": ["gpu01"]},
+    response = client.post("/api/v1/provisioning/runs/", {"appliance": "lab", "stages": ["first"], "nodes": ["gpu01"]},
                            format="json")
     assert response.status_code == 202, response.content
     # The request returned without running anything.

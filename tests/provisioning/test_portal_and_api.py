@@ -46,7 +46,7 @@ def finished_run(appliance, catalogue, events=250):
 def test_an_operator_starts_a_run_through_the_api_and_it_is_handed_to_a_worker(
         api_for, appliance, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        response = api_for(Role.OPERATOR).post("/api/provisioning/runs/", {
+        response = api_for(Role.OPERATOR).post("/api/v1/provisioning/runs/", {
             "appliance": "lab", "stages": ["first"], "nodes": ["gpu01"], "dry_run": True}, format="json")
     assert response.status_code == 202, response.content
     body = response.json()
@@ -56,39 +56,39 @@ def test_an_operator_starts_a_run_through_the_api_and_it_is_handed_to_a_worker(
 
 
 def test_bad_input_is_one_clear_error(api_for, appliance):
-    response = api_for(Role.OPERATOR).post("/api/provisioning/runs/", {"stages": ["nope"]}, format="json")
+    response = api_for(Role.OPERATOR).post("/api/v1/provisioning/runs/", {"stages": ["nope"]}, format="json")
     assert response.status_code == 400
     assert "unknown stage 'nope'" in response.json()["error"]["message"]
-    response = api_for(Role.OPERATOR).post("/api/provisioning/runs/", {"nodes": ["ghost"]}, format="json")
+    response = api_for(Role.OPERATOR).post("/api/v1/provisioning/runs/", {"nodes": ["ghost"]}, format="json")
     assert "ghost not in appliance lab" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.AUDITOR, Role.ML_ENGINEER])
 def test_roles_without_provisioning_run_cannot_start_or_cancel(api_for, appliance, catalogue, role):
     run = services.create_run(appliance, kind=Run.Kind.STAGES, stages=["first"], catalogue=catalogue)
-    assert api_for(role).post("/api/provisioning/runs/", {}, format="json").status_code == 403
-    assert api_for(role).post(f"/api/provisioning/runs/{run.pk}/cancel/").status_code == 403
+    assert api_for(role).post("/api/v1/provisioning/runs/", {}, format="json").status_code == 403
+    assert api_for(role).post(f"/api/v1/provisioning/runs/{run.pk}/cancel/").status_code == 403
 
 
 def test_viewers_read_runs_events_and_the_acceptance_report(api_for, appliance, catalogue):
     run = finished_run(appliance, catalogue)
     client = api_for(Role.VIEWER)
-    assert client.get(f"/api/provisioning/runs/{run.pk}/").json()["state"] == "succeeded"
-    page = client.get(f"/api/provisioning/events/?stage_run__run={run.pk}&page_size=100").json()
+    assert client.get(f"/api/v1/provisioning/runs/{run.pk}/").json()["state"] == "succeeded"
+    page = client.get(f"/api/v1/provisioning/events/?stage_run__run={run.pk}&page_size=100").json()
     assert page["count"] == 250 and len(page["results"]) == 100
-    after = client.get(f"/api/provisioning/events/?stage_run__run={run.pk}&after=240").json()
+    after = client.get(f"/api/v1/provisioning/events/?stage_run__run={run.pk}&after=240").json()
     assert [e["counter"] for e in after["results"]] == list(range(241, 251))
-    report = client.get(f"/api/provisioning/runs/{run.pk}/acceptance/").json()
+    report = client.get(f"/api/v1/provisioning/runs/{run.pk}/acceptance/").json()
     assert report["passed"] is True and report["checks"][0]["check"] == "gpu_count"
-    stage_runs = client.get(f"/api/provisioning/stage-runs/?run={run.pk}").json()
+    stage_runs = client.get(f"/api/v1/provisioning/stage-runs/?run={run.pk}").json()
     assert stage_runs["results"][0]["stage"] == "first"
 
 
 def test_cancel_through_the_api(api_for, appliance, catalogue):
     run = services.create_run(appliance, kind=Run.Kind.STAGES, stages=["first"], catalogue=catalogue)
-    response = api_for(Role.ADMINISTRATOR).post(f"/api/provisioning/runs/{run.pk}/cancel/")
+    response = api_for(Role.ADMINISTRATOR).post(f"/api/v1/provisioning/runs/{run.pk}/cancel/")
     assert response.status_code == 200 and response.json()["state"] == "cancelled"
-    again = api_for(Role.ADMINISTRATOR).post(f"/api/provisioning/runs/{run.pk}/cancel/")
+    again = api_for(Role.ADMINISTRATOR).post(f"/api/v1/provisioning/runs/{run.pk}/cancel/")
     assert again.status_code == 409
 
 

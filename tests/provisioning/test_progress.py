@@ -174,7 +174,7 @@ def test_the_run_page_and_the_api_show_the_same_progress(running, client_for, us
 
     api = APIClient()
     api.force_authenticate(users[Role.VIEWER])
-    body = api.get(f"/api/provisioning/runs/{running.pk}/").json()
+    body = api.get(f"/api/v1/provisioning/runs/{running.pk}/").json()
     shown = body["progress"]
     assert shown["counts"] == {"ok": 3, "changed": 2, "failed": 1, "unreachable": 0, "skipped": 1}
     assert (shown["current_stage"], shown["current_task"]) == ("first", TASKS[1])
@@ -184,9 +184,9 @@ def test_the_run_page_and_the_api_show_the_same_progress(running, client_for, us
     assert shown["stages"][1]["state"] == "pending" and shown["stages"][1]["duration_seconds"] is None
     assert 10 <= shown["stages"][0]["duration_seconds"] <= 12
     assert 12 <= body["duration_seconds"] <= 14
-    listed = api.get("/api/provisioning/runs/").json()["results"]
+    listed = api.get("/api/v1/provisioning/runs/").json()["results"]
     assert "progress" not in listed[0] and "duration_seconds" in listed[0]
-    events = api.get(f"/api/provisioning/events/?run={running.pk}&event=runner_on_ok").json()["results"]
+    events = api.get(f"/api/v1/provisioning/events/?run={running.pk}&event=runner_on_ok").json()["results"]
     assert [(e["host"], e["task"], e["outcome"]) for e in events] == [
         ("gpu01", TASKS[0], "changed"), ("gpu02", TASKS[0], "changed"), ("gpu01", TASKS[1], "ok")]
 
@@ -359,8 +359,8 @@ def test_the_api_and_the_portal_leave_the_kind_to_the_run_service(appliance, use
     api.force_authenticate(users[Role.OPERATOR])
     portal = client_for(Role.OPERATOR)
     kinds = []
-    for start in (lambda: api.post("/api/provisioning/runs/", {"appliance": "lab"}, format="json"),
-                  lambda: api.post("/api/provisioning/runs/", {"appliance": "lab", "stages": ["first"]},
+    for start in (lambda: api.post("/api/v1/provisioning/runs/", {"appliance": "lab"}, format="json"),
+                  lambda: api.post("/api/v1/provisioning/runs/", {"appliance": "lab", "stages": ["first"]},
                                    format="json"),
                   lambda: portal.post(reverse("provisioning:index"), {"appliance": appliance.pk}),
                   lambda: portal.post(reverse("provisioning:index"), {"appliance": appliance.pk,
@@ -379,7 +379,7 @@ def test_a_run_started_through_the_api_answers_with_its_progress(appliance, user
     api = APIClient()
     api.force_authenticate(users[Role.OPERATOR])
     with django_capture_on_commit_callbacks(execute=False):
-        response = api.post("/api/provisioning/runs/", {"appliance": "lab", "stages": ["first", "second"]},
+        response = api.post("/api/v1/provisioning/runs/", {"appliance": "lab", "stages": ["first", "second"]},
                             format="json")
     assert response.status_code == 202, response.content
     shown = response.json()["progress"]

@@ -54,7 +54,7 @@ def test_a_node_failed_by_a_stage_says_which_part_fails_not_the_whole_output(sta
 
 
 def test_no_kind_and_no_stages_is_the_resumable_bootstrap(state_dir, appliance, catalogue):
-    # What POST /api/provisioning/runs/ {} and the portal's form with nothing ticked ask for.
+    # What POST /api/v1/provisioning/runs/ {} and the portal's form with nothing ticked ask for.
     run = services.create_run(appliance, catalogue=catalogue)
     assert (run.kind, run.stages) == ("bootstrap", ["first", "second", "gpu-only"])
 

@@ -221,7 +221,8 @@ class Command(BaseCommand):
     def _how_to_open(self):
         self.console.print(
             "Open the portal: [bold]python manage.py runserver 127.0.0.1:8000[/bold], then "
-            "http://127.0.0.1:8000/provisioning/ (log in as the administrator above).")
+            "http://127.0.0.1:8000/provisioning/ (log in as the administrator above); "
+            "the REST API is http://127.0.0.1:8000/api/v1/.")
 
 
 def _has_diff(event: dict) -> bool:
