@@ -5,13 +5,21 @@ import os
 from celery import Celery
 from django.conf import settings
 
+from appliance.core import queue
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
 app = Celery("appliance", task_cls="appliance.core.tasks:ContextTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 if not app.conf.broker_url:
-    # Embedded mode: nothing is ever sent to a broker (appliance.core.dispatch runs tasks in-process).
-    app.conf.broker_url = "memory://"
+    # Embedded mode: appliance.core.dispatch queues work in the database queue of the connection in use
+    # (a test run's database included). A `celery worker` started without CELERY_BROKER_URL consumes
+    # the same queue, that of the configured database (appliance.core.queue).
+    try:
+        app.conf.broker_url = queue.broker_url(settings.DATABASES["default"])
+        app.conf.broker_transport_options = queue.transport_options(app.conf.broker_url)
+    except ValueError:  # an in-memory database: no other process could see its queue
+        app.conf.broker_url = "memory://"
 app.autodiscover_tasks()
 
 
@@ -35,6 +43,11 @@ def beat_schedule() -> dict:
         "audit-refused-requests": {
             "task": "audit.flush_refused_requests",
             "schedule": 30,
+        },
+        # The database queue keeps the rows of the messages workers took: delete them.
+        "queue-cleanup": {
+            "task": "core.queue_cleanup",
+            "schedule": 600,
         },
     }
 

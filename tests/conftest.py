@@ -103,9 +103,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def fresh_throttles():
-    """Rate-limit counters live in the cache; each test starts with none."""
-    cache.clear()
+def fresh_throttles(settings, request):
+    """Rate-limit counters live in the cache; each test starts with none, in a cache of its own in this
+    process's memory (the default, the database cache, needs the database, which most tests do not
+    use; tests/core/test_production.py runs the database cache across processes)."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": request.node.nodeid}}
     yield
     cache.clear()
 
