@@ -63,16 +63,17 @@ def _environment(directory: Path, strategy_name: str, plugin_dir: str | None) ->
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        "ANSIBLE_HOST_KEY_CHECKING": "False",
+        # Host keys are checked: each host's known_hosts file is named in its inventory (ssh_common_args).
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         # Everything Ansible writes stays under the state directory, never in the OS user's home.
         "ANSIBLE_HOME": str(state / "ansible"),
         "ANSIBLE_LOCAL_TEMP": str(directory / "tmp" / "local"),
-        "ANSIBLE_REMOTE_TEMP": str(directory / "tmp" / "remote"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(state / "ansible" / "cp"),
         "ANSIBLE_STRATEGY": strategy_name,
         "ANSIBLE_DEPRECATION_WARNINGS": "False",
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
     }
+    # No ANSIBLE_PYTHON_INTERPRETER: each host's interpreter is in the inventory (the node's own Python);
+    # tasks delegated to the controller run with its interpreter through the implicit localhost.
     if plugin_dir:
         env["ANSIBLE_STRATEGY_PLUGINS"] = plugin_dir
     config = Path(settings.PLAYBOOKS_DIR) / "ansible.cfg"

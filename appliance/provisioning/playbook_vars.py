@@ -10,8 +10,8 @@ one gate that refuses a credential to an endpoint it is not bound to: a stage wh
 elsewhere fails before anything is sent.
 """
 
-import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from appliance.core.secrets import MASK
 from appliance.inventory.models import Node
@@ -19,6 +19,10 @@ from appliance.inventory.models import Node
 from . import baseline
 
 SECRETS_VAR = "appliance_bmc_passwords"
+# The node's Python venv holding the NVML binding (the node_python role), relative to the node's root.
+NODE_PYTHON_VENV = "/opt/appliance/python"
+# A real node's SSH login unless the appliance's settings say otherwise (settings["ssh"]).
+REAL_NODE_SSH = {"user": "appliance", "become_method": "sudo", "become_user": "root", "python": "auto_silent"}
 
 
 class SecretUnavailable(RuntimeError):
@@ -55,6 +59,39 @@ def node_environment(node: Node) -> dict:
     return dict(simulated_environment(node))
 
 
+def real_node_ssh(appliance) -> dict:
+    """A real node's SSH settings: the appliance's `ssh` settings over the defaults."""
+    return {**REAL_NODE_SSH, **((appliance.settings or {}).get("ssh") or {})}
+
+
+def connection_vars(node: Node, simulated: bool) -> dict:
+    """How Ansible reaches the node: over SSH with the appliance's key and host keys checked, become
+    for privileges, and the node's own Python (never the controller's). A simulated node is reached the
+    same way, at its own SSH server (appliance.simulation.sshd)."""
+    if simulated:
+        from appliance.simulation import sshd
+
+        return sshd.connection_vars(node)
+    from django.conf import settings
+
+    ssh = real_node_ssh(node.appliance)
+    known_hosts = ssh.get("known_hosts") or str(Path(settings.STATE_DIR) / "ssh" / "known_hosts")
+    key = ssh.get("private_key_file") or str(Path(settings.KEYS_DIR) / "ssh" / "id_ed25519")
+    return {
+        "ansible_connection": "ssh",
+        "ansible_host": node.management_address,
+        "ansible_port": int(ssh.get("port", 22)),
+        "ansible_user": ssh["user"],
+        "ansible_ssh_private_key_file": key,
+        "ansible_ssh_common_args": (f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes "
+                                    "-o IdentitiesOnly=yes"),
+        "ansible_become": True,
+        "ansible_become_method": ssh["become_method"],
+        "ansible_become_user": ssh["become_user"],
+        "ansible_python_interpreter": ssh["python"],
+    }
+
+
 def host_vars(node: Node) -> tuple[dict, str | None]:
     """A host's variables, and its BMC password (kept apart from them)."""
     spec = node.platform.spec if node.platform_id else {}
@@ -69,10 +106,8 @@ def host_vars(node: Node) -> tuple[dict, str | None]:
         "platform": spec or {},
         "bios_registry": baseline.load_registry(spec),
     }
-    if simulated:
-        variables.update(ansible_connection="local", ansible_python_interpreter=sys.executable)
-    else:
-        variables.update(ansible_host=node.management_address)
+    variables["appliance_node_python"] = (variables["sysroot"].rstrip("/") + NODE_PYTHON_VENV) + "/bin/python3"
+    variables.update(connection_vars(node, simulated))
     password = None
     bmc = getattr(node, "bmc", None) if hasattr(node, "bmc") else None
     if bmc is not None:

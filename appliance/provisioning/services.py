@@ -232,7 +232,7 @@ def _prepare_simulation(appliance: Appliance) -> None:
     from appliance.simulation import services as simulation
 
     simulation.prepare_appliance(appliance)
-    simulation.start_bmcs(appliance)
+    simulation.start(appliance)  # the BMC emulators and the nodes' SSH servers
 
 
 def _emit(progress: ProgressCallback | None, what: str, **data) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 
 from appliance import audit
 
-from . import bmc, extra, hardware, nvml, packages, ports
+from . import bmc, extra, hardware, nvml, packages, ports, sshd
 from . import state as node_state
 from .tools import COMMANDS, kmod
 
@@ -33,7 +33,7 @@ FAULT_KINDS = {
     "task_fails": ("tool",),
 }
 NUMERIC_PARAMETERS = {"index": int, "rate_gbps": int, "value": float}
-RUNNER = Path(__file__).resolve().parent / "tools" / "runner.py"
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Files a factory Ubuntu image has that the stages read or extend.
 FACTORY_FILES = {
@@ -156,14 +156,44 @@ def factory_bios(spec: dict, node) -> dict:
     return factory
 
 
+def tools_dir() -> Path:
+    return Path(settings.SIMULATION_DIR) / "tools"
+
+
+def _install_tools() -> Path:
+    """The simulated commands as the node runs them: a copy of the simulation's pure-Python modules in
+    SIMULATION_DIR/tools (compiled), run by the node's system Python. The node's login account reads
+    them there; the suite itself may live where that account cannot (a venv in a private home)."""
+    target = tools_dir() / "appliance" / "simulation"
+    sources = sorted(PACKAGE_DIR.glob("*.py")) + sorted((PACKAGE_DIR / "tools").glob("*.py"))
+    changed = False
+    for source in sources:
+        destination = target / source.relative_to(PACKAGE_DIR)
+        data = source.read_bytes()
+        if destination.exists() and destination.read_bytes() == data:
+            continue
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, destination)
+        changed = True
+    if changed:
+        subprocess.run([sshd.NODE_PYTHON, "-m", "compileall", "-q", str(tools_dir())], check=False,
+                       capture_output=True)
+    return target / "tools" / "runner.py"
+
+
 def _write_wrappers() -> None:
-    """One small shell script per simulated command, exec'ing the simulation's runner with this
-    interpreter: the same directory serves every simulated node (APPLIANCE_SIM_SYSROOT picks the node)."""
+    """One small shell script per simulated command, exec'ing the simulation's runner with the node's
+    system Python: the same directory serves every simulated node (APPLIANCE_SIM_SYSROOT picks the node)."""
     directory = bin_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    runner = _install_tools()
     for command in COMMANDS:
         text = (f"#!/bin/sh\n# Simulated {command} (appliance.simulation.tools); the node is $APPLIANCE_SIM_SYSROOT.\n"
-                f"exec {shlex.quote(sys.executable)} -I {shlex.quote(str(RUNNER))} {shlex.quote(command)} \"$@\"\n")
+                f"exec {shlex.quote(sshd.NODE_PYTHON)} -I {shlex.quote(str(runner))} {shlex.quote(command)} \"$@\"\n")
         target = directory / command
         if target.exists() and target.read_text() == text:
             continue
@@ -219,12 +249,19 @@ def prepare_appliance(appliance) -> dict:
     _write_wrappers()
     library = nvml.library_path()
     created = []
-    for node in appliance.nodes.select_related("platform").order_by("name"):
+    nodes = list(appliance.nodes.select_related("platform").order_by("name"))
+    for node in nodes:
         if prepare_node(node):
             created.append(node.name)
+    try:
+        login = sshd.prepare([node.name for node in nodes], [Path(node.sysroot) for node in nodes])
+    except sshd.SSHError as exc:
+        raise SimulationError(str(exc)) from None
     audit.record("simulation.appliance.prepare", target=appliance,
-                 details={"created": created, "nodes": appliance.nodes.count(), "library": str(library)})
-    return {"created": created, "library": library, "bin": bin_dir()}
+                 details={"created": created, "nodes": len(nodes), "library": str(library), "account": login.name,
+                          "known_hosts": str(sshd.known_hosts_path())})
+    return {"created": created, "library": library, "bin": bin_dir(), "account": login.name,
+            "known_hosts": sshd.known_hosts_path()}
 
 
 def node_environment(node) -> dict:
@@ -277,6 +314,65 @@ def stop_bmcs(appliance) -> dict:
 
 def bmc_status(appliance) -> dict:
     return {node.name: bmc.status(node) for node in _bmc_nodes(appliance)}
+
+
+def _simulated_nodes(appliance) -> list:
+    if not appliance.simulated:
+        raise SimulationError(f"appliance {appliance.name} is not simulated: its nodes are real servers")
+    return list(appliance.nodes.order_by("name"))
+
+
+def start_ssh(appliance) -> dict:
+    """Start the SSH server of every node of the appliance that has none running (one sshd per node,
+    on the node's own loopback address). Returns {node: pid}."""
+    nodes = _simulated_nodes(appliance)
+    already = {node.name: sshd.running_pid(node.name) for node in nodes}
+    try:
+        pids = sshd.start_many([node.name for node in nodes])
+    except sshd.SSHError as exc:
+        raise SimulationError(str(exc)) from None
+    for node in nodes:
+        if not already[node.name]:
+            audit.record("simulation.ssh.start", target=node, details={
+                "pid": pids[node.name], "address": sshd.address_of(node.name), "port": sshd.port_of(node.name)})
+    return pids
+
+
+def stop_ssh(appliance) -> dict:
+    stopped = {}
+    for node in _simulated_nodes(appliance):
+        pid = sshd.stop(node.name)
+        stopped[node.name] = pid
+        if pid:
+            audit.record("simulation.ssh.stop", target=node, details={"pid": pid})
+    return stopped
+
+
+def ssh_status(appliance) -> dict:
+    return {node.name: sshd.status(node.name) for node in _simulated_nodes(appliance)}
+
+
+def start(appliance) -> dict:
+    """Everything a prepared simulated appliance runs: its BMC emulators and its nodes' SSH servers."""
+    return {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance)}
+
+
+def stop(appliance) -> dict:
+    return {"ssh": stop_ssh(appliance), "bmc": stop_bmcs(appliance)}
+
+
+def remove(appliances) -> dict:
+    """Stop every simulated appliance of this state directory, delete the nodes' SSH servers' files and,
+    as root, the simulation's service account and its sudoers drop-in (nothing else outside the state
+    directory was ever made). The sysroots and the inventory stay."""
+    for appliance in appliances:
+        stop(appliance)
+    sshd.remove_files()
+    try:
+        account_removed = sshd.remove_account()
+    except sshd.SSHError as exc:
+        raise SimulationError(str(exc)) from None
+    return {"account": sshd.SERVICE_ACCOUNT if account_removed else None}
 
 
 def _fault(kind: str, params: dict, node) -> dict:

@@ -41,9 +41,23 @@ def library_dir() -> Path:
     return Path(settings.SIMULATION_DIR) / "lib"
 
 
+def node_python() -> str:
+    """The interpreter the library runs the simulation's writes with: the node's system Python (the
+    library is loaded by the node's login account, which cannot run the controller's)."""
+    return "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+def node_runner() -> Path:
+    """runner.py as the node sees it: the copy of the simulated commands in SIMULATION_DIR/tools."""
+    from django.conf import settings
+
+    copy = Path(settings.SIMULATION_DIR) / "tools" / "appliance" / "simulation" / "tools" / "runner.py"
+    return copy if copy.exists() else RUNNER
+
+
 def _digest(header: Path) -> str:
     digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), header.read_bytes(), sys.executable.encode(), str(RUNNER).encode()):
+    for part in (SOURCE.read_bytes(), header.read_bytes(), node_python().encode(), str(node_runner()).encode()):
         digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()
 
@@ -64,7 +78,7 @@ def build(target_dir: Path | None = None) -> Path:
         command = [
             "gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-std=gnu11",
             f"-Wl,-soname,{LIBRARY_NAME}", f"-I{header.parent}",
-            f'-DSIM_PYTHON="{sys.executable}"', f'-DSIM_RUNNER="{RUNNER}"',
+            f'-DSIM_PYTHON="{node_python()}"', f'-DSIM_RUNNER="{node_runner()}"',
             "-o", temporary, str(SOURCE), "-lpthread",
         ]
         try:

@@ -1,4 +1,4 @@
-"""`manage.py simulation {prepare,start,stop,status,fault}`: the simulated appliance from the shell."""
+"""`manage.py simulation {prepare,start,stop,status,remove,fault}`: the simulated appliance from the shell."""
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -10,16 +10,19 @@ from appliance.simulation import state as node_state
 
 class Command(BaseCommand):
     help = ("Manage the simulated appliance: prepare its nodes (sysroots, state, simulated commands, NVML library), "
-            "start/stop/show its BMC emulators, inject and clear faults.")
+            "start/stop/show its BMC emulators and its nodes' SSH servers, inject and clear faults; `remove` stops "
+            "everything and removes the simulation's SSH files and (as root) its service account.")
 
     def add_arguments(self, parser):
         commands = parser.add_subparsers(dest="action", required=True)
         for name, text in (("prepare", "create sysroots and state files (never resets an existing node)"),
-                           ("start", "start the BMC emulators that are not running"),
-                           ("stop", "stop the BMC emulators"),
-                           ("status", "show each node's BMC emulator and faults")):
+                           ("start", "start the BMC emulators and SSH servers that are not running"),
+                           ("stop", "stop the BMC emulators and SSH servers"),
+                           ("status", "show each node's BMC emulator, SSH server and faults")):
             sub = commands.add_parser(name, help=text)
             sub.add_argument("--appliance", help="appliance name (default: every simulated appliance)")
+        commands.add_parser("remove", help="stop every simulated appliance, remove the nodes' SSH servers' files "
+                            "and, as root, the simulation's service account and its sudoers drop-in")
         fault = commands.add_parser("fault", help="inject, clear or list faults of a simulated node")
         fault_actions = fault.add_subparsers(dest="fault_action", required=True)
         inject = fault_actions.add_parser("inject", help="inject a fault: NODE KIND [name=value ...]")
@@ -37,6 +40,8 @@ class Command(BaseCommand):
             try:
                 if action == "fault":
                     return self._fault(options)
+                if action == "remove":
+                    return self._remove()
                 appliances = self._appliances(options.get("appliance"))
                 for appliance in appliances:
                     getattr(self, f"_{action}")(appliance)
@@ -63,15 +68,29 @@ class Command(BaseCommand):
         self.stdout.write(f"  NVML library:       {result['library']}")
 
     def _start(self, appliance):
-        for node, pid in services.start_bmcs(appliance).items():
+        started = services.start(appliance)
+        for node, pid in started["bmc"].items():
             self.stdout.write(f"{node}: BMC {'running, pid ' + str(pid) if pid else 'down (injected fault bmc_down)'}")
+        for node, pid in started["ssh"].items():
+            self.stdout.write(f"{node}: SSH server running, pid {pid}")
 
     def _stop(self, appliance):
-        for node, pid in services.stop_bmcs(appliance).items():
+        stopped = services.stop(appliance)
+        for node, pid in stopped["bmc"].items():
             self.stdout.write(f"{node}: BMC {'stopped (pid ' + str(pid) + ')' if pid else 'was not running'}")
+        for node, pid in stopped["ssh"].items():
+            self.stdout.write(f"{node}: SSH server {'stopped (pid ' + str(pid) + ')' if pid else 'was not running'}")
+
+    def _remove(self):
+        appliances = list(Appliance.objects.filter(simulated=True))
+        result = services.remove(appliances)
+        self.stdout.write(f"stopped {len(appliances)} simulated appliance(s); SSH servers' files removed")
+        self.stdout.write(f"service account {result['account']} and its sudoers drop-in removed" if result["account"]
+                          else "no service account to remove")
 
     def _status(self, appliance):
         statuses = services.bmc_status(appliance)
+        ssh = services.ssh_status(appliance)
         self.stdout.write(f"{appliance.name}:")
         for node in appliance.nodes.order_by("name"):
             status = statuses.get(node.name)
@@ -87,7 +106,13 @@ class Command(BaseCommand):
                 prepared = "prepared"
             else:
                 prepared = "NOT prepared"
-            self.stdout.write(f"  {node.name:<16} {prepared:<13} BMC {bmc_text}"
+            server = ssh.get(node.name) or {}
+            if server.get("running"):
+                ssh_text = (f"{server['address']}:{server['port']} pid {server['pid']} "
+                            f"{'answering' if server['answering'] else 'NOT answering'}")
+            else:
+                ssh_text = "stopped"
+            self.stdout.write(f"  {node.name:<16} {prepared:<13} BMC {bmc_text}  SSH {ssh_text}"
                               + (f"  faults: {'; '.join(faults)}" if faults else ""))
 
     @staticmethod
