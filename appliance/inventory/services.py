@@ -286,7 +286,8 @@ class _Importer:
     def sync_appliance(self) -> None:
         site = self.site
         existing = Appliance.objects.select_for_update().filter(name=site.name).first()
-        merged_settings = {**(existing.settings if existing else {}), "fabric": site.fabric}
+        merged_settings = {**(existing.settings if existing else {}), "fabric": site.fabric,
+                           "maintenance": site.maintenance}
         self.appliance, _ = self.sync(Appliance, {"name": site.name}, {
             "description": site.description, "simulated": site.simulation, "settings": merged_settings,
         }, site.name)

@@ -6,12 +6,16 @@ of it and raises one SiteValidationError listing every problem found, each with 
 field path. It writes nothing: the import (services.import_site) works from the SiteDefinition it returns.
 """
 
+import functools
 import hashlib
+import importlib.util
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.reader import ReaderError
@@ -405,6 +409,7 @@ class SiteDefinition:
     filesystems: list[FilesystemDef] = field(default_factory=list)
     pools: list[PoolDef] = field(default_factory=list)
     platforms: dict = field(default_factory=dict, repr=False)  # slug -> platforms.PlatformSpec
+    maintenance: dict = field(default_factory=dict)  # appliance.maintenance: {window, reset_timeout}
     lines: dict = field(default_factory=dict, repr=False)  # top-level section -> line
 
     def summary(self) -> str:
@@ -418,6 +423,16 @@ class SiteDefinition:
 
 # --------------------------------------------------------------------------------------------------
 # Parsing
+
+
+@functools.cache
+def window_rules():
+    """The maintenance-window rules of the playbooks (module_utils/appliance_window.py), loaded from its file."""
+    path = Path(settings.COLLECTION_DIR) / "plugins" / "module_utils" / "appliance_window.py"
+    spec = importlib.util.spec_from_file_location("appliance_window", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def parse_site(text: str, filename: str) -> SiteDefinition:
@@ -439,6 +454,7 @@ class _Parser:
         self.declared_nodes: dict[str, dict] = {}  # name -> {"role", "platform"}, None where invalid
         self.simulation = False
         self.credential_endpoints: dict[str, list[str] | None] = {}  # name -> bound endpoints, None if unknown
+        self.maintenance_settings: dict = {}
 
     def parse(self, root: Cursor, text: str, filename: str) -> SiteDefinition | None:
         top = root.mapping(self.TOP, required=("appliance", "nodes"))
@@ -465,6 +481,7 @@ class _Parser:
             networks=[n for n, _ in networks.values()], nodes=nodes, switches=switches,
             filesystems=filesystems, pools=pools,
             platforms={slug: spec for slug, spec in self.platform_cache.items() if spec is not None},
+            maintenance=self.maintenance_settings,
             lines={key: cursor.line for key, cursor in top.items()})
 
     # sections
@@ -472,12 +489,39 @@ class _Parser:
     def appliance(self, cursor: Cursor | None) -> tuple[str | None, str]:
         if cursor is None:
             return None, ""
-        fields = cursor.mapping(("name", "description"), required=("name",))
+        fields = cursor.mapping(("name", "description", "maintenance"), required=("name",))
         if fields is None:
             return None, ""
+        if "maintenance" in fields:
+            self.maintenance_settings = self.maintenance(fields["maintenance"])
         name = fields["name"].text(SLUG, "a name (lower-case letters, digits, '-' and '_')") if "name" in fields else None
         description = (fields["description"].text() or "") if "description" in fields else ""
         return name, description
+
+    def maintenance(self, cursor: Cursor) -> dict:
+        """appliance.maintenance: when the firmware stage may restart servers to apply staged BIOS values
+        (window: {days, start, end, timezone}) and how long it waits for one (reset_timeout, seconds).
+        The window's rules are the redfish_reset module's own (module_utils/appliance_window.py)."""
+        fields = cursor.mapping(("window", "reset_timeout"))
+        if fields is None:
+            return {}
+        values = {}
+        if "reset_timeout" in fields:
+            timeout = fields["reset_timeout"].integer(minimum=30, maximum=86400)
+            if timeout is not None:
+                values["reset_timeout"] = timeout
+        if "window" in fields:
+            window = to_plain(fields["window"].value)
+            problems = window_rules().problems(window)
+            for problem in problems:
+                key, _, message = problem.partition(": ")
+                if isinstance(window, dict) and key in window:
+                    fields["window"].child(key).error(message)
+                else:
+                    fields["window"].error(problem)
+            if not problems:
+                values["window"] = window
+        return values
 
     def defaults(self, cursor: Cursor | None) -> dict:
         if cursor is None:

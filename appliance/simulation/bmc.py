@@ -3,8 +3,10 @@ of the node's BMC URL, with TLS (a certificate from the simulation's own CA) and
 (a bcrypt htpasswd with the user "admin" and the password in SIMULATION_DIR/bmc-password).
 
 Files: SIMULATION_DIR/ca/{ca.pem,ca.key}, SIMULATION_DIR/bmc-password (0600), and per node
-SIMULATION_DIR/bmc/<node>.{pid,log,htpasswd,crt,key}. The emulator's configuration is
-bmc_emulator_config.py; it keeps the BIOS attributes and power state in the node's state file.
+SIMULATION_DIR/bmc/<node>.{pid,log,htpasswd,crt,key}. The emulator runs as bmc_driver.py (sushy-tools'
+application whose systems driver can stage BIOS changes until a reset, as real BMCs do: the node's
+bmc.apply_time, "Immediate" or "OnReset"); its configuration is bmc_emulator_config.py; it keeps the BIOS
+attributes, the staged ones and the power state in the node's state file.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from . import state as node_state
 
 USERNAME = "admin"
 CONFIG = Path(__file__).with_name("bmc_emulator_config.py")
+DRIVER = Path(__file__).with_name("bmc_driver.py")
+APPLY_TIMES = ("Immediate", "OnReset")
 START_TIMEOUT = 15.0
 
 
@@ -138,6 +142,27 @@ def write_htpasswd(node_name: str, wrong_password: bool = False) -> Path:
     return path
 
 
+def apply_time(node, current: dict) -> str:
+    """When the node's BMC applies BIOS changes: the node's own choice in its state file (bmc.apply_time),
+    else its platform's (bios.apply_time in firmware/platforms/), else at once."""
+    chosen = (current.get("bmc") or {}).get("apply_time")
+    if not chosen and node.platform_id:
+        chosen = ((node.platform.spec or {}).get("bios") or {}).get("apply_time")
+    chosen = chosen or "Immediate"
+    if chosen not in APPLY_TIMES:
+        raise BMCError(f"{node.name}: BMC apply time {chosen!r} is not one of {', '.join(APPLY_TIMES)}")
+    return chosen
+
+
+def set_apply_time(node, value: str) -> None:
+    """Make the node's simulated BMC apply BIOS changes at once or at the next reset (takes effect at
+    the emulator's next start)."""
+    if value not in APPLY_TIMES:
+        raise BMCError(f"{node.name}: BMC apply time {value!r} is not one of {', '.join(APPLY_TIMES)}")
+    with node_state.update(node.sysroot) as current:
+        current["bmc"]["apply_time"] = value
+
+
 def port_of(node) -> int:
     parsed = urlparse(node.bmc.url)
     if parsed.hostname not in ("127.0.0.1", "localhost") or parsed.scheme != "https" or not parsed.port:
@@ -200,11 +225,10 @@ def _spawn(node) -> tuple[subprocess.Popen, int]:
                        "(a bootstrap of the demo appliance moves its BMCs to free ports of their own)")
     cert, key = _server_certificate(node.name)
     auth_file = write_htpasswd(node.name, wrong_password=node_state.has_fault(current, "bmc_wrong_password"))
-    executable = Path(sys.executable).with_name("sushy-emulator")
-    command = ([str(executable)] if executable.exists() else [sys.executable, "-m", "sushy_tools.emulator.main"])
-    command += ["--config", str(CONFIG)]
+    command = [sys.executable, str(DRIVER), "--config", str(CONFIG)]
     environment = {key: value for key, value in os.environ.items() if not key.startswith("SUSHY_")}
     environment.update(APPLIANCE_BMC_SYSROOT=str(node.sysroot), APPLIANCE_BMC_PORT=str(port),
+                       APPLIANCE_BMC_APPLY=apply_time(node, current),
                        APPLIANCE_BMC_CERT=str(cert), APPLIANCE_BMC_KEY=str(key), APPLIANCE_BMC_AUTH_FILE=str(auth_file))
     bmc_dir().mkdir(parents=True, exist_ok=True)
     with open(bmc_dir() / f"{node.name}.log", "ab") as log:

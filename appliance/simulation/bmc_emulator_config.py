@@ -7,7 +7,8 @@ opens one per request: LIBVIRT_CONNECTION (an upper-case name, so Flask keeps it
 the life of the process. The driver's sample domain `test` is removed and the node's server is
 defined with an EFI firmware and a <devices> section (boot-override requests fail without them).
 
-The BMC's memory is the node's state file: at start the domain gets the BIOS attributes (factory
+The process is bmc_driver.py (sushy-tools' own application with a systems driver that can stage BIOS
+changes until a reset, per APPLIANCE_BMC_APPLY). The BMC's memory is the node's state file: at start the domain gets the BIOS attributes (factory
 values at first start) and the power state recorded there, and a libvirt event callback writes every
 BIOS change (PATCH .../BIOS/Settings redefines the domain) and power change back, so a restarted
 emulator, like a real BMC's NVRAM, keeps what was set.
@@ -32,6 +33,9 @@ SUSHY_EMULATOR_SSL_CERT = os.environ["APPLIANCE_BMC_CERT"]
 SUSHY_EMULATOR_SSL_KEY = os.environ["APPLIANCE_BMC_KEY"]
 SUSHY_EMULATOR_AUTH_FILE = os.environ["APPLIANCE_BMC_AUTH_FILE"]
 SUSHY_EMULATOR_LIBVIRT_URI = "test:///default"
+# Read by bmc_driver.StagingLibvirtDriver: when BIOS changes take effect ("Immediate" or "OnReset").
+APPLIANCE_BMC_APPLY = os.environ.get("APPLIANCE_BMC_APPLY", "Immediate")
+APPLIANCE_BMC_SYSROOT = str(_SYSROOT)
 
 _NAMESPACE = "http://openstack.org/xmlns/libvirt/sushy"
 _initial = _state.load(_SYSROOT)

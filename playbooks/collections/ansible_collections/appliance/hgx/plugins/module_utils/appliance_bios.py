@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import time
+
 try:
     from ansible_collections.appliance.hgx.plugins.module_utils.appliance_bios_registry import (  # noqa: F401  (validate_* are re-exported)
         is_integer,
@@ -65,34 +67,58 @@ def settings_target(bios):
     return bios.get("@odata.id")
 
 
+def supported_apply_times(bios):
+    settings = bios.get(SETTINGS_ANNOTATION)
+    values = settings.get("SupportedApplyTimes") if isinstance(settings, dict) else None
+    return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+
+
+def read_settings(client, bios, current):
+    """(pending {attribute: value} that differ from `current`, ETag of the Settings object or None)."""
+    target = settings_target(bios)
+    bios_path = bios.get("@odata.id", "")
+    if not target or target.rstrip("/") == bios_path.rstrip("/"):
+        return {}, None
+    settings, etag = client.get_with_etag(target)
+    pending_values = settings.get("Attributes")
+    pending = {}
+    if isinstance(pending_values, dict):
+        pending = {k: v for k, v in pending_values.items() if k in current and not same_value(v, current[k])}
+    return pending, etag
+
+
 def read_bios(client, system_id=None):
     """(system, bios resource, attributes in effect, attributes pending at next boot)."""
+    system, bios, current, pending, _ = _read_all(client, system_id)
+    return system, bios, current, pending
+
+
+def _read_all(client, system_id=None):
     system = client.system(system_id)
     bios_path = client.link(system, "Bios", system.get("@odata.id", "the system"))
     bios = client.get(bios_path)
     current = bios.get("Attributes")
     if not isinstance(current, dict):
         raise RedfishError(f"{client.node}: BMC {client.display_url}: {bios_path} has no Attributes")
-    pending = {}
-    target = settings_target(bios)
-    if target and target.rstrip("/") != bios_path.rstrip("/"):
-        settings = client.get(target)
-        pending_values = settings.get("Attributes")
-        if isinstance(pending_values, dict):
-            pending = {k: v for k, v in pending_values.items() if k in current and not same_value(v, current[k])}
-    return system, bios, current, pending
+    pending, etag = read_settings(client, bios, current)
+    return system, bios, current, pending, etag
 
 
 def converge(client, baseline, registry, check_mode=False, system_id=None):
     """Bring the BIOS of `client`'s system to `baseline`. Returns a result dict:
-    system_id, system_uri, bios_uri, attributes (read back), changes [{attribute, old, new}],
-    pending {attribute: value} (accepted, applied at next boot), changed."""
+    system_id, system_uri, bios_uri, attributes (in effect, read back), changes [{attribute, old, new}],
+    pending {attribute: value} (accepted, applied by the next reset), changed.
+
+    The PATCH goes to the Settings object the BMC names, with If-Match (its ETag) and, where the BMC
+    lists OnReset among its SupportedApplyTimes, "@Redfish.SettingsApplyTime" OnReset: the firmware
+    stage restarts the server itself, within the site's maintenance window, rather than let a BMC
+    restart it at a moment of its choosing."""
     errors = validate_baseline(baseline, registry)
     if errors:
         raise BaselineError("the BIOS baseline does not match the attribute registry: " + "; ".join(errors))
     baseline = wire_baseline(baseline, registry)
 
-    system, bios, current, pending = read_bios(client, system_id)
+    system, bios, current, pending, etag = _read_all(client, system_id)
     missing = sorted(name for name in baseline if name not in current)
     if missing:
         raise BaselineError(f"{client.node}: BMC {client.display_url} does not expose the BIOS attribute(s) "
@@ -106,16 +132,19 @@ def converge(client, baseline, registry, check_mode=False, system_id=None):
         "changes": changes,
         "changed": bool(changes),
         "before": dict(effective),
+        "auth": client.auth_mode,
     }
     if not changes or check_mode:
         result["attributes"] = current
         result["pending"] = pending
         return result
 
-    target = settings_target(bios)
-    client.patch(target, {"Attributes": {c["attribute"]: c["new"] for c in changes}})
+    body = {"Attributes": {c["attribute"]: c["new"] for c in changes}}
+    if "OnReset" in supported_apply_times(bios):
+        body["@Redfish.SettingsApplyTime"] = {"ApplyTime": "OnReset"}
+    client.patch(settings_target(bios), body, etag=etag)
 
-    _, _, current_after, pending_after = read_bios(client, system_id)
+    _, _, current_after, pending_after, _ = _read_all(client, system_id)
     not_applied = []
     for change in changes:
         name = change["attribute"]
@@ -130,3 +159,28 @@ def converge(client, baseline, registry, check_mode=False, system_id=None):
     result["attributes"] = current_after
     result["pending"] = pending_after
     return result
+
+
+def apply_staged(client, expected, timeout, system_id=None, interval=2.0):
+    """Restart the system so that its BIOS applies the staged values, wait until it is powered on again
+    with `expected` ({attribute: value}) in effect and nothing staged, and return
+    {reset_type, seconds, attributes}."""
+    system = client.system(system_id)
+    started = time.monotonic()
+    reset_type = client.reset(system)
+    where = system.get("@odata.id", "the system")
+
+    def back_with_values():
+        now = client.get(where)
+        if now.get("PowerState") != "On":
+            return None
+        _, _, current, pending, _ = _read_all(client, system_id)
+        if pending or differences(expected, current):
+            return None
+        return current
+
+    attributes = client.wait_for(
+        f"did not come back after {reset_type} with the staged BIOS values in effect "
+        f"({', '.join(f'{k}={v}' for k, v in sorted(expected.items()))})",
+        back_with_values, timeout, interval=interval)
+    return {"reset_type": reset_type, "seconds": round(time.monotonic() - started, 1), "attributes": attributes}

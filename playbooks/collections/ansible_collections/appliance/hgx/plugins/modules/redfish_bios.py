@@ -69,7 +69,7 @@ def main():
         supports_check_mode=True,
     )
     if missing_requirements():
-        module.fail_json(msg=missing_required_lib("requests"))
+        module.fail_json(msg=missing_required_lib("sushy"))
     p = module.params
     try:
         with RedfishClient(p["url"], p["username"], p["password"], p["node"], verify_tls=p["verify_tls"],
@@ -78,7 +78,7 @@ def main():
                 system, bios, current, pending = read_bios(client, p["system_id"])
                 result = {"system_id": system.get("Id", ""), "system_uri": system.get("@odata.id", ""),
                           "bios_uri": bios.get("@odata.id", ""), "attributes": current, "pending": pending,
-                          "changes": [], "changed": False}
+                          "changes": [], "changed": False, "auth": client.auth_mode}
             else:
                 result = converge(client, p["baseline"], p["registry"], check_mode=module.check_mode,
                                   system_id=p["system_id"])
@@ -89,7 +89,8 @@ def main():
         "appliance_bios": result["attributes"],
         "appliance_bios_changes": result["changes"],
         "appliance_bios_pending": result["pending"],
-        "appliance_bmc": {k: result[k] for k in ("system_id", "system_uri", "bios_uri")},
+        # auth: what the BMC accepted, "session" (its SessionService) or "basic" (no SessionService).
+        "appliance_bmc": {k: result[k] for k in ("system_id", "system_uri", "bios_uri", "auth")},
     }
     output = {"changed": result["changed"], "ansible_facts": facts}
     if result["changes"]:
@@ -101,8 +102,9 @@ def main():
         output["msg"] = ("would change " if module.check_mode else "changed ") + ", ".join(
             f"{c['attribute']} {c['old']} -> {c['new']}" for c in result["changes"])
     if result["pending"]:
-        module.warn(f"{p['node']}: BIOS values applied at the next boot: "
-                    + ", ".join(f"{k}={v}" for k, v in sorted(result["pending"].items())))
+        # Staged by the BMC until the server restarts: the firmware stage's redfish_reset task applies them.
+        output["msg"] = (output.get("msg", "") + "; " if output.get("msg") else "") + \
+            "staged until the next reset: " + ", ".join(f"{k}={v}" for k, v in sorted(result["pending"].items()))
     module.exit_json(**output)
 
 
