@@ -184,6 +184,14 @@ PORT_STATES = {"Down": 1, "Initializing": 2, "Armed": 3, "Active": 4}
 PHYSICAL_STATES = {"Sleep": 1, "Polling": 2, "Disabled": 3, "LinkUp": 5}
 RATE_LANES = {400: ("4X", "NDR"), 200: ("4X", "HDR"), 100: ("4X", "EDR"), 56: ("4X", "FDR"), 40: ("4X", "QDR"),
               10: ("1X", "SDR")}
+# The names the kernel writes in ports/<n>/state (ib_port_state_to_str), by ibstat's names.
+SYSFS_PORT_STATES = {"Down": "DOWN", "Initializing": "INIT", "Armed": "ARMED", "Active": "ACTIVE"}
+
+
+def sysfs_guid(guid: str) -> str:
+    """0x946dae0300d2a0d2 -> 946d:ae03:00d2:a0d2, as sysfs writes node_guid and the GUID half of a GID."""
+    digits = guid.lower().removeprefix("0x").rjust(16, "0")
+    return ":".join(digits[i:i + 4] for i in range(0, 16, 4))
 
 
 def effective_hcas(state: dict) -> list[dict]:
@@ -295,10 +303,14 @@ def _write_derived(sysroot: Path, state: dict) -> None:
                   "".join(f"{mount['source']} {mount['target']} {mount['fstype']} {','.join(mount['options'])} 0 0\n"
                           for mount in state.get("mounts", [])))
     # The same directory layout as sysfs, for the port counters and state the fabric checks read.
+    # The kernel's formats (drivers/infiniband/core/sysfs.c); appliance.hgx.ib_ports reads these, not ibstat.
     for hca in effective_hcas(state):
+        device = sysroot / "sys" / "class" / "infiniband" / hca["device"]
+        _write_if_changed(device / "node_guid", sysfs_guid(hca["node_guid"]) + "\n")
         for port in hca["ports"]:
-            base = sysroot / "sys" / "class" / "infiniband" / hca["device"] / "ports" / str(port["port"])
-            _write_if_changed(base / "state", f"{port['state_code']}: {port['state'].upper()}\n")
+            base = device / "ports" / str(port["port"])
+            _write_if_changed(base / "gids" / "0", "fe80:0000:0000:0000:" + sysfs_guid(port["guid"]) + "\n")
+            _write_if_changed(base / "state", f"{port['state_code']}: {SYSFS_PORT_STATES.get(port['state'], port['state'].upper())}\n")
             _write_if_changed(base / "phys_state", f"{port['physical_state_code']}: {port['physical_state']}\n")
             _write_if_changed(base / "rate", f"{port['rate_gbps']} Gb/sec ({port['width']} {port['speed']})\n")
             _write_if_changed(base / "link_layer", f"{port['link_layer']}\n")

@@ -152,3 +152,32 @@ def test_mounts_fio_and_xids():
     assert parsers.parse_fio("note: both iodepth >= 1\n" + fio) == {"read_mbps": 21400.0, "write_mbps": 0.0}
     log = "[  12.3] NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n[  1.0] other\n"
     assert parsers.parse_xids(log) == [{"pci": "0000:18:00", "xid": 79, "text": "pid=0, GPU has fallen off the bus."}]
+
+
+def _sysfs_port(root, device, port, state, phys_state, rate, guid="946d:ae03:00d2:a0d2"):
+    base = root / "sys" / "class" / "infiniband" / device
+    (base / "ports" / str(port) / "gids").mkdir(parents=True)
+    (base / "node_guid").write_text(f"{guid}\n")
+    files = {"state": state, "phys_state": phys_state, "rate": rate, "link_layer": "InfiniBand",
+             "gids/0": f"fe80:0000:0000:0000:{guid}"}
+    for name, text in files.items():
+        (base / "ports" / str(port) / name).write_text(text + "\n")
+
+
+def test_infiniband_ports_from_sysfs(tmp_path):
+    # The kernel's formats (drivers/infiniband/core/sysfs.c), as a ConnectX-7 node shows them; a port
+    # without a link reports 2.5 Gb/sec at 1X and no speed name (SDR is written as nothing).
+    _sysfs_port(tmp_path, "mlx5_0", 1, "4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)")
+    _sysfs_port(tmp_path, "mlx5_1", 1, "1: DOWN", "2: Polling", "2.5 Gb/sec (1X)", guid="946d:ae03:00d2:a0d3")
+    assert parsers.read_infiniband_sysfs(str(tmp_path)) == {
+        "mlx5_0": {"node_guid": "0x946dae0300d2a0d2", "ports": {1: {
+            "state": "Active", "physical_state": "LinkUp", "rate_gbps": 400, "port_guid": "0x946dae0300d2a0d2",
+            "link_layer": "InfiniBand"}}},
+        "mlx5_1": {"node_guid": "0x946dae0300d2a0d3", "ports": {1: {
+            "state": "Down", "physical_state": "Polling", "rate_gbps": 2.5, "port_guid": "0x946dae0300d2a0d3",
+            "link_layer": "InfiniBand"}}},
+    }
+    assert parsers.read_infiniband_sysfs(str(tmp_path / "no-hca")) == {}
+    (tmp_path / "sys/class/infiniband/mlx5_1/ports/1/rate").write_text("fast\n")
+    with pytest.raises(parsers.ParseError, match=r"mlx5_1/ports/1/rate: expected '<rate> Gb/sec .*read 'fast'"):
+        parsers.read_infiniband_sysfs(str(tmp_path))

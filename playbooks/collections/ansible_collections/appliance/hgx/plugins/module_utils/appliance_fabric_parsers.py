@@ -1,13 +1,16 @@
-# Parsers of the tools the fabric, gpudirect, storage and acceptance stages read: ibstat,
-# `nvidia-smi topo -m`, `gdscheck -p`, NCCL's all_reduce_perf, perftest's ib_write_bw, `dcgmi diag`,
-# `findmnt -rn`, fio's JSON report and the kernel log's NVRM Xid lines.
+# Parsers of the tools the fabric, gpudirect, storage and acceptance stages read: the InfiniBand ports in
+# sysfs (and ibstat), `nvidia-smi topo -m`, `gdscheck -p`, NCCL's all_reduce_perf, perftest's ib_write_bw,
+# `dcgmi diag -j`, `findmnt -rn`, fio's JSON report and the kernel log's NVRM Xid lines.
 #
 # Pure functions of text: the modules run the tools (found on the PATH, so that a simulated node
-# answers with its own), these functions read what they print in the format the real tools use.
+# answers with its own), these functions read what they print in the format the real tools use. The one
+# reader of files, read_infiniband_sysfs, reads the kernel's own files under a root (a simulated node's
+# sysroot, where the simulation writes them in the kernel's format).
 
 from __future__ import annotations
 
 import json
+import os
 import re
 
 
@@ -58,6 +61,92 @@ def parse_ibstat(text):
             port["link_layer"] = value
     if not cas:
         raise ParseError("ibstat printed no CA: " + (text.strip()[:200] or "(nothing)"))
+    return cas
+
+
+# ---- InfiniBand ports in sysfs ----------------------------------------------------------------------
+
+# The kernel's files (drivers/infiniband/core/sysfs.c): ports/<n>/state "4: ACTIVE", phys_state
+# "5: LinkUp", rate "400 Gb/sec (4X NDR)", link_layer "InfiniBand", gids/0 the subnet prefix and the port
+# GUID, node_guid "946d:ae03:00d2:a0d2". The logical states are reported under ibstat's names, which the
+# checks and the inventory use.
+SYSFS_PORT_STATES = {"NOP": "Nop", "DOWN": "Down", "INIT": "Initializing", "ARMED": "Armed", "ACTIVE": "Active",
+                     "ACTIVE_DEFER": "ActiveDefer"}
+_SYSFS_CODED = re.compile(r"^(\d+):\s*(\S.*?)\s*$")
+_SYSFS_RATE = re.compile(r"^(\d+(?:\.\d+)?) Gb/sec \((\d+)X(?: ?(\w+))?\)$")
+_SYSFS_GUID = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{4}):([0-9a-f]{4}):([0-9a-f]{4})$")
+
+
+def parse_sysfs_coded(text, where):
+    """"4: ACTIVE" -> (4, "ACTIVE")."""
+    match = _SYSFS_CODED.match(text.strip())
+    if not match:
+        raise ParseError(f"{where}: expected '<code>: <name>', read {text.strip()[:80]!r}")
+    return int(match.group(1)), match.group(2)
+
+
+def parse_sysfs_rate(text, where):
+    """"400 Gb/sec (4X NDR)" -> 400 (a fractional rate, "2.5 Gb/sec (1X)", stays a float)."""
+    match = _SYSFS_RATE.match(text.strip())
+    if not match:
+        raise ParseError(f"{where}: expected '<rate> Gb/sec (<width>X <speed>)', read {text.strip()[:80]!r}")
+    rate = float(match.group(1))
+    return int(rate) if rate.is_integer() else rate
+
+
+def sysfs_guid(text, where):
+    """The last four groups of a GID or node_guid ("fe80:0000:0000:0000:946d:ae03:00d2:a0d2") -> "0x946dae0300d2a0d2"."""
+    groups = text.strip().lower().split(":")
+    match = _SYSFS_GUID.match(":".join(groups[-4:]))
+    if not match:
+        raise ParseError(f"{where}: expected a GUID in groups of four hex digits, read {text.strip()[:80]!r}")
+    return "0x" + "".join(match.groups())
+
+
+def read_infiniband_sysfs(root):
+    """/sys/class/infiniband under `root` -> {device: {node_guid, ports: {port: {state, physical_state,
+    rate_gbps, port_guid, link_layer}}}}, ibstat's shape. No device is an empty dict (no HCA, or its
+    driver not loaded); an unreadable or malformed file is a ParseError naming it."""
+    base = os.path.join(root or "/", "sys", "class", "infiniband")
+    try:
+        devices = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return {}
+
+    def read(path):
+        try:
+            with open(path) as handle:
+                return handle.read()
+        except OSError as exc:
+            raise ParseError(f"{path}: unreadable ({exc.strerror or exc})") from None
+
+    cas = {}
+    for device in devices:
+        device_dir = os.path.join(base, device)
+        node_guid_path = os.path.join(device_dir, "node_guid")
+        ca = {"node_guid": sysfs_guid(read(node_guid_path), node_guid_path), "ports": {}}
+        ports_dir = os.path.join(device_dir, "ports")
+        try:
+            numbers = sorted((name for name in os.listdir(ports_dir) if name.isdigit()), key=int)
+        except OSError as exc:
+            raise ParseError(f"{ports_dir}: unreadable ({exc.strerror or exc})") from None
+        for name in numbers:
+            port_dir = os.path.join(ports_dir, name)
+            path = os.path.join(port_dir, "state")
+            _, state = parse_sysfs_coded(read(path), path)
+            path = os.path.join(port_dir, "phys_state")
+            _, physical = parse_sysfs_coded(read(path), path)
+            path = os.path.join(port_dir, "rate")
+            rate = parse_sysfs_rate(read(path), path)
+            path = os.path.join(port_dir, "gids", "0")
+            ca["ports"][int(name)] = {
+                "state": SYSFS_PORT_STATES.get(state.upper(), state),
+                "physical_state": physical,
+                "rate_gbps": rate,
+                "port_guid": sysfs_guid(read(path), path),
+                "link_layer": read(os.path.join(port_dir, "link_layer")).strip(),
+            }
+        cas[device] = ca
     return cas
 
 

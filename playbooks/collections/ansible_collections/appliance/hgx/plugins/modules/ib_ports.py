@@ -1,5 +1,5 @@
 #!/usr/bin/python
-# Appliance suite: InfiniBand ports of a node, read with ibstat and the kernel's port counters, checked
+# Appliance suite: InfiniBand ports of a node, read from the kernel's sysfs (state, rate, counters), checked
 # against the platform: every expected port Active and LinkUp at the platform's rate, error counters
 # below their thresholds.
 
@@ -7,19 +7,20 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: ib_ports
-short_description: Read and verify the InfiniBand ports of a node (ibstat, sysfs counters)
+short_description: Read and verify the InfiniBand ports of a node (sysfs state, rate and counters)
 version_added: "0.1.0"
 description:
-  - Lists every HCA port with C(ibstat) and reads its error counters from
-    C(/sys/class/infiniband/<device>/ports/<port>/counters) under O(sysroot).
+  - Lists every HCA port from C(/sys/class/infiniband/<device>/ports/<port>) under O(sysroot) - C(state),
+    C(phys_state), C(rate), C(link_layer), C(gids/0) - and reads its error counters from C(counters/) there.
+    No C(ibstat) text is parsed, and the node needs no C(infiniband-diags).
   - Checks every port of O(expected_ports) - present, state V(Active), physical state V(LinkUp), running at
     O(rate_gbps) with O(link_layer), and each counter of O(thresholds) at or below its maximum.
   - Fails listing every contradiction, each naming the node, the port, the expected and the measured value.
 author:
   - Appliance management suite developers (!UNKNOWN)
 notes:
-  - On a simulated node the play's environment puts the simulated C(ibstat) first on the C(PATH), and
-    O(sysroot) is the node's directory, which holds its simulated counters.
+  - On a simulated node O(sysroot) is the node's directory; the simulation writes its sysfs files in the
+    kernel's format and rewrites them when a fault takes a port down or changes its rate.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -85,7 +86,7 @@ ansible_facts:
   type: dict
   contains:
     appliance_hcas:
-      description: Every port C(ibstat) lists.
+      description: Every port sysfs lists.
       type: list
       elements: dict
       contains:
@@ -127,7 +128,8 @@ msg:
 
 import os
 
-from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, parse_ibstat
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import (
+    ParseError, read_infiniband_sysfs)
 from ansible.module_utils.basic import AnsibleModule
 
 # perfquery's names (what operators know) -> the kernel's counter files.
@@ -161,12 +163,9 @@ def main():
     unknown = sorted(set(p["thresholds"]) - set(COUNTER_FILES))
     if unknown:
         module.fail_json(msg=f"{node}: unknown counter threshold(s) {', '.join(unknown)} (known: {', '.join(COUNTER_FILES)})")
-    ibstat = module.get_bin_path("ibstat", required=True)
-    rc, out, err = module.run_command([ibstat], environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        module.fail_json(msg=f"{node}: ibstat failed (rc {rc}): {err.strip() or out.strip()}")
+    # The kernel's own view of the ports (what ibstat prints is read from these same files).
     try:
-        cas = parse_ibstat(out)
+        cas = read_infiniband_sysfs(p["sysroot"])
     except ParseError as exc:
         module.fail_json(msg=f"{node}: {exc}")
 
@@ -191,7 +190,8 @@ def main():
         where = f"{node} {key[0]}/{key[1]}"
         port = by_key.get(key)
         if port is None:
-            problems.append(f"{where}: port missing (ibstat lists {', '.join(f'{d}/{n}' for d, n in sorted(by_key)) or 'none'})")
+            listed = ", ".join(f"{d}/{n}" for d, n in sorted(by_key)) or "none"
+            problems.append(f"{where}: port missing (/sys/class/infiniband lists {listed})")
             continue
         if port["state"] != "Active":
             problems.append(f"{where}: state expected Active, measured {port['state'] or 'unknown'}")
