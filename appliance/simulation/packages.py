@@ -76,6 +76,9 @@ CATALOGUE: tuple[Package, ...] = (
             enabled_units=("containerd.service",)),
     Package(r"kubelet|kubeadm|kubectl", "1.30.2-1.1", units=("kubelet.service",)),
     Package(r"nvidia-container-toolkit(-base)?", "1.16.1-1", commands=("nvidia-ctk",)),
+    # The node_python role's venv (Ubuntu 22.04's Python 3.10; python3-venv brings ensurepip's wheels).
+    Package(r"python3-venv", "3.10.6-1~22.04", depends=("python3.10-venv",)),
+    Package(r"python3\.10-venv", "3.10.12-1~22.04.3"),
     Package(r"prometheus-node-exporter", "1.3.1-1ubuntu0.22.04.2", units=("prometheus-node-exporter.service",),
             enabled_units=("prometheus-node-exporter.service",)),
 )

@@ -1,0 +1,95 @@
+"""The node installs from the appliance's own repository only (air-gapped), on one simulated node:
+the package_sources and node_python roles point apt at the repository served by the simulated
+management node, and make the node's venv with the NVML binding from it, hash-checked and idempotent."""
+
+import json
+import subprocess
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+NODE_PYTHON_PLAY = """
+- name: Node Python
+  hosts: all
+  gather_facts: false
+  environment: "{{ node_environment | default({}) }}"
+  roles:
+    - role: node_python
+"""
+
+
+@pytest.fixture(scope="module")
+def node_python_playbook(tmp_path_factory):
+    path = tmp_path_factory.mktemp("node-python") / "node_python.yml"
+    path.write_text(NODE_PYTHON_PLAY)
+    return str(path)
+
+
+def test_the_node_venv_gets_the_nvml_binding_from_the_repository_and_stays(simulated_appliance,
+                                                                          node_python_playbook):
+    sim = simulated_appliance
+
+    first = sim.run(node_python_playbook)
+
+    assert first.returncode == 0, first.output
+    venv = sim.sysroot / "opt/appliance/python"
+    source = (sim.sysroot / "etc/apt/sources.list.d/appliance.list").read_text()
+    assert f"deb [trusted=yes] {sim.package_repository['url']}/apt appliance main" in source
+    assert (venv / "appliance-requirements.txt").read_text() == (
+        "nvidia-ml-py==13.615.71 "
+        "--hash=sha256:959bf4adf6fe1308e4bd739e722236b0d1ec8392e2cefad33ff70c311380b9b6\n")
+    # Imported from the venv's own site packages, with the environment of the node (its simulated NVML).
+    probe = subprocess.run([str(venv / "bin/python3"), "-c", "import importlib.metadata as m, pynvml; "
+                            "print(m.version('nvidia-ml-py'), pynvml.__file__)"],
+                           capture_output=True, text=True, check=True, env={"PIP_CONFIG_FILE": "/dev/null"})
+    version, module_file = probe.stdout.split()
+    assert version == "13.615.71" and module_file.startswith(str(venv))
+    assert sim.state()["packages"]["python3-venv"] == "3.10.6-1~22.04"
+    served = (sim.workdir / "simulation" / "repository-server.log").read_text()
+    assert "GET /python/simple/nvidia-ml-py/ HTTP" in served
+    assert "GET /python/files/nvidia_ml_py-13.615.71-py3-none-any.whl HTTP" in served
+    assert "GET /apt/pool/main/p/python3-venv/python3-venv_3.10.6-1~22.04_amd64.deb HTTP" in served
+
+    second = sim.run(node_python_playbook)
+
+    assert second.returncode == 0, second.output
+    assert second.changed() == 0, second.output
+
+
+def test_a_wheel_that_differs_from_the_pinned_hash_is_refused_on_the_node(simulated_appliance,
+                                                                         node_python_playbook):
+    sim = simulated_appliance
+    requirements = ["nvidia-ml-py==13.615.71 --hash=sha256:" + "0" * 64]
+    venv = sim.sysroot / "opt/appliance/python"
+    subprocess.run([str(venv / "bin/python3"), "-m", "pip", "uninstall", "-y", "-q", "nvidia-ml-py"], check=True,
+                   env={"PIP_CONFIG_FILE": "/dev/null"})
+
+    run = sim.run(node_python_playbook, extra_vars={
+        "package_repository": {**sim.package_repository, "python_requirements": requirements}})
+
+    assert run.returncode != 0
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in run.output
+    assert not list(venv.glob("lib/python3*/site-packages/pynvml.py"))
+
+
+def test_apt_refuses_a_package_the_repository_does_not_list(simulated_appliance, node_python_playbook):
+    sim = simulated_appliance
+    environment = {**sim.host_vars["node_environment"]}
+    assert sim.run(node_python_playbook).returncode == 0  # apt points at the repository, its index fetched
+
+    refused = subprocess.run(["apt-get", "install", "-y", "nvidia-container-toolkit"], capture_output=True,
+                             text=True, env=environment, check=False)
+    listed = subprocess.run(["apt-get", "install", "-y", "fio"], capture_output=True, text=True, env=environment,
+                            check=False)
+
+    # In the simulation's catalogue, but not among the packages the repository was built with.
+    assert refused.returncode == 100
+    assert "Unable to locate package nvidia-container-toolkit" in refused.stderr
+    assert "nvidia-container-toolkit" not in sim.state()["packages"]
+    assert listed.returncode == 0, listed.stderr
+    assert sim.state()["packages"]["fio"] == "3.28-1"
+    lists = sim.sysroot / "var/lib/apt/lists"
+    assert json.loads((lists / "appliance-sim-sources.json").read_text()) == {
+        sim.package_repository["url"].removeprefix("http://") + "_apt_dists_appliance_main_binary-amd64_Packages":
+            sim.package_repository["apt_url"]}
