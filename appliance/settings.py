@@ -351,6 +351,8 @@ AUDIT_WITNESS_SYSLOG = os.environ.get("AUDIT_WITNESS_SYSLOG", "")
 SECRETS_KEY_FILE = Path(os.environ.get("APPLIANCE_SECRETS_KEY_FILE", KEYS_DIR / "secrets.key"))
 
 SIMULATION_DIR = STATE_DIR / "simulation"
+# The package repository the nodes install from (manage.py repository build; README "Air-gapped installs").
+REPOSITORY_DIR = Path(os.environ.get("APPLIANCE_REPOSITORY_DIR", STATE_DIR / "repository")).resolve()
 PLAYBOOKS_DIR = BASE_DIR / "playbooks"
 # The collection appliance.hgx: the stages' modules, module_utils and filter.
 COLLECTION_DIR = PLAYBOOKS_DIR / "collections" / "ansible_collections" / "appliance" / "hgx"
