@@ -34,7 +34,7 @@ from appliance.inventory.states import TRANSITIONS as NODE_TRANSITIONS
 from appliance.inventory.states import NodeState
 
 from . import catalogue as stage_catalogue
-from . import executor, playbook_vars
+from . import executor, playbook_vars, repository
 from .facts import FactsSink
 from .models import HostResult, Run, StageRun, TaskEvent
 from .processes import is_ansible, kill_tree
@@ -232,6 +232,7 @@ def _prepare_simulation(appliance: Appliance) -> None:
     from appliance.simulation import services as simulation
 
     simulation.prepare_appliance(appliance)
+    repository.ensure_built()  # the simulated management node serves it (README "Air-gapped installs")
     simulation.start(appliance)  # the BMC emulators and the nodes' SSH servers
 
 
