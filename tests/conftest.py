@@ -1,3 +1,5 @@
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,31 @@ def audit_witness_of_the_test(settings, tmp_path):
 def fast_password_hashing(settings):
     """PBKDF2 at production strength makes the role x endpoint matrix minutes long; tests need no strength."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pytest_configure(config):
+    """As root, the simulated nodes log in as the simulation's service account, which must traverse the
+    folders above a test's state directory: pytest's own root (/tmp/pytest-of-root, 0700, tightened again
+    by every session that starts) would not let it. The session's temporary files go to a folder of its
+    own instead, which the fixtures below open for traversal (never for listing)."""
+    if os.geteuid() == 0 and config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="appliance-pytest-")
+
+
+def traversable(path: Path) -> Path:
+    """Let other users traverse `path` and its parents up to the system's temporary folder (o+x)."""
+    top = Path(tempfile.gettempdir()).resolve()
+    for directory in [Path(path).resolve(), *Path(path).resolve().parents]:
+        if directory == top or top not in directory.parents:
+            break
+        os.chmod(directory, directory.stat().st_mode | 0o001)
+    return Path(path)
+
+
+@pytest.fixture(autouse=True)
+def traversable_tmp_path(tmp_path):
+    """A test's state directory under tmp_path is reachable by the simulated nodes' login account."""
+    traversable(tmp_path)
 
 
 # Tests here drive playbooks, simulated tools and emulators; the database backend changes nothing

@@ -419,10 +419,11 @@ def write_known_hosts() -> Path:
 
 def _own_process(pid: int, name: str) -> bool:
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return str(node_dir(name) / "sshd_config").encode() in cmdline
+    # sshd rewrites its process title ("sshd: /usr/sbin/sshd -D -f CONFIG ... [listener] ..."), one string.
+    return cmdline.startswith(b"sshd: " + SSHD.encode()) and f" -f {node_dir(name) / 'sshd_config'} ".encode() in cmdline
 
 
 def running_pid(name: str) -> int | None:
@@ -464,7 +465,8 @@ def start_many(names: list[str]) -> dict[str, int]:
     try:
         for name, process in spawned.items():
             address, port = address_of(name), port_of(name)
-            while not _answers(address, port):
+            # sshd writes its PidFile once it has bound its address: then it is this process that answers.
+            while not (_pid_written(name, process.pid) and _answers(address, port)):
                 if process.poll() is not None:
                     error = process.stderr.read().decode(errors="replace").strip() if process.stderr else ""
                     raise SSHError(f"{name}: its SSH server exited with status {process.returncode} on "
@@ -473,7 +475,6 @@ def start_many(names: list[str]) -> dict[str, int]:
                     raise SSHError(f"{name}: its SSH server did not answer on {address}:{port} within "
                                    f"{START_TIMEOUT:.0f} s: {_log_tail(name)}")
                 time.sleep(0.05)
-            (node_dir(name) / "sshd.pid").write_text(f"{process.pid}\n")
             pids[name] = process.pid
     except BaseException:
         for process in spawned.values():
@@ -484,6 +485,12 @@ def start_many(names: list[str]) -> dict[str, int]:
             if process.stderr:
                 process.stderr.close()
     return pids
+
+
+def _pid_written(name: str, pid: int) -> bool:
+    with contextlib.suppress(OSError, ValueError):
+        return int((node_dir(name) / "sshd.pid").read_text().strip()) == pid
+    return False
 
 
 def _log_tail(name: str, lines: int = 5) -> str:

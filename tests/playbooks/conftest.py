@@ -140,9 +140,11 @@ class SimulatedAppliance:
 def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
     from appliance.inventory.models import BMC, Appliance, Credential, Node, Platform
     from appliance.inventory.platforms import load_platform
+    from appliance.provisioning.playbook_vars import connection_vars
     from appliance.simulation import services
+    from tests.conftest import traversable
 
-    workdir = tmp_path_factory.mktemp("playbooks")
+    workdir = traversable(tmp_path_factory.mktemp("playbooks"))
     simulation_dir = workdir / "simulation"
     with django_db_blocker.unblock(), override_settings(SIMULATION_DIR=simulation_dir):
         atomic = transaction.atomic()
@@ -163,14 +165,15 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
             BMC.objects.create(node=node, url=bmc_url, credential=credential, verify_tls=True)
             services.prepare_appliance(appliance)
             services.start_bmcs(appliance)
+            services.start_ssh(appliance)  # the node is reached over SSH, as the engine reaches it
             try:
                 platform = spec.spec
                 registry = load_yaml(Path(settings.FIRMWARE_DIR) / "registries" / platform["bios"]["registry"])
                 simulated = SimulatedAppliance(node=node, sysroot=sysroot, workdir=workdir, bmc_url=bmc_url,
                                                bmc_password=password, platform=platform, registry=registry)
                 simulated.host_vars = {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": sys.executable,
+                    # Over SSH as the unprivileged login account, with become, as the engine reaches it.
+                    **connection_vars(node, True),
                     "sysroot": str(sysroot),
                     "node_role": "gpu",
                     "simulated": True,
@@ -190,6 +193,7 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
                                         **stage_vars.storage_vars(appliance)}
                 yield simulated
             finally:
+                services.stop_ssh(appliance)
                 services.stop_bmcs(appliance)
         finally:
             transaction.set_rollback(True)

@@ -36,6 +36,12 @@ WATCHED = ["/etc", "/usr/lib/modules-load.d", "/usr/lib/systemd/system", "/lib/m
            "/var/lib/dpkg/status", "/usr/local/bin", os.path.expanduser("~/.ansible")]
 
 
+# The one documented exception (README "The simulated nodes' SSH"): as root, the first prepare creates the
+# simulation's service account appliance-sim (the account databases, their backups, its sudoers drop-in).
+ACCOUNT_FILES = {f"/etc/{name}{suffix}" for name in ("passwd", "group", "shadow", "gshadow") for suffix in ("", "-")}
+ACCOUNT_FILES |= {"/etc", "/etc/sudoers.d", "/etc/sudoers.d/appliance-sim", "/etc/.pwd.lock"}
+
+
 def snapshot() -> dict:
     listing = {}
     for top in WATCHED:
@@ -46,7 +52,10 @@ def snapshot() -> dict:
                 info = path.lstat()
             except OSError:
                 continue
-            listing[str(path)] = (info.st_mtime_ns, info.st_size, info.st_mode)
+            if str(path) not in ACCOUNT_FILES:
+                listing[str(path)] = (info.st_mtime_ns, info.st_size, info.st_mode)
+    listing["accounts"] = sorted(line.split(":")[0] for line in Path("/etc/passwd").read_text().splitlines()
+                                 if not line.startswith("appliance-sim:"))
     # Loaded modules, mounts and sysctls in effect (a container may not show all of them).
     for name in ("/proc/modules", "/proc/mounts", "/proc/cmdline", "/proc/sys/vm/swappiness",
                  "/proc/sys/kernel/numa_balancing"):
@@ -107,7 +116,9 @@ def failures(state_dir: Path) -> dict:
 def demo(tmp_path_factory):
     """The demo appliance bootstrapped once, in a fresh state directory, with what the host looked like
     before and after."""
-    state = tmp_path_factory.mktemp("demo") / "state"
+    from tests.conftest import traversable
+
+    state = traversable(tmp_path_factory.mktemp("demo")) / "state"
     state.mkdir()
     before = snapshot()
     first = manage(state, "bootstrap", "--no-input", timeout=300)

@@ -23,7 +23,7 @@ def simulated(make_appliance):  # noqa: F811
 
     appliance, _nodes = make_appliance(nodes=(("sim-gpu01", "hgx-h100-8gpu"), ("sim-gpu02", "hgx-h100-8gpu")))
     yield appliance
-    simulation.stop_bmcs(appliance)
+    simulation.stop(appliance)  # its BMC emulators and SSH servers
 
 
 def test_a_cancelled_os_rerun_returns_unchanged_nodes_and_fails_changed_ones(simulated, monkeypatch):
