@@ -45,7 +45,11 @@ def test_dcgm_diag_reports_persistence_and_missing_gpu(gpu_stack, run_tool):
     run_tool("systemctl", "enable", "--now", "nvidia-dcgm")
     failing = run_tool("dcgmi", "diag", "-r", "1", "-j", check=False)
     assert failing.returncode == 1
-    assert json.loads(failing.stdout)["runs"]["result"] == "Fail"
+    deployment = json.loads(failing.stdout)["DCGM GPU Diagnostic"]["test_categories"][0]
+    assert deployment["category"] == "Deployment"
+    assert deployment["tests"][4] == {"name": "Persistence Mode", "results": [{
+        "gpu_ids": "0,1,2,3,4,5,6,7", "status": "Fail",
+        "warnings": [{"warning": f"GPU {n}: persistence mode is disabled", "error_id": 0} for n in range(8)]}]}
     run_tool("nvidia-smi", "-pm", "1")
     assert run_tool("dcgmi", "diag", "-r", "1").returncode == 0
     assert run_tool("dcgmi", "discovery", "-l").stdout.startswith("8 GPUs found.")
@@ -132,3 +136,28 @@ def test_fio_and_xid_log(gpu_stack, run_tool):
     assert (root / "dev/kmsg").read_text() == ""
     services.inject_fault(gpu_stack, "gpu_missing", index=1)
     assert "NVRM: Xid (PCI:0000:2A:00.0): 79, " in (root / "dev/kmsg").read_text()
+
+
+def test_acceptance_reads_dcgm_diag_json(gpu_stack, run_tool, monkeypatch):
+    """The acceptance check runs `dcgmi diag -r 1 -j` and reads its JSON: the failing test and each GPU's
+    warning reach the record's message."""
+    import sys
+
+    import yaml
+    from django.conf import settings
+
+    sys.path.insert(0, str(Path(settings.COLLECTION_DIR) / "plugins" / "module_utils"))
+    import appliance_fabric_acceptance as fabric
+
+    run_tool("systemctl", "enable", "--now", "nvidia-dcgm")
+    for name, value in services.node_environment(gpu_stack).items():
+        monkeypatch.setenv(name, value)
+    platform = yaml.safe_load((Path(settings.FIRMWARE_DIR) / "platforms" / "hgx-h100-8gpu.yaml").read_text())
+    ctx = fabric.FabricContext(gpu_stack.name, sysroot=gpu_stack.sysroot, platform=platform, tools=fabric.Tools())
+    (record,) = fabric.dcgm_checks(ctx)
+    warnings = "; ".join(f"GPU {n}: persistence mode is disabled" for n in range(8))
+    assert (record["check"], record["measured"], record["passed"]) == ("dcgm.diag_r1", "8 pass, 1 fail, 0 skip", False)
+    assert record["message"] == f"dcgmi diag -r 1 -j: 8 pass, 1 fail, 0 skip (Persistence Mode: Fail ({warnings}))"
+    run_tool("nvidia-smi", "-pm", "1")
+    (record,) = fabric.dcgm_checks(ctx)
+    assert (record["measured"], record["passed"]) == ("9 pass, 0 fail, 0 skip", True)

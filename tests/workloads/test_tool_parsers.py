@@ -125,19 +125,39 @@ def test_benchmark_outputs():
     assert parsers.parse_ib_write_bw(perftest) == 392.55
     with pytest.raises(parsers.ParseError):
         parsers.parse_ib_write_bw(" Unable to Connect the HCA's through the link\n")
-    dcgm = """+---------------------------+------------------------------------------------+
-| Diagnostic                | Result                                         |
-+===========================+================================================+
-|-----  Metadata  ----------+------------------------------------------------|
-| DCGM Version              | 3.3.7                                          |
-|-----  Deployment  --------+------------------------------------------------|
-| Denylist                  | Pass                                           |
-| Persistence Mode          | Fail                                           |
-|                           | GPU 3: persistence mode is disabled            |
-+---------------------------+------------------------------------------------+
+    # `dcgmi diag -r 2 -j` in DCGM 3.x's shape, after the "Deserialize real output" sample of NVIDIA/DCGM's
+    # JsonResult tests (a 3.1 run on 8 GPUs: nulls between tests, one Deployment result for all GPUs) with a
+    # failing per-GPU test as nvvs/src/JsonOutput.cpp writes it; dcgmi printed a warning line first.
+    dcgm = """WARNING: THIS SHOULD NOT HAPPEN
+{
+\t"DCGM GPU Diagnostic" : {
+\t\t"test_categories" : [
+\t\t\t{"category" : "Deployment", "tests" : [
+\t\t\t\t{"name" : "Denylist", "results" : [{"gpu_ids" : "0,1,2,3,4,5,6,7", "status" : "PASS"}]},
+\t\t\t\tnull,
+\t\t\t\t{"name" : "Persistence Mode", "results" : [{"gpu_ids" : "0,1,2,3,4,5,6,7", "status" : "FAIL",
+\t\t\t\t\t"warnings" : [{"warning" : "GPU 3: persistence mode is disabled", "error_id" : 17}]}]}
+\t\t\t]},
+\t\t\t{"category" : "Integration", "tests" : [
+\t\t\t\t{"name" : "PCIe", "results" : [{"gpu_ids" : "0", "status" : "Pass"},
+\t\t\t\t\t{"gpu_ids" : "1", "status" : "Skip", "info" : ["not supported"]}]},
+\t\t\t\t{"name" : "NVLink", "results" : [{"gpu_ids" : "0", "status" : "Pass"},
+\t\t\t\t\t{"gpu_ids" : "1", "status" : "Fail", "warnings" : [{"warning" : "GPU 1: NVLink 3 down", "error_id" : 25}]}]}
+\t\t\t]}
+\t\t],
+\t\t"version" : "3.1.0"
+\t}
+}
 """
-    assert parsers.parse_dcgmi_diag(dcgm) == [("Denylist", "Pass"),
-                                              ("Persistence Mode", "Fail (GPU 3: persistence mode is disabled)")]
+    assert parsers.parse_dcgmi_diag_json(dcgm) == [("Denylist", "Pass"),
+                                                   ("Persistence Mode", "Fail (GPU 3: persistence mode is disabled)"),
+                                                   ("PCIe", "Pass"), ("NVLink", "Fail (GPU 1: NVLink 3 down)")]
+    with pytest.raises(parsers.ParseError, match=r"dcgmi diag -j printed malformed JSON \(Expecting"):
+        parsers.parse_dcgmi_diag_json(dcgm[:-40])
+    with pytest.raises(parsers.ParseError, match="no JSON document: Error: Unable to connect to host engine"):
+        parsers.parse_dcgmi_diag_json("Error: Unable to connect to host engine.\n")
+    with pytest.raises(parsers.ParseError, match="test 'PCIe' has unknown status 'broken'"):
+        parsers.parse_dcgmi_diag_json(dcgm.replace('"status" : "Skip"', '"status" : "broken"'))
 
 
 def test_mounts_fio_and_xids():

@@ -80,6 +80,40 @@ def _table(tool, checks, state: dict) -> None:
     tool.print(border)
 
 
+# Deployment (software) tests give one result for all GPUs; the others one per GPU.
+_SOFTWARE_CATEGORY = "Deployment"
+
+
+def _json_report(checks, state: dict) -> dict:
+    """`dcgmi diag -r N -j` in DCGM 3.x's shape: {"DCGM GPU Diagnostic": {"test_categories": [{"category",
+    "tests": [{"name", "results": [{"gpu_ids", "status", "warnings": [{"warning", "error_id"}]}]}]}],
+    "version"}}, status Pass|Fail|Warn|Skip. Source: NVIDIA/DCGM, nvvs/src/JsonOutput.cpp (the format comment)
+    and the "JsonResult: Deserialize real output" test case (a DCGM 3.1 run on 8 GPUs), and its dcgmi diag
+    -j test that reads ["results"][0]["gpu_ids"] == "<id>" and ["status"] == "Fail"."""
+    gpu_ids = ",".join(str(gpu["index"]) for gpu in visible_gpus(state))
+    categories: dict[str, list] = {}
+    for category, test, results in checks:
+        if category == _SOFTWARE_CATEGORY:
+            bad = [(index, detail) for index, passed, detail in results if not passed]
+            entry = {"gpu_ids": gpu_ids, "status": "Fail" if bad else "Pass"}
+            if bad:
+                entry["warnings"] = [{"warning": (f"GPU {index}: " if index >= 0 else "") + detail, "error_id": 0}
+                                     for index, detail in bad]
+            entries = [entry]
+        else:
+            entries = []
+            for index, passed, detail in results:
+                entry = {"gpu_ids": str(index), "status": "Pass" if passed else "Fail"}
+                if not passed:
+                    entry["warnings"] = [{"warning": f"GPU {index}: {detail}", "error_id": 0}]
+                entries.append(entry)
+        categories.setdefault(category, []).append({"name": test, "results": entries})
+    return {"DCGM GPU Diagnostic": {
+        "test_categories": [{"category": name, "tests": tests} for name, tests in categories.items()],
+        "version": state.get("software", {}).get("dcgm_version", ""),
+    }}
+
+
 def main(tool, argv: list[str]) -> int:
     state = tool.state()
     if not state["services"].get("nvidia-dcgm.service", {}).get("active"):
@@ -108,14 +142,7 @@ def main(tool, argv: list[str]) -> int:
         checks = _checks(state, number)
         failed = any(not passed for _, _, results in checks for _, passed, _ in results)
         if as_json:
-            categories: dict[str, list] = {}
-            for category, test, results in checks:
-                categories.setdefault(category, []).append({"name": test, "results": [
-                    {"gpu_id": str(index), "status": "Pass" if passed else "Fail",
-                     **({} if passed else {"info": detail})} for index, passed, detail in results]})
-            tool.print(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [
-                {"category": name, "tests": tests} for name, tests in categories.items()]},
-                "version": "3.3.7", "runs": {"level": number, "result": "Fail" if failed else "Pass"}}, indent=2))
+            tool.print(json.dumps(_json_report(checks, state), indent=4))
         else:
             _table(tool, checks, state)
         return 1 if failed else 0

@@ -14,12 +14,12 @@ import time
 
 try:
     from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import (
-        ParseError, gdscheck_problems, parse_dcgmi_diag, parse_gdscheck, parse_ib_write_bw,
+        ParseError, gdscheck_problems, parse_dcgmi_diag_json, parse_gdscheck, parse_ib_write_bw,
         parse_nccl_busbw, parse_xids,
     )
 except ImportError:  # imported outside Ansible (unit tests put module_utils on sys.path)
     from appliance_fabric_parsers import (
-        ParseError, gdscheck_problems, parse_dcgmi_diag, parse_gdscheck, parse_ib_write_bw,
+        ParseError, gdscheck_problems, parse_dcgmi_diag_json, parse_gdscheck, parse_ib_write_bw,
         parse_nccl_busbw, parse_xids,
     )
 
@@ -181,18 +181,18 @@ def dcgm_checks(ctx):
     level = int((ctx.platform.get("acceptance") or {}).get("dcgm_diag_level") or 1)
     check, expected = f"dcgm.diag_r{level}", "every test Pass"
     source = f"{ctx.platform_file}: acceptance.dcgm_diag_level (NVIDIA DCGM diagnostics, run level {level})"
-    rc, out, err = ctx.tools.run(["dcgmi", "diag", "-r", str(level)], timeout=1800)
+    rc, out, err = ctx.tools.run(["dcgmi", "diag", "-r", str(level), "-j"], timeout=1800)
     try:
-        rows = parse_dcgmi_diag(out)
+        rows = parse_dcgmi_diag_json(out)
     except ParseError as exc:
         if rc != 0:
-            return [_failure(ctx, check, expected, source, rc, out, err, f"dcgmi diag -r {level}")]
+            return [_failure(ctx, check, expected, source, rc, out, err, f"dcgmi diag -r {level} -j")]
         return [ctx.record(check, expected, None, False, source, str(exc))]
     failed = [f"{name}: {result}" for name, result in rows if result.lower().startswith(("fail", "error"))]
     passed_count = sum(1 for _, result in rows if result.lower().startswith("pass"))
     measured = f"{passed_count} pass, {len(failed)} fail, {len(rows) - passed_count - len(failed)} skip"
     ok = not failed and rc == 0
-    message = f"dcgmi diag -r {level}: {measured}" + (f" ({'; '.join(failed)})" if failed else "")
+    message = f"dcgmi diag -r {level} -j: {measured}" + (f" ({'; '.join(failed)})" if failed else "")
     if rc != 0 and not failed:
         message += f" (exit status {rc})"
     return [ctx.record(check, expected, measured, ok, source, message)]

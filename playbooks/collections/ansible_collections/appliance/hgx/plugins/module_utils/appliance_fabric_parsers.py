@@ -336,26 +336,62 @@ def parse_ib_write_bw(text):
     return value
 
 
-def parse_dcgmi_diag(text):
-    """`dcgmi diag -r N` table -> [(test, result)] for every test row (Metadata rows left out)."""
-    rows, section = [], ""
-    for line in text.splitlines():
-        match = re.match(r"^\|-+\s*(.*?)\s*-+\+", line)
-        if match:
-            section = match.group(1)
-            continue
-        match = re.match(r"^\|\s*([^|]+?)\s*\|\s*([^|]*?)\s*\|$", line)
-        if not match or section in ("", "Metadata") or match.group(1) == "Diagnostic":
-            continue
-        name, result = match.group(1).strip(), match.group(2)
-        if not name:
-            if rows and result:
-                # A continuation row: the failing GPU and why, kept with its test.
-                rows[-1] = (rows[-1][0], f"{rows[-1][1]} ({result})")
-            continue
-        rows.append((name, result))
+# `dcgmi diag -r N -j` (DCGM 3.x): {"DCGM GPU Diagnostic": {"test_categories": [{"category", "tests":
+# [{"name", "results": [{"gpu_ids", "status", "warnings": [{"warning", "error_id"}], "info": [...]}]}]}],
+# "version"}}. Deployment tests give one result for all GPUs ("gpu_ids": "0,1,...,7"), the others one per
+# GPU. Source: NVIDIA/DCGM nvvs/src/JsonOutput.cpp (its format comment) and its JsonResult test "Deserialize
+# real output" (a DCGM 3.1 run on 8 GPUs). dcgmi may print a line before the document; it is skipped.
+DCGM_STATUS_ORDER = ("fail", "warn", "pass", "skip")
+
+
+def _dcgm_messages(result):
+    messages = []
+    for warning in result.get("warnings") or []:
+        text = warning.get("warning") if isinstance(warning, dict) else warning
+        if text:
+            messages.append(str(text).strip())
+    return messages
+
+
+def parse_dcgmi_diag_json(text):
+    """`dcgmi diag -r N -j` -> [(test, result)] for every test, in the report's order. A test's result is
+    its worst status over its results (Fail, Warn, Pass, Skip, title-cased), a failure or warning followed
+    by the GPUs' warnings in parentheses: ("Persistence Mode", "Fail (GPU 3: persistence mode is disabled)")."""
+    start = text.find("{")
+    if start < 0:
+        raise ParseError("dcgmi diag -j printed no JSON document: " + (text.strip()[:200] or "(nothing)"))
+    try:
+        document = json.loads(text[start:])
+    except ValueError as exc:
+        raise ParseError(f"dcgmi diag -j printed malformed JSON ({exc}): {text[start:start + 200]!r}") from None
+    report = document.get("DCGM GPU Diagnostic") if isinstance(document, dict) else None
+    categories = report.get("test_categories") if isinstance(report, dict) else None
+    if not isinstance(categories, list):
+        raise ParseError("dcgmi diag -j: no \"DCGM GPU Diagnostic\".test_categories in the document: "
+                         + json.dumps(document)[:200])
+    rows = []
+    for category in categories:
+        for test in (category or {}).get("tests") or []:
+            if not isinstance(test, dict):
+                continue  # DCGM writes null between some tests (its JSON arrays are sparse)
+            name = str(test.get("name") or "").strip()
+            results = [r for r in test.get("results") or [] if isinstance(r, dict)]
+            if not name or not results:
+                raise ParseError(f"dcgmi diag -j: a test without a name or results in {category.get('category')!r}: "
+                                 + json.dumps(test)[:200])
+            statuses = [str(r.get("status") or "").strip().lower() for r in results]
+            unknown = sorted({status for status in statuses if status not in DCGM_STATUS_ORDER})
+            if unknown:
+                raise ParseError(f"dcgmi diag -j: test {name!r} has unknown status {', '.join(unknown)!r}")
+            worst = min(statuses, key=DCGM_STATUS_ORDER.index)
+            result = worst.capitalize()
+            if worst in ("fail", "warn"):
+                details = [m for r, status in zip(results, statuses) if status == worst for m in _dcgm_messages(r)]
+                details = details or [f"GPU {r.get('gpu_ids')}" for r, status in zip(results, statuses) if status == worst]
+                result += f" ({'; '.join(details)})"
+            rows.append((name, result))
     if not rows:
-        raise ParseError("dcgmi diag printed no result table: " + (text.strip()[:200] or "(nothing)"))
+        raise ParseError("dcgmi diag -j reported no test: " + json.dumps(document)[:200])
     return rows
 
 
