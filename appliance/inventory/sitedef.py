@@ -315,6 +315,9 @@ def load_yaml(text: str, collector: ErrorCollector) -> Cursor | None:
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 NAME_WHAT = "a name (lower-case letters, digits and '-', at most 63 characters)"
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+ABSOLUTE_PATH = re.compile(r"^/[^\0\n]*$")
+BECOME_METHODS = ("sudo", "su", "doas")
 PKEY = re.compile(r"^0x[0-9a-fA-F]{1,4}$")
 
 NETWORK_KINDS = ("ipoib", "management", "bmc")
@@ -408,6 +411,7 @@ class SiteDefinition:
     switches: list[SwitchDef] = field(default_factory=list)
     filesystems: list[FilesystemDef] = field(default_factory=list)
     pools: list[PoolDef] = field(default_factory=list)
+    ssh: dict = field(default_factory=dict)  # how the nodes are reached (user, key, known_hosts, become, python)
     platforms: dict = field(default_factory=dict, repr=False)  # slug -> platforms.PlatformSpec
     maintenance: dict = field(default_factory=dict)  # appliance.maintenance: {window, reset_timeout}
     lines: dict = field(default_factory=dict, repr=False)  # top-level section -> line
@@ -446,7 +450,8 @@ def parse_site(text: str, filename: str) -> SiteDefinition:
 
 
 class _Parser:
-    TOP = ("appliance", "simulation", "defaults", "networks", "fabric", "switches", "nodes", "filesystems", "pools")
+    TOP = ("appliance", "simulation", "defaults", "networks", "fabric", "switches", "nodes", "filesystems", "pools",
+           "ssh")
 
     def __init__(self, collector: ErrorCollector):
         self.collector = collector
@@ -473,13 +478,14 @@ class _Parser:
         switches = self.switches(top.get("switches"), nodes)
         filesystems = self.filesystems(top.get("filesystems"), node_names)
         pools = self.pools(top.get("pools"), node_names)
+        ssh = self.ssh(top.get("ssh"))
         if name is None:
             return None
         return SiteDefinition(
             filename=filename, sha256=hashlib.sha256(text.encode()).hexdigest(), name=name,
             description=description, simulation=bool(simulation), fabric=fabric,
             networks=[n for n, _ in networks.values()], nodes=nodes, switches=switches,
-            filesystems=filesystems, pools=pools,
+            filesystems=filesystems, pools=pools, ssh=ssh,
             platforms={slug: spec for slug, spec in self.platform_cache.items() if spec is not None},
             maintenance=self.maintenance_settings,
             lines={key: cursor.line for key, cursor in top.items()})
@@ -572,6 +578,36 @@ class _Parser:
             cursor.error(f"{url!r}: a BMC is reached over https on a real appliance (http only with simulation: true)")
             return None
         return url
+
+    def ssh(self, cursor: Cursor | None) -> dict:
+        """How Ansible reaches the (real) nodes (README "The simulated nodes' SSH"): login name, the
+        appliance's private key and the known_hosts file (absolute paths on the controller), port, become
+        and the nodes' Python (an absolute path, or Ansible's discovery `auto_silent`/`auto`)."""
+        if cursor is None:
+            return {}
+        fields = cursor.mapping(("user", "private_key_file", "known_hosts", "port", "become_method", "become_user",
+                                 "python"))
+        if not fields:
+            return {}
+        values = {}
+        for key in ("user", "become_user"):
+            if key in fields:
+                values[key] = fields[key].text(UNIX_USER, "a user name (lower-case letters, digits, '_' and '-', "
+                                                          "at most 32)")
+        for key in ("private_key_file", "known_hosts"):
+            if key in fields:
+                values[key] = fields[key].text(ABSOLUTE_PATH, "an absolute path on the controller")
+        if "port" in fields:
+            values["port"] = fields["port"].integer(1, 65535)
+        if "become_method" in fields:
+            values["become_method"] = fields["become_method"].choice(BECOME_METHODS)
+        if "python" in fields:
+            python = fields["python"].text()
+            if python is not None and python not in ("auto_silent", "auto") and not ABSOLUTE_PATH.match(python):
+                fields["python"].error(f"{python!r}: an absolute path to the nodes' Python, or auto_silent")
+                python = None
+            values["python"] = python
+        return {key: value for key, value in values.items() if value is not None}
 
     def credential(self, cursor: Cursor) -> str | None:
         """The name of an existing BMC credential (the store is read, never a file or a variable)."""

@@ -367,12 +367,14 @@ def remove(appliances) -> dict:
     directory was ever made). The sysroots and the inventory stay."""
     for appliance in appliances:
         stop(appliance)
+        sshd.release([Path(node.sysroot) for node in appliance.nodes.all() if node.sysroot])
     sshd.remove_files()
+    sshd.close_access()
     try:
         account_removed = sshd.remove_account()
     except sshd.SSHError as exc:
         raise SimulationError(str(exc)) from None
-    return {"account": sshd.SERVICE_ACCOUNT if account_removed else None}
+    return {"account": sshd.service_account() if account_removed else None}
 
 
 def _fault(kind: str, params: dict, node) -> dict:

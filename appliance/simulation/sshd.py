@@ -78,13 +78,18 @@ class Account:
 
 # -- the login account ---------------------------------------------------------------------------
 
+def service_account() -> str:
+    """The service account's name: settings.SIMULATION_ACCOUNT, `appliance-sim` unless set."""
+    return getattr(settings, "SIMULATION_ACCOUNT", SERVICE_ACCOUNT)
+
+
 def sudoers_path() -> Path:
-    return SUDOERS_DIR / SERVICE_ACCOUNT
+    return SUDOERS_DIR / service_account()
 
 
 def _sudoers_text() -> str:
     return (f"# The simulated appliance's login account (manage.py simulation): it may become itself only.\n"
-            f"{SERVICE_ACCOUNT} ALL=({SERVICE_ACCOUNT}) NOPASSWD: ALL\n")
+            f"{service_account()} ALL=({service_account()}) NOPASSWD: ALL\n")
 
 
 def _lookup(name: str) -> pwd.struct_passwd | None:
@@ -100,10 +105,10 @@ def account(create: bool = False) -> Account:
     if os.geteuid() != 0:
         entry = pwd.getpwuid(os.geteuid())
         return Account(entry.pw_name, entry.pw_uid, entry.pw_gid, service=False)
-    entry = _lookup(SERVICE_ACCOUNT)
+    entry = _lookup(service_account())
     if entry is None:
         if not create:
-            raise SSHError(f"the simulation's service account {SERVICE_ACCOUNT} does not exist "
+            raise SSHError(f"the simulation's service account {service_account()} does not exist "
                            "(run `manage.py simulation prepare`)")
         entry = _create_service_account()
     _ensure_sudoers()
@@ -127,11 +132,11 @@ def _create_service_account() -> pwd.struct_passwd:
     # login, but not a locked account ('!'), which sshd without PAM refuses even with a key.
     _run([USERADD, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
           "--shell", "/bin/sh", "--password", "*", "--comment", "appliance simulation (manage.py simulation)",
-          SERVICE_ACCOUNT], f"creating the simulation's service account {SERVICE_ACCOUNT}")
+          service_account()], f"creating the simulation's service account {service_account()}")
     from appliance import audit
 
-    audit.record("simulation.account.create", details={"account": SERVICE_ACCOUNT, "sudoers": str(sudoers_path())})
-    return pwd.getpwnam(SERVICE_ACCOUNT)
+    audit.record("simulation.account.create", details={"account": service_account(), "sudoers": str(sudoers_path())})
+    return pwd.getpwnam(service_account())
 
 
 def _ensure_sudoers() -> None:
@@ -142,7 +147,7 @@ def _ensure_sudoers() -> None:
             return
     if not SUDOERS_DIR.is_dir():
         raise SSHError(f"{SUDOERS_DIR}: missing: the simulation needs sudo (Debian package sudo) for `become`")
-    temporary = SUDOERS_DIR / f".{SERVICE_ACCOUNT}.new"
+    temporary = SUDOERS_DIR / f".{service_account()}.new"
     temporary.write_text(text)
     os.chmod(temporary, 0o440)
     try:
@@ -160,22 +165,22 @@ def remove_account() -> bool:
     if sudoers_path().exists():
         sudoers_path().unlink()
         removed = True
-    if _lookup(SERVICE_ACCOUNT) is not None:
+    if _lookup(service_account()) is not None:
         running = [entry.name for entry in Path("/proc").iterdir() if entry.name.isdigit() and _owned_by(entry)]
         if running:
-            raise SSHError(f"the service account {SERVICE_ACCOUNT} still runs processes ({', '.join(running[:5])}): "
+            raise SSHError(f"the service account {service_account()} still runs processes ({', '.join(running[:5])}): "
                            "stop every simulated appliance first (manage.py simulation stop)")
-        _run([USERDEL, SERVICE_ACCOUNT], f"removing the service account {SERVICE_ACCOUNT}")
+        _run([USERDEL, service_account()], f"removing the service account {service_account()}")
         removed = True
     if removed:
         from appliance import audit
 
-        audit.record("simulation.account.remove", details={"account": SERVICE_ACCOUNT})
+        audit.record("simulation.account.remove", details={"account": service_account()})
     return removed
 
 
 def _owned_by(proc: Path) -> bool:
-    entry = _lookup(SERVICE_ACCOUNT)
+    entry = _lookup(service_account())
     try:
         return entry is not None and proc.stat().st_uid == entry.pw_uid
     except OSError:
@@ -191,7 +196,7 @@ def check_become(login: Account) -> None:
         raise SSHError(f"the simulated nodes log in as {login.name} and `become` {login.name} with sudo, which "
                        f"refused ({result.stderr.strip() or 'exit ' + str(result.returncode)}): add the sudoers "
                        f"rule '{login.name} ALL=({login.name}) NOPASSWD: ALL', or run the simulation as root "
-                       f"(it then uses its own service account {SERVICE_ACCOUNT})")
+                       f"(it then uses its own service account {service_account()})")
 
 
 # -- places ---------------------------------------------------------------------------------------
@@ -535,6 +540,27 @@ def status(name: str) -> dict:
         return {"running": False, "pid": None, "address": None, "port": None, "answering": False}
     return {"running": pid is not None, "pid": pid, "address": address, "port": port,
             "answering": pid is not None and _answers(address, port)}
+
+
+def release(sysroots: list[Path]) -> None:
+    """Hand the sysroots back to the OS user running the suite (before the service account goes away)."""
+    if os.geteuid() != 0:
+        return
+    owner = Account("root", 0, 0, service=False)
+    for sysroot in sysroots:
+        if Path(sysroot).is_dir():
+            _chown_tree(Path(sysroot), owner)
+
+
+def close_access() -> None:
+    """The state and simulation directories private again (0700, the suite's group)."""
+    simulation = Path(settings.SIMULATION_DIR).resolve()
+    state = Path(settings.STATE_DIR).resolve()
+    for directory in [simulation / "nodes", simulation] + [parent for parent in simulation.parents
+                                                           if parent == state or state in parent.parents]:
+        if directory.is_dir():
+            os.chown(directory, -1, os.getegid())
+            os.chmod(directory, 0o700)
 
 
 def remove_files() -> None:
