@@ -287,7 +287,7 @@ class _Importer:
         site = self.site
         existing = Appliance.objects.select_for_update().filter(name=site.name).first()
         merged_settings = {**(existing.settings if existing else {}), "fabric": site.fabric,
-                           "maintenance": site.maintenance, "ssh": site.ssh}
+                           "maintenance": site.maintenance, "package_repository": site.package_repository, "ssh": site.ssh}
         self.appliance, _ = self.sync(Appliance, {"name": site.name}, {
             "description": site.description, "simulated": site.simulation, "settings": merged_settings,
         }, site.name)

@@ -411,6 +411,7 @@ class SiteDefinition:
     switches: list[SwitchDef] = field(default_factory=list)
     filesystems: list[FilesystemDef] = field(default_factory=list)
     pools: list[PoolDef] = field(default_factory=list)
+    package_repository: dict = field(default_factory=dict)  # {"url": ...}; empty: the management node's
     ssh: dict = field(default_factory=dict)  # how the nodes are reached (user, key, known_hosts, become, python)
     platforms: dict = field(default_factory=dict, repr=False)  # slug -> platforms.PlatformSpec
     maintenance: dict = field(default_factory=dict)  # appliance.maintenance: {window, reset_timeout}
@@ -451,7 +452,7 @@ def parse_site(text: str, filename: str) -> SiteDefinition:
 
 class _Parser:
     TOP = ("appliance", "simulation", "defaults", "networks", "fabric", "switches", "nodes", "filesystems", "pools",
-           "ssh")
+           "package_repository", "ssh")
 
     def __init__(self, collector: ErrorCollector):
         self.collector = collector
@@ -478,6 +479,7 @@ class _Parser:
         switches = self.switches(top.get("switches"), nodes)
         filesystems = self.filesystems(top.get("filesystems"), node_names)
         pools = self.pools(top.get("pools"), node_names)
+        package_repository = self.package_repository(top.get("package_repository"), networks)
         ssh = self.ssh(top.get("ssh"))
         if name is None:
             return None
@@ -485,7 +487,7 @@ class _Parser:
             filename=filename, sha256=hashlib.sha256(text.encode()).hexdigest(), name=name,
             description=description, simulation=bool(simulation), fabric=fabric,
             networks=[n for n, _ in networks.values()], nodes=nodes, switches=switches,
-            filesystems=filesystems, pools=pools, ssh=ssh,
+            filesystems=filesystems, pools=pools, package_repository=package_repository, ssh=ssh,
             platforms={slug: spec for slug, spec in self.platform_cache.items() if spec is not None},
             maintenance=self.maintenance_settings,
             lines={key: cursor.line for key, cursor in top.items()})
@@ -578,6 +580,33 @@ class _Parser:
             cursor.error(f"{url!r}: a BMC is reached over https on a real appliance (http only with simulation: true)")
             return None
         return url
+
+    def package_repository(self, cursor: Cursor | None, networks: dict) -> dict:
+        """Where the nodes install from (README "Air-gapped installs"): https anywhere, http only to an
+        address of a management network (or loopback, on a simulated appliance)."""
+        if cursor is None:
+            return {}
+        fields = cursor.mapping(("url",), required=("url",))
+        if not fields or "url" not in fields:
+            return {}
+        url = fields["url"].url()
+        if url is None:
+            return {}
+        if urlsplit(url).scheme == "http":
+            host = urlsplit(url).hostname or ""
+            try:
+                address = ipaddress.ip_address(host)
+            except ValueError:
+                address = None
+            subnets = [ipaddress.ip_network(network.cidr) for network, _ in networks.values()
+                       if network.kind == "management" and network.cidr]
+            allowed = any(address in subnet for subnet in subnets) if address else False
+            if not allowed and not (self.simulation and address is not None and address.is_loopback):
+                where = ", ".join(str(subnet) for subnet in subnets) or "none declared"
+                fields["url"].error(f"{url!r}: an http repository must be an address of a management network "
+                                    f"({where}); use https for any other host")
+                return {}
+        return {"url": url}
 
     def ssh(self, cursor: Cursor | None) -> dict:
         """How Ansible reaches the (real) nodes (README "The simulated nodes' SSH"): login name, the
