@@ -65,6 +65,9 @@ def _environment(directory: Path, strategy_name: str, plugin_dir: str | None) ->
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
         # Host keys are checked: each host's known_hosts file is named in its inventory (ssh_common_args).
         "ANSIBLE_HOST_KEY_CHECKING": "True",
+        # Seconds to set up a connection (SSH, then sudo and the node's interpreter): a loaded controller
+        # opening every node at once needs more than Ansible's 10.
+        "ANSIBLE_TIMEOUT": "30",
         # Everything Ansible writes stays under the state directory, never in the OS user's home.
         "ANSIBLE_HOME": str(state / "ansible"),
         "ANSIBLE_LOCAL_TEMP": str(directory / "tmp" / "local"),

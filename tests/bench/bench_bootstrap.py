@@ -8,8 +8,10 @@
 2. The demo bootstrap in a fresh state directory: wall time of `manage.py bootstrap` (first run, which
    changes everything), then of the converged rerun `bootstrap --force`, next to bare `ansible-playbook`
    runs of the same stage playbooks with the same inventory and variables on the same converged nodes,
-   with both the linear and the mitogen_linear strategies. Target: the engine's time for the stages is
-   at most 1.1 x the fastest bare run.
+   with both the linear and the mitogen_linear strategies. Every run reaches the simulated nodes as the
+   engine does: over SSH (one sshd per node), the appliance's key, host keys checked, become to the
+   unprivileged login account. Target: the engine's time for the stages is at most 1.1 x the bare
+   `ansible-playbook` run with Ansible's own linear strategy; the ratio to bare Mitogen is printed too.
 """
 
 import argparse
@@ -130,8 +132,8 @@ def bench_bootstrap(state_dir: Path) -> None:
             total += elapsed
         bare[strategy_name] = total
         print(f"  bare ansible-playbook, {strategy_name}: {total:.1f} s")
-    fastest = min(bare.values())
-    print(f"bootstrap engine / fastest bare run: {engine / fastest:.2f} x (target <= 1.1)")
+    print(f"bootstrap engine / bare linear run: {engine / bare['linear']:.2f} x (target <= 1.1); "
+          f"/ bare {mitogen_name} run: {engine / bare[mitogen_name]:.2f} x")
 
 
 def main():
