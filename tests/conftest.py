@@ -39,6 +39,16 @@ def client_for(users):
 
 
 @pytest.fixture(autouse=True, scope="session")
+def one_package_repository():
+    """Every state directory of the session, `manage.py` subprocesses included, shares the session's
+    package repository (README "Air-gapped installs"): the first simulated run builds it, once, under a
+    lock; the others find it."""
+    from django.conf import settings
+
+    os.environ["APPLIANCE_REPOSITORY_DIR"] = str(settings.REPOSITORY_DIR)
+
+
+@pytest.fixture(autouse=True, scope="session")
 def audit_triggers_step_aside_for_flush():
     """pytest-django empties the database after a transactional test with a flush, which the audit
     log's append-only triggers refuse (they reject DELETE and TRUNCATE). Around that flush only, and
