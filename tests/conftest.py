@@ -7,6 +7,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from appliance.core.roles import Role
+from tests.wheel import appliance_wheel, installed_appliance  # noqa: F401 (session fixtures: the installed wheel)
 
 PASSWORD = "correct-horse-battery-9"
 

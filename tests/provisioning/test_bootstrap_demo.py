@@ -11,15 +11,16 @@
   log verifies.
 
 The tests of this module share one bootstrapped appliance (a full bootstrap is the costly part) and
-run in file order; each leaves it converged. They drive `manage.py` in its own process on the
-embedded SQLite database whatever DATABASE_URL says, so they run once, in the SQLite pass.
+run in file order; each leaves it converged. They drive the appliance as it is installed: the `appliance`
+command of the wheel `pip wheel .` builds, in a fresh venv with the extra simulation, run from an empty
+directory (tests/wheel.py), in its own process on the embedded SQLite database whatever DATABASE_URL says,
+so they run once, in the SQLite pass.
 """
 
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from django.conf import settings
 pytestmark = [pytest.mark.slow, pytest.mark.sqlite_only]
 
 ROOT = Path(settings.BASE_DIR)
+# The installed wheel (tests/wheel.py) every command of this module runs through: set by `through_the_wheel`.
+INSTALLED = {}
 # Places a package install, a kernel module, a service, a sysctl or a boot setting would touch on the host.
 WATCHED = ["/etc", "/usr/lib/modules-load.d", "/usr/lib/systemd/system", "/lib/modprobe.d", "/boot",
            "/var/lib/dpkg/status", "/usr/local/bin", os.path.expanduser("~/.ansible")]
@@ -68,7 +71,8 @@ def snapshot() -> dict:
 def manage(state_dir: Path, *args, timeout=300) -> subprocess.CompletedProcess:
     env = {**os.environ, "APPLIANCE_STATE_DIR": str(state_dir)}
     env.pop("DATABASE_URL", None)
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    installed = INSTALLED["appliance"]
+    return subprocess.run([str(installed.command), *args], cwd=installed.cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -110,6 +114,11 @@ def failures(state_dir: Path) -> dict:
     result = manage(state_dir, "shell", "-c", script)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def through_the_wheel(installed_appliance):
+    INSTALLED["appliance"] = installed_appliance
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +269,8 @@ def test_kill_9_during_a_stage_then_rerun_finishes(converged):
     fresh_state = converged
     env = {**os.environ, "APPLIANCE_STATE_DIR": str(fresh_state)}
     env.pop("DATABASE_URL", None)
-    process = subprocess.Popen([sys.executable, "manage.py", "bootstrap", "--no-input", "--force"], cwd=ROOT,
+    installed = INSTALLED["appliance"]
+    process = subprocess.Popen([str(installed.command), "bootstrap", "--no-input", "--force"], cwd=installed.cwd,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     deadline = time.monotonic() + 180
