@@ -11,7 +11,7 @@ import hashlib
 import uuid
 
 from . import packages
-from .state import FORMAT_VERSION
+from .state import FORMAT_VERSION, idle_load
 
 NAMESPACE = uuid.UUID("5b7c7e4e-9d1c-4f0e-8a53-1a6f0c1e2d3b")
 
@@ -112,6 +112,7 @@ def _gpu(node_name: str, index: int, spec: dict, software: dict) -> dict:
         "mig": {"capable": bool(spec.get("mig_capable")), "current": False, "pending": False,
                 "profiles": mig_profiles(spec) if spec.get("mig_capable") else [], "gpu_instances": []},
         "numa_node": 0 if index < 4 else 1,
+        **idle_load(),
     }
 
 
@@ -142,8 +143,11 @@ def _hca(node_name: str, port_spec: dict, hca_spec: dict, gpu_count: int, positi
             "link_layer": hca_spec.get("link_layer", "InfiniBand"),
             "lid": 0,
             "sm_lid": 1,
+            # Data counters count 4-octet words, as the kernel's port_xmit_data/port_rcv_data do.
             "counters": {"symbol_error": 0, "link_downed": 0, "link_error_recovery": 0,
-                         "port_rcv_errors": 0, "port_xmit_discards": 0, "excessive_buffer_overrun_errors": 0},
+                         "port_rcv_errors": 0, "port_xmit_discards": 0, "excessive_buffer_overrun_errors": 0,
+                         "port_xmit_data": 0, "port_rcv_data": 0, "port_xmit_packets": 0, "port_rcv_packets": 0,
+                         "port_xmit_wait": 0},
         }],
     }
 

@@ -6,7 +6,9 @@ simulated NVML, the BMC emulator and the suite can all act on one node at the sa
 
 Every write also regenerates files derived from the state: `nvml.state` (the line-oriented view the C
 library parses, see nvml/simnvml.c) and `<sysroot>/proc/cmdline`, `<sysroot>/proc/modules`,
-`<sysroot>/proc/mounts` (what a playbook would read from /proc on a real machine).
+`<sysroot>/proc/mounts` (what a playbook would read from /proc on a real machine), and the views of the
+load the workload model (workload.py) puts on the node: `<sysroot>/proc/stat`, the Lustre client's llite
+stats, NFS `/proc/self/mountstats`, `/proc/diskstats` and the GPU job map `/run/appliance/gpu-owners.json`.
 
 This module is pure Python without Django: the simulated tools and the BMC emulator's configuration
 import it in processes that never load the suite.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import tempfile
@@ -217,6 +220,54 @@ def effective_hcas(state: dict) -> list[dict]:
 
 # ---- derived files ----------------------------------------------------------------------------------
 
+# The load of an idle GPU (a node state written before the workload model, or no workload running):
+# H100 SXM5 clocks, the GPU-idle clock event reason, nothing counted yet.
+IDLE_CLOCKS_MHZ = {"graphics": 345, "sm": 345, "memory": 2619}
+MAX_CLOCKS_MHZ = {"graphics": 1980, "sm": 1980, "memory": 2619}
+CLOCK_EVENT_GPU_IDLE = 0x1
+ACTIVITIES = ("graphics", "sm", "sm_occupancy", "tensor", "dram")
+THROUGHPUTS = ("pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx")
+COUNTERS = tuple(f"{name}_active_us" if name != "sm_occupancy" else "sm_occupancy_us" for name in ACTIVITIES) + \
+    tuple(f"{name}_bytes" for name in THROUGHPUTS) + ("energy_mj",)
+
+
+def idle_load() -> dict:
+    """The per-GPU load fields of an idle GPU (hardware.py puts them in a node's factory state)."""
+    return {
+        "clocks_mhz": dict(IDLE_CLOCKS_MHZ), "max_clocks_mhz": dict(MAX_CLOCKS_MHZ),
+        "clock_event_reasons": CLOCK_EVENT_GPU_IDLE,
+        "activity": {name: 0.0 for name in ACTIVITIES},
+        "throughput": {name: 0 for name in THROUGHPUTS},
+        "counters": {name: 0 for name in COUNTERS},
+        "ecc_errors": {"corrected_volatile": 0, "uncorrected_volatile": 0, "corrected_aggregate": 0,
+                       "uncorrected_aggregate": 0},
+        "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+    }
+
+
+def _load_lines(slot: int, gpu: dict) -> list[str]:
+    """The load of one GPU for simnvml.c: clocks, event reasons, activity (ppm = microseconds active per
+    second) and bytes per second as rates, the cumulative counters at the state's counters_ns."""
+    idle = idle_load()
+    clocks, maximum = gpu.get("clocks_mhz") or idle["clocks_mhz"], gpu.get("max_clocks_mhz") or idle["max_clocks_mhz"]
+    activity, throughput = gpu.get("activity") or idle["activity"], gpu.get("throughput") or idle["throughput"]
+    counters, ecc = gpu.get("counters") or idle["counters"], gpu.get("ecc_errors") or idle["ecc_errors"]
+    remapped = gpu.get("remapped_rows") or idle["remapped_rows"]
+    lines = [f"gpu {slot} clock_{name} {int(clocks[key])}" for name, key in
+             (("sm", "sm"), ("mem", "memory"), ("graphics", "graphics"))]
+    lines += [f"gpu {slot} clock_{name}_max {int(maximum[key])}" for name, key in
+              (("sm", "sm"), ("mem", "memory"), ("graphics", "graphics"))]
+    lines.append(f"gpu {slot} event_reasons {int(gpu.get('clock_event_reasons', CLOCK_EVENT_GPU_IDLE))}")
+    lines += [f"gpu {slot} {name}_ppm {round(float(activity.get(name, 0.0)) * 1_000_000)}" for name in ACTIVITIES]
+    lines += [f"gpu {slot} {name}_rate {int(throughput.get(name, 0))}" for name in THROUGHPUTS]
+    lines += [f"gpu {slot} {name} {int(counters.get(name, 0))}" for name in COUNTERS]
+    lines += [f"gpu {slot} ecc_{name} {int(ecc.get(name, 0))}" for name in
+              ("corrected_volatile", "uncorrected_volatile", "corrected_aggregate", "uncorrected_aggregate")]
+    lines += [f"gpu {slot} remapped_{name} {int(remapped.get(name, 0))}" for name in
+              ("correctable", "uncorrectable", "pending", "failure")]
+    return lines
+
+
 def _nvml_sidecar(state: dict) -> str:
     """The NVML view of the state, one fact per line: `<kind> <fields...>`, the last field of a
     `text` line runs to the end of the line. nvml/simnvml.c parses exactly this."""
@@ -228,6 +279,7 @@ def _nvml_sidecar(state: dict) -> str:
         lines.append(f"system cuda_version {software.get('cuda_version_int', 0)}")
     gpus = visible_gpus(state)
     lines.append(f"system gpu_count {len(gpus)}")
+    lines.append(f"system counters_ns {int(state.get('counters_ns', 0))}")
     for slot, gpu in enumerate(gpus):
         mig = gpu.get("mig", {})
         lines += [
@@ -262,6 +314,7 @@ def _nvml_sidecar(state: dict) -> str:
             f"gpu {slot} cc_minor {gpu['compute_capability'][1]}",
             f"gpu {slot} nvlink_count {len(gpu['nvlinks'])}",
         ]
+        lines += _load_lines(slot, gpu)
         for link, link_state in enumerate(gpu["nvlinks"]):
             lines.append(f"nvlink {slot} {link} {1 if link_state == 'up' else 0}")
         for profile in mig.get("profiles", []):
@@ -289,6 +342,67 @@ def _write_if_changed(path: Path, text: str) -> None:
     _atomic_write(path, text)
 
 
+def _lustre_stats(state: dict, io: dict) -> str:
+    """A Lustre client's llite stats (lprocfs format of Lustre 2.15: name, count, unit, min, max, sum)."""
+    at = int(state.get("counters_ns", 0))
+    lines = [f"{'snapshot_time':<25} {at // 10**9}.{at % 10**9:09d} secs.nsecs"]
+    for kind in ("read", "write"):
+        operations, total = int(io.get(f"{kind}_ops", 0)), int(io.get(f"{kind}_bytes", 0))
+        if operations:
+            lines.append(f"{kind + '_bytes':<25} {operations} samples [bytes] {min(total, 4096)} "
+                         f"{min(total, 16 * 2**20)} {total}")
+    return "\n".join(lines) + "\n"
+
+
+def _mountstats(state: dict, io_by_mount: dict) -> str:
+    """/proc/self/mountstats: one `device` line per mount, and the NFS client's counters for NFS mounts
+    (bytes: normal read, normal write, direct read, direct write, server read, server write, pages read,
+    pages written)."""
+    lines = []
+    for mount in state.get("mounts", []):
+        lines.append(f"device {mount['source']} mounted on {mount['target']} with fstype {mount['fstype']}"
+                     + (" statvers=1.1" if mount["fstype"].startswith("nfs") else ""))
+        if mount["fstype"].startswith("nfs"):
+            io = io_by_mount.get(mount["target"], {})
+            read, written = int(io.get("read_bytes", 0)), int(io.get("write_bytes", 0))
+            lines.append(f"\topts:\t{','.join(mount['options'])}")
+            lines.append(f"\tbytes:\t{read} {written} 0 0 {read} {written} {read // 4096} {written // 4096}")
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _write_load_views(sysroot: Path, state: dict) -> None:
+    """The kernel's views of the load the workload model puts on the node (nothing before it runs)."""
+    host = state.get("host") or {}
+    if "cpu_ticks" in host:
+        ticks = host["cpu_ticks"]
+        fields = " ".join(str(int(ticks.get(name, 0))) for name in
+                          ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice"))
+        _write_if_changed(sysroot / "proc" / "stat", f"cpu  {fields}\nprocs_running {int(host.get('running', 1))}\n"
+                          f"procs_blocked {int(host.get('blocked', 0))}\n")
+    io_by_mount = state.get("filesystem_io") or {}
+    if io_by_mount:
+        _write_if_changed(sysroot / "proc" / "self" / "mountstats", _mountstats(state, io_by_mount))
+        for mount in state.get("mounts", []):
+            if mount["fstype"] == "lustre" and mount["target"] in io_by_mount:
+                fsname = mount["source"].rsplit(":/", 1)[-1].strip("/") or "lustre"
+                instance = hashlib.sha256(f"{state.get('node')}{mount['target']}".encode()).hexdigest()[:16]
+                _write_if_changed(sysroot / "sys" / "kernel" / "debug" / "lustre" / "llite" / f"{fsname}-{instance}"
+                                  / "stats", _lustre_stats(state, io_by_mount[mount["target"]]))
+    disks = state.get("disk_io") or {}
+    if disks:
+        # /proc/diskstats: major minor name, reads completed, merged, sectors read, ms reading, writes
+        # completed, merged, sectors written, ms writing, I/Os in progress, ms doing I/O, weighted ms.
+        _write_if_changed(sysroot / "proc" / "diskstats", "".join(
+            f"{259:>4} {index:>7} {name} {int(io.get('reads', 0))} 0 {int(io.get('read_bytes', 0)) // 512} "
+            f"{int(io.get('read_ms', 0))} {int(io.get('writes', 0))} 0 {int(io.get('write_bytes', 0)) // 512} "
+            f"{int(io.get('write_ms', 0))} 0 {int(io.get('io_ms', 0))} {int(io.get('io_ms', 0))}\n"
+            for index, (name, io) in enumerate(sorted(disks.items()))))
+    if "gpu_owners" in state:
+        _write_if_changed(sysroot / "run" / "appliance" / "gpu-owners.json", json.dumps(
+            {"updated": int(state.get("counters_ns", 0)) // 10**9, "gpus": state["gpu_owners"]}, sort_keys=True) + "\n")
+
+
 def _write_derived(sysroot: Path, state: dict) -> None:
     _write_if_changed(state_path(sysroot).with_name("nvml.state"), _nvml_sidecar(state))
     kernel = state.get("kernel", {})
@@ -302,6 +416,7 @@ def _write_derived(sysroot: Path, state: dict) -> None:
     _write_if_changed(sysroot / "proc" / "mounts",
                   "".join(f"{mount['source']} {mount['target']} {mount['fstype']} {','.join(mount['options'])} 0 0\n"
                           for mount in state.get("mounts", [])))
+    _write_load_views(sysroot, state)
     # The same directory layout as sysfs, for the port counters and state the fabric checks read.
     # The kernel's formats (drivers/infiniband/core/sysfs.c); appliance.hgx.ib_ports reads these, not ibstat.
     for hca in effective_hcas(state):

@@ -8,6 +8,13 @@
  * <sysroot>/var/lib/appliance-sim/nvml.state when it changed (a line-oriented view the Python state
  * module writes with every change of state.json; format in state.py:_nvml_sidecar).
  *
+ * Load counters (clocks, activity, throughput, energy: see "load" below) are written by the workload model
+ * (appliance/simulation/workload.py) as values at one instant plus their rates: the cumulative counters are
+ * extrapolated to the moment of each call, so two reads a second apart differ as on a real GPU, whatever
+ * the driver's write rhythm. GPM samples (nvmlGpmSampleGet) are those counters at one instant, and
+ * nvmlGpmMetricsGet derives SM, tensor and DRAM activity and PCIe/NVLink throughput from two of them,
+ * as the real library does from two hardware samples.
+ *
  * The few calls that change state (persistence mode, MIG mode, MIG instances) run the simulation's
  * Python entry point (`runner.py _nvml-apply ...`) so that state.json stays the single source of
  * truth and its lock is honoured. SIM_PYTHON and SIM_RUNNER are fixed at build time.
@@ -24,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nvml.h"
@@ -57,6 +65,18 @@ struct sim_gi {
     unsigned used, id, profile_id, start, size, ci_count;
     struct sim_ci ci[MAX_CI];
 };
+/* Cumulative load counters of a GPU: microseconds of activity (graphics, SM, occupancy, tensor, DRAM),
+ * bytes moved (PCIe, NVLink) and energy (mJ). Their rates per second: the activity in ppm (us per s),
+ * bytes per second, the power in mW (mJ per s). */
+enum { C_GRAPHICS, C_SM, C_OCCUPANCY, C_TENSOR, C_DRAM, C_PCIE_TX, C_PCIE_RX, C_NVLINK_TX, C_NVLINK_RX, C_ENERGY,
+       COUNTERS };
+static const char *const counter_names[COUNTERS] = {
+    "graphics_active_us", "sm_active_us", "sm_occupancy_us", "tensor_active_us", "dram_active_us",
+    "pcie_tx_bytes", "pcie_rx_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes", "energy_mj"};
+static const char *const rate_names[COUNTERS] = {
+    "graphics_ppm", "sm_ppm", "sm_occupancy_ppm", "tensor_ppm", "dram_ppm",
+    "pcie_tx_rate", "pcie_rx_rate", "nvlink_tx_rate", "nvlink_rx_rate", NULL};
+
 struct sim_gpu {
     unsigned index;
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
@@ -68,11 +88,17 @@ struct sim_gpu {
     unsigned gen_current, gen_max, width_current, width_max;
     unsigned retired_sbe, retired_dbe, retired_pending, sms, cc_major, cc_minor;
     unsigned link_count, links[MAX_LINKS];
+    unsigned clock_sm, clock_mem, clock_graphics, clock_sm_max, clock_mem_max, clock_graphics_max;
+    unsigned long long event_reasons, counter[COUNTERS];
+    double rate[COUNTERS];
+    unsigned long long ecc[2][2]; /* [corrected, uncorrected][volatile, aggregate] */
+    unsigned remapped_correctable, remapped_uncorrectable, remapped_pending, remapped_failure;
     unsigned profile_count;
     struct sim_profile profiles[MAX_PROFILES];
     struct sim_gi gi[MAX_GI_ID];
 };
 struct sim_node {
+    unsigned long long counters_ns; /* CLOCK_REALTIME of the counters' values; 0: the sidecar's mtime */
     unsigned driver_loaded, gpu_count;
     int cuda_version;
     char driver_version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
@@ -162,6 +188,7 @@ static void parse_line(char *line)
         if (strcmp(key, "driver_loaded") == 0) node.driver_loaded = (unsigned)value;
         else if (strcmp(key, "gpu_count") == 0) node.gpu_count = value > MAX_GPUS ? MAX_GPUS : (unsigned)value;
         else if (strcmp(key, "cuda_version") == 0) node.cuda_version = (int)value;
+        else if (strcmp(key, "counters_ns") == 0) node.counters_ns = value;
     } else if (strcmp(kind, "gpu") == 0 && sscanf(line, "gpu %u %47s %llu", &slot, key, &value) == 3) {
         gpu = &node.gpu[slot % MAX_GPUS];
         unsigned v = (unsigned)value;
@@ -191,6 +218,27 @@ static void parse_line(char *line)
         else if (strcmp(key, "cc_major") == 0) gpu->cc_major = v;
         else if (strcmp(key, "cc_minor") == 0) gpu->cc_minor = v;
         else if (strcmp(key, "nvlink_count") == 0) gpu->link_count = v > MAX_LINKS ? MAX_LINKS : v;
+        else if (strcmp(key, "clock_sm") == 0) gpu->clock_sm = v;
+        else if (strcmp(key, "clock_mem") == 0) gpu->clock_mem = v;
+        else if (strcmp(key, "clock_graphics") == 0) gpu->clock_graphics = v;
+        else if (strcmp(key, "clock_sm_max") == 0) gpu->clock_sm_max = v;
+        else if (strcmp(key, "clock_mem_max") == 0) gpu->clock_mem_max = v;
+        else if (strcmp(key, "clock_graphics_max") == 0) gpu->clock_graphics_max = v;
+        else if (strcmp(key, "event_reasons") == 0) gpu->event_reasons = value;
+        else if (strcmp(key, "ecc_corrected_volatile") == 0) gpu->ecc[0][0] = value;
+        else if (strcmp(key, "ecc_uncorrected_volatile") == 0) gpu->ecc[1][0] = value;
+        else if (strcmp(key, "ecc_corrected_aggregate") == 0) gpu->ecc[0][1] = value;
+        else if (strcmp(key, "ecc_uncorrected_aggregate") == 0) gpu->ecc[1][1] = value;
+        else if (strcmp(key, "remapped_correctable") == 0) gpu->remapped_correctable = v;
+        else if (strcmp(key, "remapped_uncorrectable") == 0) gpu->remapped_uncorrectable = v;
+        else if (strcmp(key, "remapped_pending") == 0) gpu->remapped_pending = v;
+        else if (strcmp(key, "remapped_failure") == 0) gpu->remapped_failure = v;
+        else {
+            for (int i = 0; i < COUNTERS; i++) {
+                if (strcmp(key, counter_names[i]) == 0) gpu->counter[i] = value;
+                else if (rate_names[i] && strcmp(key, rate_names[i]) == 0) gpu->rate[i] = (double)value;
+            }
+        }
     } else if (strcmp(kind, "nvlink") == 0 && sscanf(line, "nvlink %u %u %u", &slot, &a, &b) == 3 && a < MAX_LINKS) {
         node.gpu[slot % MAX_GPUS].links[a] = b;
     } else if (strcmp(kind, "gi") == 0 && sscanf(line, "gi %u %u %u %u %u", &slot, &a, &b, &c, &d) == 5 && a < MAX_GI_ID) {
@@ -217,6 +265,8 @@ static nvmlReturn_t refresh(void)
     memset(&node, 0, sizeof node);
     while (fgets(line, sizeof line, file)) parse_line(line);
     fclose(file);
+    if (!node.counters_ns) node.counters_ns = (unsigned long long)now.st_mtim.tv_sec * 1000000000ULL + now.st_mtim.tv_nsec;
+    for (unsigned slot = 0; slot < MAX_GPUS; slot++) node.gpu[slot].rate[C_ENERGY] = node.gpu[slot].power_mw;
     sidecar_seen = now;
     return node.driver_loaded ? NVML_SUCCESS : NVML_ERROR_DRIVER_NOT_LOADED;
 }
@@ -1077,3 +1127,314 @@ static nvmlReturn_t mig_ids(nvmlDevice_t mig, unsigned int *id, int compute)
 }
 nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t mig, unsigned int *id) { LOCKED(mig_ids(mig, id, 0)); }
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t mig, unsigned int *id) { LOCKED(mig_ids(mig, id, 1)); }
+
+
+/* ---- load: clocks, clock event reasons, energy, throughput, ECC, field values ------------------- */
+
+static unsigned long long now_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (unsigned long long)now.tv_sec * 1000000000ULL + (unsigned long long)now.tv_nsec;
+}
+
+/* A cumulative counter at `at` (ns): its value when the state was written plus its rate since then. */
+static unsigned long long counter_at(const struct sim_gpu *gpu, int which, unsigned long long at)
+{
+    double seconds = at > node.counters_ns ? (double)(at - node.counters_ns) / 1e9 : 0.0;
+    return gpu->counter[which] + (unsigned long long)(gpu->rate[which] * seconds);
+}
+
+static nvmlReturn_t clock_of(nvmlDevice_t device, nvmlClockType_t type, int maximum, unsigned int *clock)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!clock) return NVML_ERROR_INVALID_ARGUMENT;
+    switch (type) {
+    case NVML_CLOCK_GRAPHICS:
+    case NVML_CLOCK_VIDEO: *clock = maximum ? gpu->clock_graphics_max : gpu->clock_graphics; break;
+    case NVML_CLOCK_SM: *clock = maximum ? gpu->clock_sm_max : gpu->clock_sm; break;
+    case NVML_CLOCK_MEM: *clock = maximum ? gpu->clock_mem_max : gpu->clock_mem; break;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    return *clock ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    LOCKED(clock_of(device, type, 0, clock));
+}
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    LOCKED(clock_of(device, type, 1, clock));
+}
+nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t type, nvmlClockId_t id, unsigned int *clock)
+{
+    if (id > NVML_CLOCK_ID_CUSTOMER_BOOST_MAX) return NVML_ERROR_INVALID_ARGUMENT;
+    LOCKED(clock_of(device, type, id != NVML_CLOCK_ID_CURRENT, clock));
+}
+
+static nvmlReturn_t event_reasons(nvmlDevice_t device, unsigned long long *reasons, int supported)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = supported ? (unsigned long long)nvmlClocksEventReasonAll : gpu->event_reasons;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    LOCKED(event_reasons(device, reasons, 0));
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    LOCKED(event_reasons(device, reasons, 0));
+}
+nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    LOCKED(event_reasons(device, reasons, 1));
+}
+nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    LOCKED(event_reasons(device, reasons, 1));
+}
+
+static nvmlReturn_t total_energy(nvmlDevice_t device, unsigned long long *energy)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *energy = counter_at(gpu, C_ENERGY, now_ns());
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy)
+{
+    LOCKED(total_energy(device, energy));
+}
+
+static nvmlReturn_t pcie_throughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!value) return NVML_ERROR_INVALID_ARGUMENT;
+    if (counter != NVML_PCIE_UTIL_TX_BYTES && counter != NVML_PCIE_UTIL_RX_BYTES) return NVML_ERROR_INVALID_ARGUMENT;
+    /* KB/s over the last 20 ms, as the real call reports it. */
+    *value = (unsigned)(gpu->rate[counter == NVML_PCIE_UTIL_TX_BYTES ? C_PCIE_TX : C_PCIE_RX] / 1024.0);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value)
+{
+    LOCKED(pcie_throughput(device, counter, value));
+}
+
+static nvmlReturn_t ecc_mode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+{
+    GPU_OR_FAIL(device, gpu);
+    (void)gpu;
+    if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    *current = *pending = NVML_FEATURE_ENABLED; /* HBM3 GPUs always run with ECC */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+{
+    LOCKED(ecc_mode(device, current, pending));
+}
+
+static nvmlReturn_t ecc_errors(nvmlDevice_t device, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
+                               unsigned long long *count)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!count || type > NVML_MEMORY_ERROR_TYPE_UNCORRECTED || counter > NVML_AGGREGATE_ECC)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = gpu->ecc[type][counter];
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
+                                         unsigned long long *count)
+{
+    LOCKED(ecc_errors(device, type, counter, count));
+}
+
+static nvmlReturn_t remapped_rows(nvmlDevice_t device, unsigned int *correctable, unsigned int *uncorrectable,
+                                  unsigned int *pending, unsigned int *failure)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!correctable || !uncorrectable || !pending || !failure) return NVML_ERROR_INVALID_ARGUMENT;
+    *correctable = gpu->remapped_correctable;
+    *uncorrectable = gpu->remapped_uncorrectable;
+    *pending = gpu->remapped_pending;
+    *failure = gpu->remapped_failure;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *correctable, unsigned int *uncorrectable,
+                                       unsigned int *pending, unsigned int *failure)
+{
+    LOCKED(remapped_rows(device, correctable, uncorrectable, pending, failure));
+}
+
+static nvmlReturn_t field_values(nvmlDevice_t device, int count, nvmlFieldValue_t *values)
+{
+    unsigned long long at = now_ns();
+    GPU_OR_FAIL(device, gpu);
+    if (count < 0 || (count && !values)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *field = &values[i];
+        field->timestamp = (long long)(at / 1000);
+        field->latencyUsec = 0;
+        field->nvmlReturn = NVML_SUCCESS;
+        field->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+        switch (field->fieldId) {
+        case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: field->value.ullVal = counter_at(gpu, C_ENERGY, at); break;
+        /* Summed over the links (scopeId UINT_MAX in the real API; per link the sum / links up). */
+        case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: field->value.ullVal = counter_at(gpu, C_NVLINK_TX, at) / 1024; break;
+        case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: field->value.ullVal = counter_at(gpu, C_NVLINK_RX, at) / 1024; break;
+        case NVML_FI_DEV_PCIE_COUNT_TX_BYTES: field->value.ullVal = counter_at(gpu, C_PCIE_TX, at); break;
+        case NVML_FI_DEV_PCIE_COUNT_RX_BYTES: field->value.ullVal = counter_at(gpu, C_PCIE_RX, at); break;
+        case NVML_FI_DEV_POWER_INSTANT:
+            field->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            field->value.uiVal = gpu->power_mw;
+            break;
+        default: field->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values)
+{
+    LOCKED(field_values(device, count, values));
+}
+
+/* ---- GPM: GPU performance monitoring (Hopper and later) ------------------------------------------ */
+
+#define GPM_MAGIC 0x47504d53u
+struct nvmlGpmSample_st {
+    unsigned magic, slot, valid;
+    unsigned long long at_ns, counter[COUNTERS];
+};
+
+static nvmlReturn_t gpm_support(nvmlDevice_t device, nvmlGpmSupport_t *support)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!support) return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = gpu->cc_major >= 9;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support)
+{
+    LOCKED(gpm_support(device, support));
+}
+
+static nvmlReturn_t gpm_streaming(nvmlDevice_t device, unsigned int *state)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!state) return NVML_ERROR_INVALID_ARGUMENT;
+    *state = gpu->cc_major >= 9;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state) { LOCKED(gpm_streaming(device, state)); }
+
+static nvmlReturn_t gpm_set_streaming(nvmlDevice_t device, unsigned int state)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (gpu->cc_major < 9) return NVML_ERROR_NOT_SUPPORTED;
+    return state ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED; /* the simulated GPU always streams */
+}
+nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state) { LOCKED(gpm_set_streaming(device, state)); }
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample)
+{
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    *sample = calloc(1, sizeof **sample);
+    if (!*sample) return NVML_ERROR_MEMORY;
+    (*sample)->magic = GPM_MAGIC;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample)
+{
+    if (!sample || sample->magic != GPM_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    sample->magic = 0;
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+/* A MIG instance's sample is its GPU's: the simulated load is kept per GPU, not per instance. */
+static nvmlReturn_t gpm_sample(nvmlDevice_t device, nvmlGpmSample_t sample)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!sample || sample->magic != GPM_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpu->cc_major < 9) return NVML_ERROR_NOT_SUPPORTED;
+    sample->slot = device->slot;
+    sample->at_ns = now_ns();
+    for (int i = 0; i < COUNTERS; i++) sample->counter[i] = counter_at(gpu, i, sample->at_ns);
+    sample->valid = 1;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) { LOCKED(gpm_sample(device, sample)); }
+
+static nvmlReturn_t gpm_mig_sample(nvmlDevice_t device, unsigned int gpu_instance, nvmlGpmSample_t sample)
+{
+    GPU_OR_FAIL(device, gpu);
+    if (!gpu->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    if (gpu_instance >= MAX_GI_ID || !gpu->gi[gpu_instance].used) return NVML_ERROR_NOT_FOUND;
+    return gpm_sample(device, sample);
+}
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpu_instance, nvmlGpmSample_t sample)
+{
+    LOCKED(gpm_mig_sample(device, gpu_instance, sample));
+}
+
+struct gpm_metric { unsigned id; int counter; double scale; const char *short_name, *long_name, *unit; };
+/* Activity counters are microseconds per second (x 1e-4 = percent); byte counters give MiB/s. */
+static const struct gpm_metric gpm_metrics[] = {
+    {NVML_GPM_METRIC_GRAPHICS_UTIL, C_GRAPHICS, 1e-4, "gr_util", "graphics/compute activity", "%"},
+    {NVML_GPM_METRIC_SM_UTIL, C_SM, 1e-4, "sm_util", "SM activity", "%"},
+    {NVML_GPM_METRIC_SM_OCCUPANCY, C_OCCUPANCY, 1e-4, "sm_occupancy", "SM occupancy", "%"},
+    {NVML_GPM_METRIC_ANY_TENSOR_UTIL, C_TENSOR, 1e-4, "any_tensor_util", "tensor pipe activity", "%"},
+    {NVML_GPM_METRIC_HMMA_TENSOR_UTIL, C_TENSOR, 1e-4, "hmma_tensor_util", "HMMA tensor pipe activity", "%"},
+    {NVML_GPM_METRIC_DRAM_BW_UTIL, C_DRAM, 1e-4, "dram_bw_util", "DRAM bandwidth utilization", "%"},
+    {NVML_GPM_METRIC_PCIE_TX_PER_SEC, C_PCIE_TX, 1.0 / 1048576.0, "pcie_tx", "PCIe transmit", "MiB/sec"},
+    {NVML_GPM_METRIC_PCIE_RX_PER_SEC, C_PCIE_RX, 1.0 / 1048576.0, "pcie_rx", "PCIe receive", "MiB/sec"},
+    {NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, C_NVLINK_TX, 1.0 / 1048576.0, "nvlink_tx", "NVLink transmit", "MiB/sec"},
+    {NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, C_NVLINK_RX, 1.0 / 1048576.0, "nvlink_rx", "NVLink receive", "MiB/sec"},
+};
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request)
+{
+    const struct nvmlGpmSample_st *first, *second;
+    double seconds;
+
+    if (!request) return NVML_ERROR_INVALID_ARGUMENT;
+    if (request->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    first = request->sample1;
+    second = request->sample2;
+    if (!first || !second || first->magic != GPM_MAGIC || second->magic != GPM_MAGIC || !first->valid ||
+        !second->valid || first->slot != second->slot || request->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* Either order, as the real call takes them; the same instant twice has no rate. */
+    if (first->at_ns > second->at_ns) {
+        const struct nvmlGpmSample_st *swap = first;
+        first = second;
+        second = swap;
+    }
+    seconds = (double)(second->at_ns - first->at_ns) / 1e9;
+    for (unsigned i = 0; i < request->numMetrics; i++) {
+        nvmlGpmMetric_t *metric = &request->metrics[i];
+        const struct gpm_metric *known = NULL;
+        for (size_t k = 0; k < sizeof gpm_metrics / sizeof gpm_metrics[0]; k++)
+            if (gpm_metrics[k].id == metric->metricId) known = &gpm_metrics[k];
+        metric->value = 0;
+        metric->metricInfo.shortName = metric->metricInfo.longName = metric->metricInfo.unit = NULL;
+        if (!known) {
+            metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            continue;
+        }
+        metric->metricInfo.shortName = (char *)known->short_name;
+        metric->metricInfo.longName = (char *)known->long_name;
+        metric->metricInfo.unit = (char *)known->unit;
+        if (seconds <= 0) {
+            metric->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+            continue;
+        }
+        metric->value = (double)(second->counter[known->counter] - first->counter[known->counter]) / seconds * known->scale;
+        metric->nvmlReturn = NVML_SUCCESS;
+    }
+    return NVML_SUCCESS;
+}
