@@ -204,14 +204,20 @@ def _write_apt_indexes(apt_dir: Path, entries: list[dict[str, str]]) -> None:
 
 
 def build_simulated_apt(apt_dir: Path, packages: list[DebianPackage]) -> int:
+    from appliance.simulation import packages as catalogue
+
     entries = []
     for package in packages:
         data = simulated_deb(package)
         relative = pool_path(package.name, package.version)
         (apt_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         (apt_dir / relative).write_bytes(data)
-        entries.append({"Package": package.name, "Version": package.version, "Architecture": ARCHITECTURE,
-                        "Filename": relative, "Size": str(len(data)), "SHA256": hashlib.sha256(data).hexdigest()})
+        entry = {"Package": package.name, "Version": package.version, "Architecture": ARCHITECTURE}
+        depends = catalogue.find(package.name).depends
+        if depends:
+            entry["Depends"] = ", ".join(depends)
+        entries.append({**entry, "Filename": relative, "Size": str(len(data)),
+                        "SHA256": hashlib.sha256(data).hexdigest()})
     _write_apt_indexes(apt_dir, entries)
     return len(entries)
 

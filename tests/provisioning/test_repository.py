@@ -173,3 +173,33 @@ def test_the_site_names_its_repository(demo_site_text, section, expected):
     if isinstance(expected, list):
         expected = [message.format(line=line) for message in expected]
     assert parsed == expected
+
+
+def test_a_build_mirrors_named_packages_and_their_dependencies_from_an_upstream(db, wheel_cache, offline, settings,
+                                                                               tmp_path, monkeypatch):
+    from appliance.simulation import repository_server
+
+    # The upstream: the suite's repository, served over HTTP as NVIDIA's or Ubuntu's would be.
+    settings.SIMULATION_DIR = tmp_path / "simulation"
+    served = settings.REPOSITORY_DIR = repository.root()
+    repository_server.start()
+    upstream = repository_server.url()
+    monkeypatch.setenv("no_proxy", "127.0.0.1")  # the loopback upstream is reached directly, nothing else
+    settings.REPOSITORY_DIR = tmp_path / "mirror"
+    try:
+        call_command("repository", "build", "--find-links", str(wheel_cache), "--python-version", "3.10",
+                     "--apt-upstream", f"{upstream}/apt appliance main", "--apt-package", "nvidia-gds")
+        with pytest.raises(CommandError, match=r"package cuda-toolkit: in no upstream repository \(http://127\.0\.0\.1:"):
+            call_command("repository", "build", "--find-links", str(wheel_cache), "--python-version", "3.10",
+                         "--apt-upstream", f"{upstream}/apt appliance main", "--apt-package", "cuda-toolkit")
+    finally:
+        settings.REPOSITORY_DIR = served
+        repository_server.stop()
+
+    mirrored = (tmp_path / "mirror/apt/dists/appliance/main/binary-amd64/Packages").read_text()
+    assert [line for line in mirrored.splitlines() if line.startswith("Package: ")] == [
+        "Package: nvidia-gds", "Package: nvidia-fs"]
+    assert "Depends: nvidia-fs\n" in mirrored
+    manifest = json.loads((tmp_path / "mirror/manifest.json").read_text())
+    assert manifest["apt"] == {"component": "main", "packages": 2, "source": "upstream", "suite": "appliance",
+                               "upstreams": [[f"{upstream}/apt", "appliance", "main"]]}
