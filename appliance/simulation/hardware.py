@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-from . import packages
+from . import cpus, packages
 from .state import FORMAT_VERSION, idle_load
 
 NAMESPACE = uuid.UUID("5b7c7e4e-9d1c-4f0e-8a53-1a6f0c1e2d3b")
@@ -182,6 +182,7 @@ def factory_state(node_name: str, role: str, platform: dict, bios_factory: dict)
         "software": software,
         "nvswitch_count": int(gpu_spec.get("nvswitch_count") or 0),
         "nvlink_topology": (gpu_spec.get("nvlink") or {}).get("topology", ""),
+        "cpu": cpus.topology(platform),
         "kernel": {"release": packages.KERNEL_RELEASE, "cmdline": FACTORY_CMDLINE, "cmdline_configured": ""},
         "driver": {},
         "gpus": gpus,

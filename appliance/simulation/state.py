@@ -25,6 +25,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import cpus
+
 STATE_RELATIVE = Path("var/lib/appliance-sim/state.json")
 SYSROOT_ENV = "APPLIANCE_SIM_SYSROOT"
 FORMAT_VERSION = 1
@@ -411,6 +413,8 @@ def _write_derived(sysroot: Path, state: dict) -> None:
         f"3,{number},{1000000 + number},-;NVRM: Xid (PCI:{bus}): {xid}, {text}\n"
         for number, (bus, xid, text) in enumerate(xid_events(state), 1)))
     _write_if_changed(sysroot / "proc" / "cmdline", kernel.get("cmdline", "") + "\n")
+    if state.get("cpu"):
+        _write_if_changed(sysroot / "proc" / "cpuinfo", cpus.cpuinfo(state["cpu"]))
     _write_if_changed(sysroot / "proc" / "modules",
                   "".join(f"{module} 16384 0 - Live 0x0000000000000000\n" for module in state.get("modules", [])))
     _write_if_changed(sysroot / "proc" / "mounts",

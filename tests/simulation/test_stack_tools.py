@@ -161,3 +161,49 @@ def test_acceptance_reads_dcgm_diag_json(gpu_stack, run_tool, monkeypatch):
     run_tool("nvidia-smi", "-pm", "1")
     (record,) = fabric.dcgm_checks(ctx)
     assert (record["measured"], record["passed"]) == ("9 pass, 0 fail, 0 skip", True)
+
+
+def test_gpu_cores_from_the_simulated_topology(gpu_stack, run_tool):
+    """The CPU Affinity column of `nvidia-smi topo -m` and the node's /proc/cpuinfo give each GPU its cores
+    in Slurm's numbering, as appliance.hgx.topo_affinity computes them on the node (2 x 56 cores, 2 threads:
+    socket 0 has CPUs 0-55 and 112-167, i.e. cores 0-55)."""
+    import sys
+
+    from django.conf import settings
+
+    sys.path.insert(0, str(Path(settings.COLLECTION_DIR) / "plugins" / "module_utils"))
+    import appliance_fabric_parsers as parsers
+
+    matrix = parsers.parse_topo_matrix(run_tool("nvidia-smi", "topo", "-m").stdout)
+    assert matrix["cpu_affinity"] == {0: "0-55,112-167", 1: "0-55,112-167", 2: "0-55,112-167", 3: "0-55,112-167",
+                                      4: "56-111,168-223", 5: "56-111,168-223", 6: "56-111,168-223",
+                                      7: "56-111,168-223"}
+    cpuinfo = parsers.parse_cpuinfo((Path(gpu_stack.sysroot) / "proc" / "cpuinfo").read_text())
+    assert len(cpuinfo) == 224 and cpuinfo[0] == (0, 0) and cpuinfo[112] == (0, 0) and cpuinfo[167] == (0, 55)
+    assert cpuinfo[56] == (1, 0) and cpuinfo[223] == (1, 55)
+    assert parsers.gpu_cores(matrix["cpu_affinity"], cpuinfo) == {
+        0: "0-55", 1: "0-55", 2: "0-55", 3: "0-55", 4: "56-111", 5: "56-111", 6: "56-111", 7: "56-111"}
+
+
+@pytest.mark.slow
+def test_topo_affinity_module_records_each_gpus_cores(gpu_stack):
+    """The module as the gpudirect stage runs it: its facts hold the rails and the cores gres.conf uses."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    arguments = {"node": gpu_stack.name, "sysroot": gpu_stack.sysroot, "expected": {"0": "mlx5_0", "7": "mlx5_7"}}
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible")), "localhost", "-c", "local", "-o", "-m",
+         "appliance.hgx.topo_affinity", "-a", json.dumps(arguments)],
+        capture_output=True, text=True, timeout=120, cwd=settings.BASE_DIR,
+        env={**os.environ, **services.node_environment(gpu_stack),
+             "ANSIBLE_COLLECTIONS_PATH": str(settings.BASE_DIR / "playbooks" / "collections"),
+             "ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_LOCALHOST_WARNING": "False"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    facts = json.loads(result.stdout.split("=>", 1)[1])["ansible_facts"]
+    assert facts["appliance_gpu_cores"] == {"0": "0-55", "1": "0-55", "2": "0-55", "3": "0-55",
+                                            "4": "56-111", "5": "56-111", "6": "56-111", "7": "56-111"}
+    assert facts["appliance_gpu_hca_affinity"]["7"] == "mlx5_7"

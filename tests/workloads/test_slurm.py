@@ -51,6 +51,39 @@ def test_gres_conf_names_explicit_device_files():
     assert render_cgroup_conf().splitlines()[1:4] == ["ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=yes"]
 
 
+# What the gpudirect stage records on an HGX H100 node of the simulation (tests/simulation/test_stack_tools.py
+# checks that chain): GPUs 0-3 on socket 0, 4-7 on socket 1.
+H100_GPU_CORES = {"0": "0-55", "1": "0-55", "2": "0-55", "3": "0-55",
+                  "4": "56-111", "5": "56-111", "6": "56-111", "7": "56-111"}
+
+
+def with_measured_cores(site, cores=H100_GPU_CORES):
+    nodes = tuple(replace(n, facts={**n.facts, "gpu_cores": dict(cores)}) if n.gpu_count else n for n in site.nodes)
+    return replace(site, nodes=nodes)
+
+
+def test_gres_conf_carries_the_cores_of_each_gpu():
+    lines = render_gres_conf(with_measured_cores(demo_site())).splitlines()
+    assert lines[2:] == [
+        "NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55",
+        "NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[4-7] Cores=56-111",
+        "NodeName=gpu02 Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55",
+        "NodeName=gpu02 Name=gpu Type=h100 File=/dev/nvidia[4-7] Cores=56-111",
+    ]
+    instances = {"gpu01": [MigInstance(4, "3g.40gb", 1, 0)]}
+    mig = render_gres_conf(with_measured_cores(demo_site()), {"gpu01": {"h100": 7, "3g.40gb": 1}}, instances)
+    assert ("NodeName=gpu01 Name=gpu Type=3g.40gb MultipleFiles=/dev/nvidia4,/dev/nvidia-caps/nvidia-cap552,"
+            "/dev/nvidia-caps/nvidia-cap553 Cores=56-111") in mig.splitlines()
+    assert "NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[5-7] Cores=56-111" in mig.splitlines()
+    # Before the gpudirect stage measured them: no Cores=, and the file says why.
+    plain = render_gres_conf(demo_site()).splitlines()
+    assert "# gpu01: no Cores= yet (the gpudirect stage measures the GPUs' CPU affinity)" in plain
+    with pytest.raises(RenderError, match=r"node gpu01: facts.gpu_cores: GPU 4: core 112 is beyond the node's 112 cores"):
+        render_gres_conf(with_measured_cores(demo_site(), {**H100_GPU_CORES, "4": "56-112"}))
+    with pytest.raises(RenderError, match=r"node gpu01: facts.gpu_cores: GPU '8' is not one of the node's 8 GPUs"):
+        render_gres_conf(with_measured_cores(demo_site(), {**H100_GPU_CORES, "8": "0"}))
+
+
 def test_mig_plan_changes_gres_and_names_mig_device_files():
     instances = {"gpu01": [MigInstance(0, "3g.40gb", 1, 0), MigInstance(0, "3g.40gb", 2, 0)]}
     plan = {"gpu01": {"h100": 7, "3g.40gb": 2}}
@@ -90,8 +123,10 @@ def _parser_available():
     return ""
 
 
-def slurmd_gres(tmp_path, node, files, slurm_conf, gres_conf):
-    """Run `slurmd -G` for `node` inside a mount namespace whose /dev holds the device files gres.conf names."""
+def slurmd_gres(tmp_path, node, files, slurm_conf, gres_conf, hwloc=None):
+    """Run `slurmd -G` for `node` inside a mount namespace whose /dev holds the device files gres.conf names;
+    `hwloc` (e.g. "Package:2 Core:56 PU:2") gives slurmd the node's CPU topology instead of this machine's,
+    which it needs to check Cores= (HWLOC_SYNTHETIC: hwloc builds that topology instead of reading the host)."""
     dev = tmp_path / "dev"
     for path in files:
         relative = path.removeprefix("/dev/")
@@ -104,7 +139,9 @@ def slurmd_gres(tmp_path, node, files, slurm_conf, gres_conf):
     (tmp_path / "gres.conf").write_text(gres_conf)
     (tmp_path / "cgroup.conf").write_text(render_cgroup_conf())
     script = f"mount --bind {dev} /dev && exec {SLURMD} -G -f {tmp_path / 'slurm.conf'} -N {node}"
-    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    environment = {**os.environ, **({"HWLOC_SYNTHETIC": hwloc} if hwloc else {})}
+    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60,
+                          check=False, env=environment)
 
 
 @pytest.fixture
@@ -134,6 +171,23 @@ def test_slurm_parser_accepts_a_mig_layout(tmp_path, slurm_parser):
     assert "Type=h100 Count=7" in output
     assert output.count("Type=1g.10gb Count=1") == 3
     assert "Type=4g.40gb Count=1" in output
+
+
+def test_slurm_parser_reads_the_cores_of_each_gpu(tmp_path, slurm_parser):
+    """gres.conf Cores= in Slurm's abstract core ids, checked by slurmd against an HGX H100 node's topology
+    (2 sockets x 56 cores x 2 threads): without them `slurmd -G` printed `(null)`."""
+    site = with_measured_cores(demo_site())
+    gres = render_gres_conf(site)
+    done = slurmd_gres(tmp_path, "gpu01", device_files(site, "gpu01"), render_slurm_conf(site), gres,
+                       hwloc="Package:2 Core:56 PU:2")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "error" not in output, output
+    assert "File=/dev/nvidia[0-3] Cores=0-55 CoreCnt=224" in output
+    assert "File=/dev/nvidia[4-7] Cores=56-111 CoreCnt=224" in output
+    # A core the node does not have: Slurm's own refusal.
+    done = slurmd_gres(tmp_path / "beyond", "gpu01", device_files(site, "gpu01"), render_slurm_conf(site),
+                       gres.replace("Cores=56-111", "Cores=56-112"), hwloc="Package:2 Core:56 PU:2")
+    assert "error: Invalid GRES data for gpu, Cores=56-112" in done.stdout + done.stderr
 
 
 def test_slurm_parser_rejects_a_wrong_key(tmp_path, slurm_parser):

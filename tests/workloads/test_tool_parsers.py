@@ -99,6 +99,21 @@ def test_topology_affinity_and_contradiction():
     assert parsers.parse_topo_matrix(older)["gpus"][1] == {"mlx5_0": "SYS", "mlx5_1": "PIX"}
 
 
+def test_gpu_cores_follow_the_nodes_own_cpu_numbering():
+    """CPU Affinity -> Slurm's abstract core ids through /proc/cpuinfo, not arithmetic on CPU ids: here the
+    two threads of a core are adjacent (CPUs 0 and 1 are core 0), as on many AMD EPYC servers."""
+    assert parsers.parse_topo_matrix(TOPO)["cpu_affinity"] == {0: "0-55,112-167", 1: "56-111,168-223"}
+    cpuinfo = "".join(f"processor\t: {cpu}\nphysical id\t: {cpu // 8}\ncore id\t\t: {cpu % 8 // 2}\n\n"
+                      for cpu in range(16))  # 2 sockets x 4 cores x 2 threads, siblings adjacent
+    cores = parsers.parse_cpuinfo(cpuinfo)
+    assert cores[0] == cores[1] == (0, 0) and cores[9] == (1, 0)
+    assert parsers.gpu_cores({0: "0-7", 1: "8-15", 2: "2-3,10-11"}, cores) == {0: "0-3", 1: "4-7", 2: "1,5"}
+    with pytest.raises(parsers.ParseError, match=r"GPU 0: CPU Affinity 0-31 names CPUs /proc/cpuinfo does not list \(16-31\)"):
+        parsers.gpu_cores({0: "0-31"}, cores)
+    with pytest.raises(parsers.ParseError, match="expected ids like 0-55,112-167, read '7-3'"):
+        parsers.gpu_cores({0: "7-3"}, cores)
+
+
 def test_gdscheck_findings():
     report = parsers.parse_gdscheck(GDSCHECK_OK)
     assert report["verified"] is True and report["nvidia_fs"] == "2.20"

@@ -7,6 +7,7 @@ configuration checkable by Slurm's own parser (`slurmd -G`) before it reaches a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -172,6 +173,33 @@ def _index_list(indexes: Sequence[int]) -> str:
     return f"{GPU_MAJOR_FILES}[{','.join(ranges)}]"
 
 
+_ID_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+def gpu_cores(node: NodeView) -> dict[int, str]:
+    """{GPU index: its cores in Slurm's abstract core ids ("0-55")}: what the gpudirect stage measured on the
+    node (`nvidia-smi topo -m`'s CPU Affinity through the node's /proc/cpuinfo, fact `gpu_cores`), checked
+    against the GPUs and the cores the node has. Empty before that stage has run."""
+    found = node.facts.get("gpu_cores") or {}
+    where = f"node {node.name}: facts.gpu_cores"
+    if not isinstance(found, dict):
+        raise RenderError(f"{where} is not a mapping of GPU index to core ids: {found!r}")
+    host = node.platform.get("host") or {}
+    total = int(host.get("sockets") or 0) * int(host.get("cores_per_socket") or 0)
+    cores = {}
+    for index, ids in found.items():
+        if not str(index).isdigit() or int(index) >= node.gpu_count:
+            raise RenderError(f"{where}: GPU {index!r} is not one of the node's {node.gpu_count} GPUs")
+        if not isinstance(ids, str) or not _ID_LIST.match(ids):
+            raise RenderError(f"{where}: GPU {index}: {ids!r} is not a list of core ids like 0-55")
+        highest = max(int(part.rsplit("-", 1)[-1]) for part in ids.split(","))
+        if total and highest >= total:
+            raise RenderError(f"{where}: GPU {index}: core {highest} is beyond the node's {total} cores "
+                              f"(platform {node.platform_slug or '?'}: host.sockets x host.cores_per_socket)")
+        cores[int(index)] = ids
+    return cores
+
+
 def _gres_lines(node: NodeView, plan: PartitionPlan | None, instances: MigInstances | None) -> list[str]:
     counts = node_gres(node, plan)
     whole_type = node.gpu_type
@@ -191,11 +219,19 @@ def _gres_lines(node: NodeView, plan: PartitionPlan | None, instances: MigInstan
     if counts.get(whole_type, 0) != len(whole):
         raise RenderError(f"node {node.name}: {counts.get(whole_type, 0)} whole {whole_type} GPUs planned, "
                           f"{len(whole)} are not split by MIG")
-    lines = []
-    if whole:
-        lines.append(f"NodeName={node.name} Name=gpu Type={whole_type} File={_index_list(whole)}")
+    # Cores=: the cores next to each GPU, so that a job's CPUs and its GPUs share a socket (and
+    # --gres-flags=enforce-binding can insist). GPUs with the same cores share a line.
+    cores = gpu_cores(node)
+    lines = [] if cores else [f"# {node.name}: no Cores= yet (the gpudirect stage measures the GPUs' CPU affinity)"]
+    groups: dict[str, list[int]] = {}
+    for index in whole:
+        groups.setdefault(cores.get(index, ""), []).append(index)
+    for ids, members in sorted(groups.items(), key=lambda item: item[1][0]):
+        lines.append(f"NodeName={node.name} Name=gpu Type={whole_type} File={_index_list(members)}"
+                     + (f" Cores={ids}" if ids else ""))
     for instance in node_instances:
-        lines.append(f"NodeName={node.name} Name=gpu Type={instance.profile} MultipleFiles={','.join(instance.files)}")
+        lines.append(f"NodeName={node.name} Name=gpu Type={instance.profile} MultipleFiles={','.join(instance.files)}"
+                     + (f" Cores={cores[instance.gpu]}" if instance.gpu in cores else ""))
     return lines
 
 

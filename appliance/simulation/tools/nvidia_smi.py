@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import gpu_ops
+from .. import cpus, gpu_ops
 from ..state import effective_hcas, visible_gpus
 
 # field -> (header unit, getter(gpu, state) -> (value with unit, value without unit))
@@ -244,7 +244,8 @@ def _topology(tool, state: dict) -> int:
     columns = [f"GPU{gpu['index']}" for gpu in gpus] + [f"NIC{n}" for n in range(len(hcas))]
     tool.print("\t" + "\t".join(columns) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID")
     links = len(gpus[0]["nvlinks"]) if gpus else 0
-    affinity = {0: ("0-55,112-167", "0"), 1: ("56-111,168-223", "1")}
+    # A GPU's CPUs are its NUMA node's socket (appliance.simulation.cpus: Linux's numbering).
+    cpu = state.get("cpu") or {"sockets": 2, "cores_per_socket": 56, "threads_per_core": 2}
 
     def relation(numa_a, numa_b, pix):
         if pix:
@@ -262,8 +263,8 @@ def _topology(tool, state: dict) -> int:
                 cells.append(relation(gpu["numa_node"], other["numa_node"], False))
         for hca in hcas:
             cells.append(relation(gpu["numa_node"], hca["numa_node"], hca.get("closest_gpu") == gpu["index"]))
-        cpus, numa = affinity[gpu["numa_node"]]
-        tool.print(f"GPU{gpu['index']}\t" + "\t".join(cells) + f"\t{cpus}\t{numa}\t\tN/A")
+        near = cpus.socket_cpus(cpu, gpu["numa_node"])
+        tool.print(f"GPU{gpu['index']}\t" + "\t".join(cells) + f"\t{near}\t{gpu['numa_node']}\t\tN/A")
     for position, hca in enumerate(hcas):
         cells = [relation(hca["numa_node"], gpu["numa_node"], hca.get("closest_gpu") == gpu["index"]) for gpu in gpus]
         cells += [" X " if other is hca else relation(hca["numa_node"], other["numa_node"], False) for other in hcas]

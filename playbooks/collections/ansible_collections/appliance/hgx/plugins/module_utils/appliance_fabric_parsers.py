@@ -157,8 +157,9 @@ CONNECTION_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SOC": 5, "SYS": 5}
 
 
 def parse_topo_matrix(text):
-    """`nvidia-smi topo -m` -> {"gpus": {index: {nic_device: connection}}}, NIC columns named by their RDMA
-    device (the NIC legend maps NIC0 -> mlx5_0 in newer drivers; older ones print the device names)."""
+    """`nvidia-smi topo -m` -> {"gpus": {index: {nic_device: connection}}, "cpu_affinity": {index: "0-55,112-167"}},
+    NIC columns named by their RDMA device (the NIC legend maps NIC0 -> mlx5_0 in newer drivers; older ones
+    print the device names); a GPU whose CPU Affinity column is N/A (or absent) has no cpu_affinity entry."""
     lines = [line.rstrip() for line in text.splitlines()]
     header = None
     for line in lines:
@@ -177,7 +178,8 @@ def parse_topo_matrix(text):
         match = re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line)
         if match:
             legend[match.group(1)] = match.group(2)
-    gpus = {}
+    has_cpu_column = "CPU" in header
+    gpus, cpu_affinity = {}, {}
     for line in lines:
         match = re.match(r"^(GPU(\d+))\s+(.*)$", line)
         if not match:
@@ -189,9 +191,79 @@ def parse_topo_matrix(text):
                 continue
             row[legend.get(column, column)] = cell
         gpus[int(match.group(2))] = row
+        if has_cpu_column and len(cells) > len(columns) and re.match(r"^\d+(-\d+)?(,\d+(-\d+)?)*$", cells[len(columns)]):
+            cpu_affinity[int(match.group(2))] = cells[len(columns)]
     if not gpus:
         raise ParseError("nvidia-smi topo -m printed no GPU row")
-    return {"gpus": gpus}
+    return {"gpus": gpus, "cpu_affinity": cpu_affinity}
+
+
+def parse_id_list(text, where):
+    """Linux/Slurm id list "0-55,112-167" -> sorted ids."""
+    ids = set()
+    for part in str(text).strip().split(","):
+        match = re.match(r"^(\d+)(?:-(\d+))?$", part.strip())
+        if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
+            raise ParseError(f"{where}: expected ids like 0-55,112-167, read {text!r}")
+        ids.update(range(int(match.group(1)), int(match.group(2) or match.group(1)) + 1))
+    return sorted(ids)
+
+
+def format_id_list(ids):
+    """Sorted ids -> "0-55,112-167" (the ranges Linux and Slurm write)."""
+    ranges, ordered = [], sorted(set(ids))
+    for value in ordered:
+        if ranges and value == ranges[-1][1] + 1:
+            ranges[-1][1] = value
+        else:
+            ranges.append([value, value])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def parse_cpuinfo(text):
+    """/proc/cpuinfo -> {processor: (physical id, core id)}."""
+    cpus, current = {}, {}
+    for line in text.splitlines() + [""]:
+        if not line.strip():
+            if "processor" in current:
+                try:
+                    cpus[int(current["processor"])] = (int(current.get("physical id", 0)), int(current["core id"]))
+                except (KeyError, ValueError):
+                    raise ParseError(f"/proc/cpuinfo: processor {current.get('processor')} has no numeric "
+                                     "'physical id' and 'core id'") from None
+            current = {}
+            continue
+        key, _, value = line.partition(":")
+        current[key.strip()] = value.strip()
+    if not cpus:
+        raise ParseError("/proc/cpuinfo lists no processor: " + (text.strip()[:200] or "(empty)"))
+    return cpus
+
+
+def slurm_core_ids(cpuinfo):
+    """{processor: Slurm's abstract core id}. Slurm (gres.conf Cores=) numbers cores as hwloc's logical
+    index: core 0 is the first core of the first socket, then the next core of that socket, and so on;
+    a core's hardware threads share its id. Cores are ordered by socket, then by their first processor."""
+    first = {}
+    for cpu, core in sorted(cpuinfo.items()):
+        first.setdefault(core, cpu)
+    order = sorted(first, key=lambda core: (core[0], first[core]))
+    index = {core: position for position, core in enumerate(order)}
+    return {cpu: index[core] for cpu, core in cpuinfo.items()}
+
+
+def gpu_cores(cpu_affinity, cpuinfo):
+    """{GPU index: "0-55,112-167"} (nvidia-smi's CPU Affinity) -> {GPU index: "0-55"} (gres.conf Cores=)."""
+    core_of = slurm_core_ids(cpuinfo)
+    result = {}
+    for index, cpus in sorted(cpu_affinity.items()):
+        ids = parse_id_list(cpus, f"GPU {index}: CPU Affinity")
+        unknown = [cpu for cpu in ids if cpu not in core_of]
+        if unknown:
+            raise ParseError(f"GPU {index}: CPU Affinity {cpus} names CPUs /proc/cpuinfo does not list "
+                             f"({format_id_list(unknown)})")
+        result[index] = format_id_list(core_of[cpu] for cpu in ids)
+    return result
 
 
 def nearest_nics(row):

@@ -39,6 +39,13 @@ options:
     description: GPU index to the RDMA device the platform puts next to it; GPUs left out are only recorded.
     type: dict
     default: {}
+  sysroot:
+    description:
+      - Root of the node's file tree, where C(/proc/cpuinfo) is read (each GPU's CPU affinity becomes Slurm
+        core ids through it).
+      - Empty on a real node.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -60,6 +67,12 @@ ansible_facts:
       description: GPU index (as a string) to its nearest RDMA device.
       type: dict
       sample: {"0": "mlx5_0", "1": "mlx5_1"}
+    appliance_gpu_cores:
+      description:
+        - GPU index (as a string) to the cores next to it, as Slurm's gres.conf C(Cores=) wants them (abstract
+          core ids, from the CPU Affinity column and C(/proc/cpuinfo)); GPUs without an affinity are left out.
+      type: dict
+      sample: {"0": "0-55", "4": "56-111"}
 problems:
   description: The contradictions that failed the task.
   returned: failure
@@ -67,7 +80,10 @@ problems:
   elements: str
 """
 
-from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import ParseError, affinity, parse_topo_matrix
+import os
+
+from ansible_collections.appliance.hgx.plugins.module_utils.appliance_fabric_parsers import (
+    ParseError, affinity, gpu_cores, parse_cpuinfo, parse_topo_matrix)
 from ansible.module_utils.basic import AnsibleModule
 
 
@@ -76,6 +92,7 @@ def main():
         argument_spec={
             "node": {"type": "str", "required": True},
             "expected": {"type": "dict", "default": {}},
+            "sysroot": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -89,10 +106,22 @@ def main():
     if rc != 0:
         module.fail_json(msg=f"{node}: nvidia-smi topo -m failed (rc {rc}): {err.strip() or out.strip()}")
     try:
-        found, problems = affinity(parse_topo_matrix(out), expected)
+        matrix = parse_topo_matrix(out)
+        found, problems = affinity(matrix, expected)
+        cores = {}
+        if matrix["cpu_affinity"]:
+            # CPU ids -> Slurm's core ids (gres.conf Cores=) through the node's own CPU topology.
+            cpuinfo_path = os.path.join(module.params["sysroot"] or "/", "proc/cpuinfo")
+            try:
+                with open(cpuinfo_path) as handle:
+                    cpuinfo = parse_cpuinfo(handle.read())
+            except OSError as exc:
+                raise ParseError(f"{cpuinfo_path}: unreadable ({exc.strerror or exc})") from None
+            cores = gpu_cores(matrix["cpu_affinity"], cpuinfo)
     except ParseError as exc:
         module.fail_json(msg=f"{node}: {exc}")
-    facts = {"appliance_gpu_hca_affinity": {str(index): device for index, device in sorted(found.items())}}
+    facts = {"appliance_gpu_hca_affinity": {str(index): device for index, device in sorted(found.items())},
+             "appliance_gpu_cores": {str(index): ids for index, ids in sorted(cores.items())}}
     if problems:
         module.fail_json(msg=f"{node}: topology contradicts the platform: " + "; ".join(problems),
                          problems=problems, ansible_facts=facts)
