@@ -452,7 +452,11 @@ def start_many(names: list[str]) -> dict[str, int]:
     """Start the SSH servers of the nodes that have none running; wait until each answers. {node: pid}."""
     if not Path(SSHD).exists():
         raise SSHError(f"{SSHD} is not installed (Debian package openssh-server)")
-    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation directory
+    try:
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation directory (runtime)
+    except PermissionError:
+        raise SSHError("/run/sshd is missing and this OS user may not create it: sshd needs it (as root: "
+                       "mkdir -p /run/sshd)") from None
     pids, spawned = {}, {}
     for name in names:
         existing = running_pid(name)

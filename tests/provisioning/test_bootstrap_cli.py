@@ -89,8 +89,10 @@ def bmc_urls(state_dir: Path) -> dict:
 def two(tmp_path_factory):
     """Two demo appliances bootstrapped at the same time (firmware only), one in a pipe, the other in a
     terminal with --no-color."""
-    first = tmp_path_factory.mktemp("first") / "state"
-    second = tmp_path_factory.mktemp("second") / "state"
+    from tests.conftest import traversable  # the simulated nodes' login account reaches the sysroots
+
+    first = traversable(tmp_path_factory.mktemp("first")) / "state"
+    second = traversable(tmp_path_factory.mktemp("second")) / "state"
     first.mkdir()
     second.mkdir()
     log = first.parent / "bootstrap.out"

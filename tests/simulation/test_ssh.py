@@ -128,3 +128,33 @@ def test_a_wrong_host_key_in_known_hosts_fails_the_stage_with_a_host_key_error(r
     host = run.stage_runs.get(stage="os").host_results.get(host="ssh-gpu01")
     assert host.unreachable == 1, (host.message, run.reason)
     assert "mismatching host key" in host.message, host.message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the service account exists only when the simulation runs as root")
+def test_simulation_remove_deletes_the_service_account_and_hands_the_sysroots_back(make_appliance, settings):
+    import pwd
+
+    from django.core.management import call_command
+
+    from appliance.audit.models import AuditRecord
+
+    # An account of this test's own, so that simulations running beside it keep theirs.
+    settings.SIMULATION_ACCOUNT = "appliance-simtest"
+    appliance, [node] = make_appliance(nodes=(("rm-gpu01", "hgx-h100-8gpu"),))
+    services.prepare_appliance(appliance)
+    services.start_ssh(appliance)
+    account = pwd.getpwnam("appliance-simtest")
+    assert Path(node.sysroot).stat().st_uid == account.pw_uid
+    assert Path("/etc/sudoers.d/appliance-simtest").read_text().splitlines()[-1] == \
+        "appliance-simtest ALL=(appliance-simtest) NOPASSWD: ALL"
+
+    call_command("simulation", "remove")
+
+    with pytest.raises(KeyError):
+        pwd.getpwnam("appliance-simtest")
+    assert not Path("/etc/sudoers.d/appliance-simtest").exists()
+    assert Path(node.sysroot).stat().st_uid == 0
+    assert not (Path(settings.SIMULATION_DIR) / "ssh").exists() and sshd.running_pid("rm-gpu01") is None
+    assert oct(Path(settings.STATE_DIR).stat().st_mode & 0o777) == "0o700"
+    assert set(AuditRecord.objects.filter(event__startswith="simulation.account.")
+               .values_list("event", flat=True)) == {"simulation.account.create", "simulation.account.remove"}
