@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,31 @@ def test_the_driver_runs_training_jobs_on_slurm_and_stops_clean(demo_appliance):
     assert [gpu["utilization_gpu"] for gpu in after["gpus"]] == [0] * 8 and after["gpu_owners"] == {}
     assert list(AuditRecord.objects.filter(event__startswith="simulation.workload.").values_list("event", flat=True)
                 .order_by("sequence")) == ["simulation.workload.start", "simulation.workload.stop"]
+
+
+def test_the_command_starts_shows_and_stops_an_inference_workload(demo_appliance):  # noqa: F811
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--speed 0: must be above 0"):
+        call_command("simulation_workload", "start", "--speed", "0")
+    out = StringIO()
+    try:
+        call_command("simulation_workload", "start", "--profile", "memory-hungry", "--speed", "600", "--seed", "3",
+                     stdout=out)
+        assert "demo: workload memory-hungry running" in out.getvalue()
+        with pytest.raises(CommandError, match="the workload model already runs"):
+            call_command("simulation_workload", "start")
+        gpu04 = Path(demo_appliance.nodes.get(name="gpu04").sysroot)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "gpu_owners" not in node_state.load(gpu04):
+            time.sleep(0.1)
+        owners = json.loads((gpu04 / "run/appliance/gpu-owners.json").read_text())["gpus"]
+        assert owners == {str(gpu): {"kind": "inference", "service": "embeddings-gpu04"} for gpu in range(8)}
+        assert all(gpu["memory_used_bytes"] > 60 * 2**30 and gpu["utilization_gpu"] < 10
+                   for gpu in node_state.load(gpu04)["gpus"])
+        call_command("simulation_workload", "status", stdout=out)
+        assert "workload memory-hungry running" in out.getvalue().splitlines()[-2]
+    finally:
+        call_command("simulation_workload", "stop", stdout=out)
+    assert "workload stopped" in out.getvalue().splitlines()[-1]
+    assert node_state.load(gpu04)["gpu_owners"] == {}
