@@ -3,8 +3,11 @@ file by file against its manifest, and served to the nodes by the simulated mana
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
 import urllib.request
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -203,3 +206,45 @@ def test_a_build_mirrors_named_packages_and_their_dependencies_from_an_upstream(
     manifest = json.loads((tmp_path / "mirror/manifest.json").read_text())
     assert manifest["apt"] == {"component": "main", "packages": 2, "source": "upstream", "suite": "appliance",
                                "upstreams": [[f"{upstream}/apt", "appliance", "main"]]}
+
+
+def test_a_simulated_node_installs_only_what_the_served_index_lists(db, wheel_cache, settings, tmp_path):
+    from appliance.inventory.models import Appliance, Node, Platform
+    from appliance.inventory.platforms import load_platform
+    from appliance.simulation import repository_server, services
+
+    settings.SIMULATION_DIR = tmp_path / "simulation"
+    settings.REPOSITORY_DIR = repository.root()
+    spec = load_platform("hgx-h100-8gpu")
+    appliance = Appliance.objects.create(name="airgap", simulated=True)
+    node = Node.objects.create(appliance=appliance, name="gpu01", role="gpu", management_address="10.9.0.1",
+                               platform=Platform.objects.create(slug=spec.slug, **spec.row_values()),
+                               sysroot=str(settings.SIMULATION_DIR / "nodes" / "gpu01"))
+    services.prepare_appliance(appliance)
+    repository_server.start()
+    environment = {**os.environ, **services.node_environment(node)}
+
+    def apt_get(*arguments):
+        return subprocess.run(["apt-get", *arguments], capture_output=True, text=True, env=environment, check=False)
+
+    try:
+        sources = Path(node.sysroot) / "etc/apt/sources.list.d"
+        sources.mkdir(parents=True)
+        (sources / "appliance.list").write_text(f"deb [trusted=yes] {repository_server.url()}/apt appliance main\n")
+        updated = apt_get("update")
+        refused = apt_get("install", "-y", "nvidia-container-toolkit")
+        installed = apt_get("install", "-y", "nvidia-gds")
+        log = (settings.SIMULATION_DIR / "repository-server.log").read_text()
+    finally:
+        repository_server.stop()
+
+    assert updated.returncode == 0, updated.stderr
+    assert refused.returncode == 100
+    assert "apt-get: Unable to locate package nvidia-container-toolkit" in refused.stderr
+    assert installed.returncode == 0, installed.stderr
+    state = services.node_state_of(node)["packages"]
+    assert (state["nvidia-gds"], state["nvidia-fs"]) == ("12.4.0-1", "2.20.5-1")
+    assert "nvidia-container-toolkit" not in state
+    assert "GET /apt/dists/appliance/Release HTTP" in log
+    assert "GET /apt/pool/main/n/nvidia-fs/nvidia-fs_2.20.5-1_amd64.deb HTTP" in log
+    assert "GET /apt/pool/main/n/nvidia-gds/nvidia-gds_12.4.0-1_amd64.deb HTTP" in log
