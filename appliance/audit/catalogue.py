@@ -72,6 +72,8 @@ _BASE = [
               "refused in one minute (401 or 403): one record with their count per source and minute.", 6003, 99, _ACCESS),
     EventType("api.request", "access", "informational", "A state-changing web or API request completed.", 6003, 99, _ACCESS),
     EventType("cli.command", "operation", "low", "A management command ran.", 1007, 1, _OPERATION),
+    EventType("appliance.install", "configuration", "high", "The appliance was installed as services of its host "
+              "(systemd units, environment file, TLS certificate): `appliance install --production`.", 3004, 1, _CHANGE),
     EventType("task.run", "operation", "low", "A background task ran.", 1007, 1, _OPERATION),
     EventType("inventory.site.import", "configuration", "medium", "A site definition was imported.", 3004, 3, _CHANGE),
     EventType("inventory.node.transition", "configuration", "low", "A node changed provisioning state.", 3004, 3, _CHANGE),
