@@ -14,6 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from appliance.core import queue as _queue
 from appliance.core.addresses import parse_trusted_proxies
 from appliance.core.files import create_once, make_private, private_directory
 from appliance.core.resources import DATA_ROOT, PACKAGE_DIR, default_state_dir
@@ -295,10 +296,13 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Background work. With CELERY_BROKER_URL unset the suite needs no broker: tasks are handed to a
-# bounded worker pool inside the process that asked (see appliance/core/dispatch.py), so a web
-# request never waits for them. With a broker they go to `celery -A appliance worker`.
+# Background work. With CELERY_BROKER_URL unset the suite needs no broker server: tasks are queued in
+# the appliance's own database (appliance/core/queue.py) and run by a bounded worker pool inside the
+# process (appliance/core/dispatch.py), so a web request never waits for them and queued work survives
+# a restart. With a broker they go to `celery -A appliance worker`: Redis (redis://), RabbitMQ (amqp://),
+# or the database queue itself (sqla+postgresql+psycopg://..., what `appliance install --production` writes).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+CELERY_BROKER_TRANSPORT_OPTIONS = _queue.transport_options(CELERY_BROKER_URL)
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -307,16 +311,21 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TRACK_STARTED = True
 EMBEDDED_WORKERS = env_int("APPLIANCE_EMBEDDED_WORKERS", 2)
 
-# The cache holds rate-limit counters and the counts of refused anonymous requests. CACHE_URL
-# (redis://host:6379/1) shares them between every process of the appliance; unset, each process
-# keeps its own in memory (enough for one process, e.g. the embedded mode's single server).
+# The cache holds rate-limit counters and the counts of refused anonymous requests, shared by every
+# process of the appliance (portal workers, Celery workers): by default a table of the appliance's
+# database (made by migrate), or Redis with CACHE_URL=redis://host:6379/1. CACHE_URL=locmem:// keeps
+# them in each process's memory (a single process only).
 CACHE_URL = os.environ.get("CACHE_URL", "")
 if CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
-elif CACHE_URL:
-    raise ImproperlyConfigured(f"CACHE_URL: expected redis://, rediss:// or unix://, got {CACHE_URL.split(':')[0]}:")
-else:
+elif CACHE_URL == "locmem://":
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "appliance",
+                          "OPTIONS": {"MAX_ENTRIES": 100_000}}}
+elif CACHE_URL:
+    raise ImproperlyConfigured(f"CACHE_URL: expected redis://, rediss://, unix:// or locmem://, "
+                               f"got {CACHE_URL.split(':')[0]}:")
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "appliance_cache",
                           "OPTIONS": {"MAX_ENTRIES": 100_000}}}
 # Refused anonymous requests are counted in this cache per source and minute, and one record per
 # source and minute is written once the minute is over (appliance/audit/capture/refusals.py).
