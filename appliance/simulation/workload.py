@@ -368,6 +368,30 @@ def make_idle(state: dict, now_ns: int) -> None:
 
 # ---- the driver process (no Django) --------------------------------------------------------------------
 
+# What the load views add to a sysroot (state.py _write_load_views), beside files that exist before.
+LOAD_VIEWS = ("proc/stat", "proc/self", "proc/diskstats", "sys/kernel", "run/appliance")
+
+
+def hand_over(sysroot: Path) -> None:
+    """Give what the driver (root) created under the sysroot to the sysroot's owner: the node's login
+    account rewrites these views when a simulated command changes the state (mount a filesystem, ...)."""
+    if os.geteuid() != 0:
+        return
+    owner = sysroot.stat()
+    if owner.st_uid == 0:
+        return
+    for relative in LOAD_VIEWS:
+        top = sysroot / relative
+        if not top.exists() or top.is_symlink():
+            continue
+        paths = [top] + (sorted(top.rglob("*")) if top.is_dir() else [])
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                current = path.lstat()
+                if current.st_uid != owner.st_uid and not path.is_symlink():
+                    os.chown(path, owner.st_uid, owner.st_gid)
+
+
 class Driver:
     def __init__(self, config: dict):
         self.config = config
@@ -438,6 +462,7 @@ class Driver:
             with node_state.update(node.sysroot) as current:
                 last = int(current.get("counters_ns") or now_ns)
                 apply(current, load, max(0.0, (now_ns - last) / 1e9), now_ns, self._owners(node, t))
+            hand_over(Path(node.sysroot))
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
@@ -454,6 +479,8 @@ class Driver:
         for node in self.model.nodes:
             with contextlib.suppress(OSError, node_state.StateError), node_state.update(node.sysroot) as current:
                 make_idle(current, now_ns)
+            with contextlib.suppress(OSError):
+                hand_over(Path(node.sysroot))
         self.log("stopped: every GPU idle")
 
 
