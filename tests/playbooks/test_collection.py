@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -105,6 +106,9 @@ def test_the_documented_options_are_the_argument_spec(name):
     assert doc["module"] == name
     for key in ("short_description", "description", "version_added", "author"):
         assert is_text(doc.get(key)), f"{name}: DOCUMENTATION's {key} is missing or not text: {doc.get(key)!r}"
+    # ansible-test's form of an author: "Name (@github-handle)", or "Name (!UNKNOWN)" without one.
+    authors = doc["author"] if isinstance(doc["author"], list) else [doc["author"]]
+    assert all(re.match(r"^\w.*(\(@[\w-]+\)|\(!UNKNOWN\))$", author) for author in authors), doc["author"]
     assert spec_mismatches(doc.get("options") or {}, spec) == []
     # EXAMPLES are real tasks naming the module by its FQCN; RETURN documents what it returns.
     examples = yaml.safe_load(docs["plainexamples"])
