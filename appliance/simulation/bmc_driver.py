@@ -21,9 +21,10 @@ and reads the node's state through state.py loaded from its file, without Django
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib
 import json
 import sys
+import types
 from pathlib import Path
 
 import flask
@@ -32,9 +33,12 @@ from sushy_tools.emulator import main as emulator
 from sushy_tools.emulator import memoize
 from sushy_tools.emulator.resources.systems import libvirtdriver
 
-_spec = importlib.util.spec_from_file_location("appliance_simulation_state", Path(__file__).with_name("state.py"))
-_state = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_state)
+# state.py and the pure modules beside it (cpus.py) as a package of their own, without importing the
+# suite's package (which loads Django and Celery).
+_package = types.ModuleType("appliance_bmc_simulation")
+_package.__path__ = [str(Path(__file__).parent)]
+sys.modules.setdefault("appliance_bmc_simulation", _package)
+_state = importlib.import_module("appliance_bmc_simulation.state")
 
 IMMEDIATE, ON_RESET = "Immediate", "OnReset"
 APPLY_TIMES = (IMMEDIATE, ON_RESET)

@@ -14,18 +14,23 @@ BIOS change (PATCH .../BIOS/Settings redefines the domain) and power change back
 emulator, like a real BMC's NVRAM, keeps what was set.
 """
 
-import importlib.util
+import importlib
 import os
+import sys
 import threading
+import types
 from pathlib import Path
 from xml.etree import ElementTree
 
 import libvirt
 
 _SYSROOT = Path(os.environ["APPLIANCE_BMC_SYSROOT"])
-_spec = importlib.util.spec_from_file_location("appliance_simulation_state", Path(__file__).with_name("state.py"))
-_state = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_state)
+# state.py and the pure modules beside it (cpus.py) as a package of their own, without importing the
+# suite's package (which loads Django and Celery).
+_package = types.ModuleType("appliance_bmc_simulation")
+_package.__path__ = [str(Path(__file__).parent)]
+sys.modules.setdefault("appliance_bmc_simulation", _package)
+_state = importlib.import_module("appliance_bmc_simulation.state")
 
 SUSHY_EMULATOR_LISTEN_IP = "127.0.0.1"
 SUSHY_EMULATOR_LISTEN_PORT = int(os.environ["APPLIANCE_BMC_PORT"])

@@ -101,7 +101,10 @@ class SimulatedAppliance:
         secrets = run_dir / "secrets.json"
         secrets.touch(mode=0o600)
         secrets.write_text(json.dumps({"bmc_password": self.bmc_password if password is None else password}))
-        extra = {"appliance": {"name": "pbtest", "settings": {}}, "networks": [], "filesystems": [], "pools": [],
+        # The platform's BMC stages BIOS values until a reset: the firmware stage restarts it inside this window.
+        always = {"window": {"start": "00:00", "end": "24:00"}}
+        extra = {"appliance": {"name": "pbtest", "settings": {"maintenance": always}}, "networks": [],
+                 "filesystems": [], "pools": [],
                  **(extra_vars or {})}
         (run_dir / "extra.json").write_text(json.dumps(extra))
         venv_bin = Path(sys.executable).parent

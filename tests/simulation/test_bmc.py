@@ -66,17 +66,29 @@ def test_bios_over_redfish_follows_links_and_persists(running):
     assert bios["Attributes"]["SysProfile"] == "PerfPerWattOptimizedDapc"  # the registry's factory value
     assert bios["Attributes"]["SerialComm"] == "Off"
     settings_url = running.bmc.url + bios["@Redfish.Settings"]["SettingsObject"]["@odata.id"]
-    patched = http.patch(settings_url, json={"Attributes": {"SysProfile": "PerfOptimized", "ProcCStates": "Disabled"}},
-                         timeout=10)
-    assert patched.status_code in (200, 204)
+    change = {"Attributes": {"SysProfile": "PerfOptimized", "ProcCStates": "Disabled"}}
+    # The platform's BMC stages BIOS changes until the next boot (bios.apply_time OnReset) and guards
+    # them with the ETag of BIOS/Settings.
+    assert http.patch(settings_url, json=change, timeout=10).status_code == 428
+    etag = http.get(settings_url, timeout=10).headers["ETag"]
+    assert http.patch(settings_url, json=change, headers={"If-Match": etag}, timeout=10).status_code in (200, 204)
+    assert http.get(settings_url, timeout=10).json()["Attributes"]["SysProfile"] == "PerfOptimized"
+    assert http.get(bios_url, timeout=10).json()["Attributes"]["SysProfile"] == "PerfPerWattOptimizedDapc"
+    reset = running.bmc.url + system["Actions"]["#ComputerSystem.Reset"]["target"]
+    assert http.post(reset, json={"ResetType": "GracefulRestart"}, timeout=10).status_code in (200, 204)
     after = http.get(bios_url, timeout=10).json()["Attributes"]
     assert (after["SysProfile"], after["ProcCStates"]) == ("PerfOptimized", "Disabled")
     # The BMC's memory is the node's state: a restarted emulator still has the values.
     assert eventually(lambda: node_state.load(running.sysroot)["bmc"]["bios"]["SysProfile"] == "PerfOptimized")
+    assert node_state.load(running.sysroot)["bmc"]["bios_pending"] == {}
     services.stop_bmcs(running.appliance)
+    bmc.set_apply_time(running, "Immediate")  # the node's own choice over its platform's
     services.start_bmcs(running.appliance)
     again = http.get(bios_url, timeout=10).json()["Attributes"]
     assert again["SysProfile"] == "PerfOptimized"
+    at_once = http.patch(settings_url, json={"Attributes": {"SerialComm": "OnConRedir"}}, timeout=10)
+    assert at_once.status_code in (200, 204)
+    assert http.get(bios_url, timeout=10).json()["Attributes"]["SerialComm"] == "OnConRedir"
 
 
 def test_power_and_boot_override(running):

@@ -15,7 +15,7 @@ description:
   - Refuses, before anything is sent, when the current time is outside O(window); the message names the
     window. Nothing is reset then.
   - In check mode nothing is reset; the module reports whether it would restart.
-  - Runs where the BMC is reachable (the controller); restart one server at a time (C(throttle: 1)).
+  - Runs where the BMC is reachable (the controller); restart one server at a time (C(throttle=1) on the task).
 version_added: "0.1.0"
 author: Appliance suite
 options:
@@ -35,12 +35,17 @@ options:
       - The site's maintenance window, C({days, start, end, timezone}) as in the site definition's
         C(appliance.maintenance.window). Days are mon..sun (default every day), times HH:MM (an end not
         after the start runs past midnight), the timezone an IANA name (default UTC).
-      - Without a window the module refuses: restarting a production server needs one.
+      - Without a window the module refuses, since restarting a production server needs one.
     type: dict
   timeout: {description: Seconds to wait for the system to come back with the values in effect., type: int, default: 900}
   request_timeout: {description: Seconds per HTTP request., type: int, default: 30}
   poll_interval: {description: Seconds between checks while waiting., type: float, default: 2.0}
 requirements: [sushy]
+notes:
+  - On a simulated appliance the BMC is sushy-tools' emulator run with the simulation's staging driver
+    (appliance/simulation/bmc_driver.py) when the node's apply time is OnReset; a restart there takes
+    about a second.
+  - sushy-emulator has no SessionService, so the client's session attempt falls back to basic auth there.
 """
 
 EXAMPLES = r"""
