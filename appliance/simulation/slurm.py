@@ -318,7 +318,20 @@ def client(*argv: str, timeout: float = 20, check: bool = True) -> subprocess.Co
     return result
 
 
-def _launch(hostname: str, command: list[str], node_dir: str | None = None) -> None:
+def synthetic_topology(slurm_conf: str, node: str) -> str:
+    """hwloc's synthetic topology of `node` as slurm.conf declares it ("Package:2 Core:56 PU:2"), or "".
+    slurmd reads the CPUs through hwloc; on this machine they are not the node's, and gres.conf's `Cores=`
+    (the GPUs' CPU affinity) would name cores it does not have. HWLOC_SYNTHETIC gives it the node's."""
+    for line in slurm_conf.splitlines():
+        words = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if _key(line) == "NodeName" and words.get("NodeName") == node:
+            if all(key in words for key in ("Sockets", "CoresPerSocket")):
+                return (f"Package:{int(words['Sockets'])} Core:{int(words['CoresPerSocket'])} "
+                        f"PU:{int(words.get('ThreadsPerCore', 1))}")
+    return ""
+
+
+def _launch(hostname: str, command: list[str], node_dir: str | None = None, extra: dict | None = None) -> None:
     """Start a daemon in its own mount and UTS namespaces (it forks into the background itself); a slurmd
     gets its node's /dev and /run there."""
     binds = ""
@@ -328,7 +341,7 @@ def _launch(hostname: str, command: list[str], node_dir: str | None = None) -> N
     script = f"{binds}hostname {shlex.quote(hostname)} && exec {shlex.join(command)}"
     result = subprocess.run(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script],
                             capture_output=True, text=True, timeout=30, check=False,
-                            env={**os.environ, **environment()}, stdin=subprocess.DEVNULL)
+                            env={**os.environ, **environment(), **(extra or {})}, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         raise SlurmError(f"{command[0]} for {hostname} did not start (exit {result.returncode}): "
                          f"{(result.stderr or result.stdout).strip()}")
@@ -383,7 +396,8 @@ def start(appliance) -> dict:
     for name in layout["nodes"]:
         pid = _running(_pid_file(name))
         if pid is None:
-            _launch(name, [SLURMD, "-N", name], name)
+            topology = synthetic_topology(conf_path().read_text(), name)
+            _launch(name, [SLURMD, "-N", name], name, {"HWLOC_SYNTHETIC": topology} if topology else None)
             started.append(name)
         pids[name] = pid
     _wait("the Slurm nodes", lambda: all(

@@ -55,12 +55,18 @@ def test_start_before_the_workloads_stage_says_so(demo_appliance):  # noqa: F811
 
 @pytest.mark.slow
 def test_slurm_runs_the_training_pool_with_its_gpus(demo_appliance):  # noqa: F811
-    write_stage_files(demo_appliance)
+    # As the gpudirect stage leaves them: each GPU's cores, which gres.conf names (Cores=) and each slurmd
+    # must find on its node (224 CPUs here, whatever this machine has).
+    for node in demo_appliance.nodes.filter(name__in=["gpu01", "gpu02", "gpu03"]):
+        node.facts = {**node.facts, "gpu_cores": {str(gpu): "0-55" if gpu < 4 else "56-111" for gpu in range(8)}}
+        node.save(update_fields=["facts"])
+    config = write_stage_files(demo_appliance)
+    assert "NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55" in config["gres_conf"].splitlines()
     try:
         started = slurm.start(demo_appliance)
         assert sorted(started["nodes"]) == ["gpu01", "gpu02", "gpu03"]  # demo.yml: the training pool
         assert slurm.client("sinfo", "--noheader", "--format=%P %N %G %T").stdout.split() == [
-            "train*", "gpu[01-03]", "gpu:h100:8", "idle"]
+            "train*", "gpu[01-03]", "gpu:h100:8(S:0-1)", "idle"]  # S: the sockets of the GPUs' cores
         output = slurm.slurm_dir() / "job-%j.out"
         submitted = slurm.client("sbatch", "--parsable", "--job-name=probe", "--gres=gpu:h100:8", "--nodes=1",
                                  f"--output={output}", "--wrap",
