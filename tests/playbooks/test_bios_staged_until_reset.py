@@ -44,14 +44,21 @@ def staging(simulated_appliance):
     return sim
 
 
-def client(sim):
+def module_utils():
+    """The collection's module_utils as the tests' helpers import them (plain modules on sys.path)."""
     sys.path.insert(0, str(Path(settings.COLLECTION_DIR) / "plugins" / "module_utils"))
     try:
-        from appliance_redfish import RedfishClient
+        import appliance_bios
+        import appliance_redfish
     finally:
         sys.path.pop(0)
+    return appliance_redfish, appliance_bios
+
+
+def client(sim):
     host = sim.host_vars["bmc"]
-    return RedfishClient(host["url"], host["username"], sim.bmc_password, NODE, ca_file=host["ca_file"], timeout=10)
+    return module_utils()[0].RedfishClient(host["url"], host["username"], sim.bmc_password, NODE,
+                                           ca_file=host["ca_file"], timeout=10)
 
 
 def test_staged_values_are_applied_by_the_stages_reset_inside_the_window_only(staging):
@@ -109,3 +116,11 @@ def test_a_patch_without_the_current_etag_is_refused_and_stages_nothing(staging)
         assert sim.state()["bmc"]["bios_pending"] == {**before, "SerialComm": "OnConRedir"}
         _, after = redfish.get_with_etag(settings_path)
         assert after != etag  # the staged change is a new version of BIOS/Settings
+
+        # A server that is off is booted (On), not restarted, and the boot applies what is staged.
+        redfish.post(system["Actions"]["#ComputerSystem.Reset"]["target"], {"ResetType": "ForceOff"})
+        applied = module_utils()[1].apply_staged(redfish, {"SerialComm": "OnConRedir"}, timeout=30, interval=0.2)
+        assert applied["reset_type"] == "On"
+        assert applied["attributes"]["SerialComm"] == "OnConRedir"
+        assert redfish.get(system["@odata.id"])["PowerState"] == "On"
+        assert sim.state()["bmc"]["bios_pending"] == {}

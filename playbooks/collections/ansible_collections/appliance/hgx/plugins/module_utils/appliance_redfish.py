@@ -214,7 +214,9 @@ class RedfishClient:
         return self.get(members[0])
 
     def restart_type(self, system):
-        """The reset the BMC allows that boots the system again, preferring a graceful one."""
+        """The reset the BMC allows that boots the system (again): On for a system that is off, else a
+        restart, preferring a graceful one."""
+        preferred = ("On", "ForceOn") if system.get("PowerState") == "Off" else RESTART_TYPES
         action = (system.get("Actions") or {}).get("#ComputerSystem.Reset")
         where = system.get("@odata.id", "the system")
         if not isinstance(action, dict) or not action.get("target"):
@@ -226,11 +228,12 @@ class RedfishClient:
                 if isinstance(parameter, dict) and parameter.get("Name") == "ResetType":
                     allowed = parameter.get("AllowableValues")
         if allowed is None:
-            return action["target"], RESTART_TYPES[0]  # the BMC lists nothing: the standard's graceful restart
-        for reset_type in RESTART_TYPES:
+            return action["target"], preferred[0]  # the BMC lists nothing: the standard's first choice
+        for reset_type in preferred:
             if reset_type in allowed:
                 return action["target"], reset_type
-        self._fail(f"{where} allows no restart (its reset types: {', '.join(map(str, allowed)) or 'none'})")
+        self._fail(f"{where} allows none of {', '.join(preferred)} (its reset types: "
+                   f"{', '.join(map(str, allowed)) or 'none'})")
 
     def reset(self, system, reset_type=None):
         """Restart the system with `reset_type`, or the best restart its BMC allows; returns the type used."""
