@@ -98,7 +98,7 @@ struct sim_gpu {
     struct sim_gi gi[MAX_GI_ID];
 };
 struct sim_node {
-    unsigned long long counters_ns; /* CLOCK_REALTIME of the counters' values; 0: the sidecar's mtime */
+    unsigned long long counters_ns; /* CLOCK_REALTIME of the counters' values; 0: never loaded, nothing counts */
     unsigned driver_loaded, gpu_count;
     int cuda_version;
     char driver_version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
@@ -265,7 +265,6 @@ static nvmlReturn_t refresh(void)
     memset(&node, 0, sizeof node);
     while (fgets(line, sizeof line, file)) parse_line(line);
     fclose(file);
-    if (!node.counters_ns) node.counters_ns = (unsigned long long)now.st_mtim.tv_sec * 1000000000ULL + now.st_mtim.tv_nsec;
     for (unsigned slot = 0; slot < MAX_GPUS; slot++) node.gpu[slot].rate[C_ENERGY] = node.gpu[slot].power_mw;
     sidecar_seen = now;
     return node.driver_loaded ? NVML_SUCCESS : NVML_ERROR_DRIVER_NOT_LOADED;
@@ -1141,7 +1140,8 @@ static unsigned long long now_ns(void)
 /* A cumulative counter at `at` (ns): its value when the state was written plus its rate since then. */
 static unsigned long long counter_at(const struct sim_gpu *gpu, int which, unsigned long long at)
 {
-    double seconds = at > node.counters_ns ? (double)(at - node.counters_ns) / 1e9 : 0.0;
+    /* Counters stand still until the workload model first wrote them (they stay monotonic either way). */
+    double seconds = node.counters_ns && at > node.counters_ns ? (double)(at - node.counters_ns) / 1e9 : 0.0;
     return gpu->counter[which] + (unsigned long long)(gpu->rate[which] * seconds);
 }
 
