@@ -125,7 +125,8 @@ class _Consumer(Thread):
         super().__init__(name="appliance-queue-consumer", daemon=persistent)
         self.url, self.persistent = url, persistent
         self.wake, self.stop = Event(), Event()
-        self.free = BoundedSemaphore(settings.EMBEDDED_WORKERS)
+        self.slots = settings.EMBEDDED_WORKERS
+        self.free = BoundedSemaphore(self.slots)
         self.channel_lock = Lock()
 
     def run(self):
@@ -147,6 +148,10 @@ class _Consumer(Thread):
                     self.free.release()
                     self.wake.wait(POLL_SECONDS)
                     self.wake.clear()
+                # The work taken finishes (and is acknowledged) before the channel closes: closing it
+                # with a message unacknowledged would queue that message again.
+                for _slot in range(self.slots):
+                    self.free.acquire()
         except Exception:
             log.exception("the database queue's consumer stopped")
         finally:
@@ -218,6 +223,18 @@ def start_embedded_worker() -> _Consumer | None:
     except ValueError:  # an in-memory database: no other process queued anything there
         return None
     return _consumer_for(url, persistent=True)
+
+
+def stop_embedded_worker(timeout: float = 60) -> None:
+    """Stop this process's consumers of the database queue once the work they took has finished;
+    what they have not taken stays queued."""
+    with _consumers_lock:
+        consumers = list(_consumers.values())
+    for consumer in consumers:
+        consumer.stop.set()
+        consumer.wake.set()
+    for consumer in consumers:
+        consumer.join(timeout)
 
 
 def drain(timeout: float | None = None) -> bool:
