@@ -617,8 +617,15 @@ def status(appliance) -> dict:
     run_file = workload_dir() / "run.json"
     run = json.loads(run_file.read_text()) if run_file.exists() else {}
     result = {"running": pid is not None, "pid": pid, **run}
-    if run:
-        result["simulated_seconds"] = round(max(0.0, (time.time() - run["started_at"]) * run["speed"]))
+    config_file = workload_dir() / "config.json"
+    if run and pid and config_file.exists():
+        config = json.loads(config_file.read_text())
+        t = max(0.0, (time.time() - run["started_at"]) * run["speed"])
+        result["simulated_seconds"] = round(t)
+        model = Model(config["profile"], int(config["seed"]), tuple(NodeSpec(**node) for node in config["nodes"]))
+        # What runs now: Slurm jobs, and the inference services kept in the simulation's state only.
+        result["activities"] = [{"name": a.name, "kind": a.kind, "node": a.node, "gpus": list(a.gpus),
+                                 "slurm": a.slurm} for a in model.activities(int(t // DAY_S)) if a.start <= t < a.end]
     truth = workload_dir() / "ground-truth.jsonl"
     result["ground_truth"] = str(truth) if truth.exists() else ""
     return result

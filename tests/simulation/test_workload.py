@@ -248,7 +248,10 @@ def test_the_command_starts_shows_and_stops_an_inference_workload(demo_appliance
         assert all(gpu["memory_used_bytes"] > 60 * 2**30 and gpu["utilization_gpu"] < 10
                    for gpu in node_state.load(gpu04)["gpus"])
         call_command("simulation_workload", "status", stdout=out)
-        assert "workload memory-hungry running" in out.getvalue().splitlines()[-2]
+        assert "workload memory-hungry running" in out.getvalue().splitlines()[-3]
+        assert out.getvalue().splitlines()[-2].split() == [
+            "gpu04", "GPUs", "0,1,2,3,4,5,6,7", "memory-hungry", "embeddings-gpu04:", "inference", "service",
+            "(simulation", "state)"]
     finally:
         call_command("simulation_workload", "stop", stdout=out)
     assert "workload stopped" in out.getvalue().splitlines()[-1]

@@ -56,6 +56,10 @@ def run_workload(command: BaseCommand, options: dict) -> None:
                 command.stdout.write(f"{appliance.name}: workload {status['profile']} running (pid {status['pid']}, "
                                      f"seed {status['seed']}, speed {status['speed']:g}), simulated time "
                                      f"{status['simulated_seconds'] // 3600} h {status['simulated_seconds'] % 3600 // 60:02d} min")
+                for activity in status.get("activities", []):
+                    where = "Slurm job" if activity["slurm"] else "inference service (simulation state)"
+                    command.stdout.write(f"  {activity['node']:<8} GPUs {','.join(map(str, activity['gpus'])):<16} "
+                                         f"{activity['kind']:<18} {activity['name']}: {where}")
                 command.stdout.write(f"  ground truth: {status['ground_truth'] or 'none yet'}")
         except (workload.WorkloadError, slurm.SlurmError) as exc:
             raise CommandError(str(exc)) from None
