@@ -87,6 +87,8 @@ _BASE = [
     EventType("provisioning.run.cancel", "provisioning", "medium", "A provisioning run was cancelled.", 6002, 4, _OPERATION),
     EventType("provisioning.stage.end", "provisioning", "low", "A stage of a run ended.", 6002, 4, _OPERATION),
     EventType("provisioning.bios.change", "provisioning", "high", "A BIOS attribute was changed on a node's BMC.", 3004, 3, _CHANGE),
+    EventType("provisioning.bmc.reset", "provisioning", "high", "A server was restarted over its BMC to apply staged "
+              "BIOS values (inside the site's maintenance window).", 3004, 3, _CHANGE),
     EventType("provisioning.acceptance.export", "provisioning", "low", "An acceptance report was exported.", 6005, 1, _AUDIT_READ),
     EventType("provisioning.secret.create", "provisioning", "high", "A cluster secret (the Slurm munge key) was generated.", 3004, 1, _CHANGE),
     EventType("repository.build", "provisioning", "medium", "The package repository the nodes install from was built.", 3004, 1, _CHANGE),

@@ -16,7 +16,7 @@ from .models import AcceptanceCheck, AcceptanceReport, StageRun
 
 # Facts that describe a node are kept whole in Node.facts under the name without the prefix (the
 # portal's storage page reads "mounts", "storage" and "gds"; the workloads stage "mig_instances").
-_NODE_FACTS_SKIP = {"appliance_bios_changes", "appliance_acceptance"}
+_NODE_FACTS_SKIP = {"appliance_bios_changes", "appliance_acceptance", "appliance_bmc_reset"}
 _MIG_MODES = {"enabled": GPU.MigMode.ENABLED, "disabled": GPU.MigMode.DISABLED, "pending": GPU.MigMode.PENDING,
               "1": GPU.MigMode.ENABLED, "0": GPU.MigMode.DISABLED, "true": GPU.MigMode.ENABLED,
               "false": GPU.MigMode.DISABLED}
@@ -131,6 +131,14 @@ def record_bios_changes(node: Node, changes: list, stage_run: StageRun) -> None:
                               "run": stage_run.run_id, "stage": stage_run.stage})
 
 
+def record_bmc_reset(node: Node, reset: dict, stage_run: StageRun) -> None:
+    """The firmware stage restarted the server to apply the BIOS values its BMC had staged."""
+    audit.record("provisioning.bmc.reset", target=node,
+                 details={"reset_type": reset.get("reset_type"), "seconds": reset.get("seconds"),
+                          "window": reset.get("window"), "applied": reset.get("applied"),
+                          "run": stage_run.run_id, "stage": stage_run.stage})
+
+
 def record_acceptance(stage_run: StageRun, host: str, node: Node | None, results: list) -> None:
     report, _ = AcceptanceReport.objects.get_or_create(run_id=stage_run.run_id)
     for item in results or []:
@@ -176,6 +184,8 @@ class FactsSink:
                 observations += health_facts.acceptance_observations(node, _checks_of(host, facts["appliance_acceptance"]))
             if "appliance_bios_changes" in facts:
                 record_bios_changes(node, facts["appliance_bios_changes"], self.stage_run)
+            if isinstance(facts.get("appliance_bmc_reset"), dict):
+                record_bmc_reset(node, facts["appliance_bmc_reset"], self.stage_run)
             if "appliance_gpus" in facts:
                 observations += apply_gpus(node, facts["appliance_gpus"])
             if "appliance_hcas" in facts:

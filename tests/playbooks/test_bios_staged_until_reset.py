@@ -92,6 +92,8 @@ def test_staged_values_are_applied_by_the_stages_reset_inside_the_window_only(st
     assert sim.state()["bmc"]["power"] == "On"
     facts = applied.facts[NODE]
     assert facts["appliance_bios_pending"] == {}
+    assert facts["appliance_bmc_reset"]["reset_type"] == "GracefulRestart"  # the engine's audit record
+    assert facts["appliance_bmc_reset"]["applied"] == to_change
     assert {name: facts["appliance_bios"][name] for name in baseline} == baseline
     assert facts["appliance_bmc"]["auth"] == "basic"  # no SessionService on sushy-emulator: the fallback ran
 

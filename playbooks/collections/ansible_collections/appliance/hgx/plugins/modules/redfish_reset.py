@@ -80,7 +80,10 @@ window:
   type: str
   sample: "sat,sun 22:00-06:00 Europe/Moscow"
 ansible_facts:
-  description: appliance_bios (attributes in effect after the restart), appliance_bios_pending ({}).
+  description:
+    - appliance_bios (attributes in effect after the restart), appliance_bios_pending ({}),
+      appliance_bmc_reset ({reset_type, seconds, window, applied}), which the provisioning engine records
+      as the audit event provisioning.bmc.reset.
   returned: success, not in check mode
   type: dict
 """
@@ -138,7 +141,10 @@ def main():
     module.exit_json(changed=True, reset_type=result["reset_type"], seconds=result["seconds"], window=text,
                      msg=f"restarted {node} ({result['reset_type']}) to apply {staged}; in effect after "
                          f"{result['seconds']} s",
-                     ansible_facts={"appliance_bios": result["attributes"], "appliance_bios_pending": {}})
+                     ansible_facts={"appliance_bios": result["attributes"], "appliance_bios_pending": {},
+                                    "appliance_bmc_reset": {"reset_type": result["reset_type"],
+                                                            "seconds": result["seconds"], "window": text,
+                                                            "applied": p["expected"]}})
 
 
 if __name__ == "__main__":
