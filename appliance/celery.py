@@ -5,21 +5,16 @@ import os
 from celery import Celery
 from django.conf import settings
 
-from appliance.core import queue
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
 app = Celery("appliance", task_cls="appliance.core.tasks:ContextTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 if not app.conf.broker_url:
     # Embedded mode: appliance.core.dispatch queues work in the database queue of the connection in use
-    # (a test run's database included). A `celery worker` started without CELERY_BROKER_URL consumes
-    # the same queue, that of the configured database (appliance.core.queue).
-    try:
-        app.conf.broker_url = queue.broker_url(settings.DATABASES["default"])
-        app.conf.broker_transport_options = queue.transport_options(app.conf.broker_url)
-    except ValueError:  # an in-memory database: no other process could see its queue
-        app.conf.broker_url = "memory://"
+    # (a test run's database included) through connections of its own; nothing goes through the app's.
+    # A Celery worker is given the database queue explicitly: CELERY_BROKER_URL=sqla+... (what
+    # `appliance install --production` writes; appliance.core.queue).
+    app.conf.broker_url = "memory://"
 app.autodiscover_tasks()
 
 

@@ -83,15 +83,6 @@ def _queue_url() -> str:
     return queue.broker_url(connection.settings_dict)
 
 
-def _queue_connection(url: str):
-    from kombu import Connection
-    from sqlalchemy.pool import NullPool
-
-    # No pooled connections: none is left open on the database between two uses (a test database
-    # is dropped at the end of the run, which PostgreSQL refuses while a session is connected).
-    return Connection(url, transport_options={**queue.transport_options(url), "poolclass": NullPool})
-
-
 def _queue_embedded(task, args, kwargs) -> None:
     from appliance.celery import app
 
@@ -100,7 +91,7 @@ def _queue_embedded(task, args, kwargs) -> None:
     with _pending_changed:
         _pending.add(task_id)
     try:
-        with _queue_connection(url) as broker:
+        with queue.connection(url) as broker:
             with app.producer_or_acquire(app.amqp.Producer(broker)) as producer:
                 task.apply_async(args=args, kwargs=kwargs, task_id=task_id, producer=producer)
     except BaseException:
@@ -133,7 +124,7 @@ class _Consumer(Thread):
         from appliance.celery import app
 
         try:
-            with _queue_connection(self.url) as broker:
+            with queue.connection(self.url) as broker:
                 channel = broker.channel()
                 source = app.amqp.queues[app.conf.task_default_queue](channel)
                 source.declare()

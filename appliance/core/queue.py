@@ -59,6 +59,17 @@ def transport_options(url: str) -> dict:
     return {}
 
 
+def connection(url: str):
+    """A kombu connection to the database queue at `url` that keeps no database session open between
+    two uses (a test database is dropped at the end of the run, which PostgreSQL refuses while a
+    session is connected). kombu makes one SQLAlchemy engine per URL and process, with the options of
+    the first connection: every in-process use goes through here."""
+    from kombu import Connection
+    from sqlalchemy.pool import NullPool
+
+    return Connection(url, transport_options={**transport_options(url), "poolclass": NullPool})
+
+
 def _tables():
     """kombu's declarative classes for the two tables, registered the way its channel registers them,
     so both use one definition."""

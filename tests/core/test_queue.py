@@ -5,7 +5,6 @@ import threading
 
 import pytest
 from django.db import connection
-from kombu import Connection
 
 from appliance.celery import app
 from appliance.core import context, dispatch, queue
@@ -38,7 +37,7 @@ def test_work_left_in_the_queue_by_a_dead_process_runs_in_the_next_serving_proce
         snapshot = context.current().snapshot()
     ran.clear()
     done.clear()
-    with Connection(url, transport_options=queue.transport_options(url)) as broker:
+    with queue.connection(url) as broker:
         remember.apply_async(args=(99,), kwargs={dispatch.CONTEXT_KWARG: snapshot}, connection=broker)
     assert rows(visible=True) == 1
     assert not done.wait(0.5)
