@@ -26,6 +26,9 @@ from packaging.utils import canonicalize_name
 
 from tests.wheel import CHECKOUT, SIMULATION_EXTRA, install
 
+# Nothing here depends on the database backend (the installed appliance runs on its embedded SQLite).
+pytestmark = pytest.mark.sqlite_only
+
 LOCK_DIR = CHECKOUT / ".requirements"
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
 
