@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 
 from appliance import audit
 
-from . import bmc, extra, hardware, nvml, packages, ports, sshd
+from . import bmc, extra, hardware, nvml, packages, ports, slurm, sshd, workload
 from . import state as node_state
 from .tools import COMMANDS, kmod
 
@@ -353,12 +353,26 @@ def ssh_status(appliance) -> dict:
 
 
 def start(appliance) -> dict:
-    """Everything a prepared simulated appliance runs: its BMC emulators and its nodes' SSH servers."""
-    return {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance)}
+    """Everything a prepared simulated appliance runs: its BMC emulators, its nodes' SSH servers and,
+    once the workloads stage has written its files, the training pool's Slurm."""
+    return {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance), "slurm": start_slurm(appliance)}
 
 
 def stop(appliance) -> dict:
-    return {"ssh": stop_ssh(appliance), "bmc": stop_bmcs(appliance)}
+    # The workload first (it cancels its Slurm jobs), then Slurm, then what the nodes are reached by.
+    stopped = {"workload": workload.stop(appliance), "slurm": slurm.stop(appliance)}
+    return stopped | {"ssh": stop_ssh(appliance), "bmc": stop_bmcs(appliance)}
+
+
+def start_slurm(appliance) -> dict | str:
+    """The training pool's Slurm (slurm.py): its daemons' pids, or why it cannot run yet or here (before
+    the workloads stage has written its files, say), which does not fail the simulation's start."""
+    try:
+        return slurm.start(appliance)
+    except slurm.SlurmUnavailable as exc:
+        return str(exc)
+    except slurm.SlurmError as exc:
+        raise SimulationError(str(exc)) from None
 
 
 def remove(appliances) -> dict:

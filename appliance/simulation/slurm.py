@@ -77,6 +77,11 @@ class SlurmError(Exception):
     """The simulated Slurm cannot be configured or started; the message says why and what to do."""
 
 
+class SlurmUnavailable(SlurmError):
+    """Slurm cannot run yet or here (the workloads stage has not run, not root, not installed): the rest of
+    the simulated appliance runs without it."""
+
+
 def slurm_dir() -> Path:
     return Path(settings.SIMULATION_DIR) / "slurm"
 
@@ -123,7 +128,7 @@ def generated_files(appliance) -> tuple[str, dict[str, str]]:
     paths = [Path(node.sysroot) / "etc" / "slurm" / "slurm.conf" for node in controllers]
     found = [(node, path) for node, path in zip(controllers, paths, strict=True) if path.is_file()]
     if not found:
-        raise SlurmError(f"appliance {appliance.name}: the workloads stage has not run yet ({paths[0]} does not "
+        raise SlurmUnavailable(f"appliance {appliance.name}: the workloads stage has not run yet ({paths[0]} does not "
                          "exist): run it first (manage.py bootstrap, or a run of the workloads stage)")
     node, path = found[0]
     files = {}
@@ -240,15 +245,15 @@ def _make_devices(directory: Path, files: list[str]) -> None:
 
 def _require_host() -> None:
     if os.geteuid() != 0:
-        raise SlurmError("the simulated Slurm needs root: each daemon runs in its own mount namespace with the "
+        raise SlurmUnavailable("the simulated Slurm needs root: each daemon runs in its own mount namespace with the "
                          "GPU device files (mknod) its gres.conf names; run the simulation as root")
     missing = [path for path in (SLURMCTLD, SLURMD) if not os.path.exists(path)]
     missing += [name for name in CLIENTS if shutil.which(name) is None]
     if missing:
-        raise SlurmError(f"Slurm is not installed here ({', '.join(missing)} missing): install Debian's slurmctld, "
+        raise SlurmUnavailable(f"Slurm is not installed here ({', '.join(missing)} missing): install Debian's slurmctld, "
                          "slurmd and slurm-client (tests/run does)")
     if shutil.which("unshare") is None:
-        raise SlurmError("unshare (util-linux) is not installed: each Slurm daemon runs in its own namespaces")
+        raise SlurmUnavailable("unshare (util-linux) is not installed: each Slurm daemon runs in its own namespaces")
 
 
 def configure(appliance) -> dict:

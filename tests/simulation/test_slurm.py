@@ -48,7 +48,7 @@ def test_the_stage_conf_is_kept_but_for_what_one_machine_needs():
 
 
 def test_start_before_the_workloads_stage_says_so(demo_appliance):  # noqa: F811
-    with pytest.raises(slurm.SlurmError, match=r"the workloads stage has not run yet \(.*/nodes/mgmt01/etc/slurm/"
+    with pytest.raises(slurm.SlurmUnavailable, match=r"the workloads stage has not run yet \(.*/nodes/mgmt01/etc/slurm/"
                                                r"slurm.conf does not exist\)"):
         slurm.start(demo_appliance)
 

@@ -11,9 +11,10 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from appliance.audit.models import AuditRecord
-from appliance.simulation import slurm, workload
+from appliance.simulation import services, slurm, workload
 from appliance.simulation import state as node_state
 from appliance.simulation.workload import Model, NodeSpec
 from tests.simulation.slurm_fixtures import demo_appliance, write_stage_files  # noqa: F401 (fixture)
@@ -217,10 +218,20 @@ def test_the_driver_runs_training_jobs_on_slurm_and_stops_clean(demo_appliance):
         assert owners["0"]["kind"] == "slurm" and owners["0"]["job"] == jobs[owners["0"]["name"]]
         status = workload.status(demo_appliance)
         assert status["running"] and status["profile"] == "demo" and status["simulated_seconds"] >= 360
+        out = StringIO()
+        call_command("simulation", "status", stdout=out)
+        call_command("simulation", "workload", "status", stdout=out)
+        lines = out.getvalue().splitlines()
+        [cluster] = [line for line in lines if line.startswith("  Slurm ")]
+        assert cluster.startswith("  Slurm              mgmt01 slurmctld pid ") and cluster.endswith(
+            "; gpu01 allocated, gpu02 allocated, gpu03 allocated")
+        [model_line] = [line for line in lines if line.startswith("  workload ")]
+        assert model_line == f"  workload           demo pid {started['pid']} speed 600"
+        assert any(line.startswith("demo: workload demo running") for line in lines)
     finally:
-        stopped = workload.stop(demo_appliance)
-        slurm.stop(demo_appliance)
-    assert stopped["jobs_cancelled"] == 3 and not workload.status(demo_appliance)["running"]
+        stopped = services.stop(demo_appliance)  # the workload, Slurm, then the rest of the simulation
+    assert stopped["workload"]["jobs_cancelled"] == 3 and not workload.status(demo_appliance)["running"]
+    assert stopped["slurm"]["stopped"] == ["gpu01", "gpu02", "gpu03", "slurmctld"]
     after = node_state.load(demo_appliance.nodes.get(name="gpu01").sysroot)
     assert [gpu["utilization_gpu"] for gpu in after["gpus"]] == [0] * 8 and after["gpu_owners"] == {}
     assert list(AuditRecord.objects.filter(event__startswith="simulation.workload.").values_list("event", flat=True)
@@ -228,7 +239,7 @@ def test_the_driver_runs_training_jobs_on_slurm_and_stops_clean(demo_appliance):
 
 
 def test_the_command_starts_shows_and_stops_an_inference_workload(demo_appliance):  # noqa: F811
-    from django.core.management import CommandError, call_command
+    from django.core.management import CommandError
 
     with pytest.raises(CommandError, match="--speed 0: must be above 0"):
         call_command("simulation_workload", "start", "--speed", "0")

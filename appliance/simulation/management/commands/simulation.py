@@ -4,8 +4,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from appliance.core import context
 from appliance.inventory.models import Appliance, Node
-from appliance.simulation import services
+from appliance.simulation import services, slurm, workload
 from appliance.simulation import state as node_state
+from appliance.simulation.management.commands.simulation_workload import add_workload_arguments, run_workload
 
 
 class Command(BaseCommand):
@@ -23,6 +24,9 @@ class Command(BaseCommand):
             sub.add_argument("--appliance", help="appliance name (default: every simulated appliance)")
         commands.add_parser("remove", help="stop every simulated appliance, remove the nodes' SSH servers' files "
                             "and, as root, the simulation's service account and its sudoers drop-in")
+        add_workload_arguments(commands.add_parser(
+            "workload", help="start, stop or show the workload model (training jobs on the simulated Slurm, inference "
+                             "services)"))
         fault = commands.add_parser("fault", help="inject, clear or list faults of a simulated node")
         fault_actions = fault.add_subparsers(dest="fault_action", required=True)
         inject = fault_actions.add_parser("inject", help="inject a fault: NODE KIND [name=value ...]")
@@ -42,6 +46,8 @@ class Command(BaseCommand):
                     return self._fault(options)
                 if action == "remove":
                     return self._remove()
+                if action == "workload":
+                    return run_workload(self, options)
                 appliances = self._appliances(options.get("appliance"))
                 for appliance in appliances:
                     getattr(self, f"_{action}")(appliance)
@@ -73,6 +79,9 @@ class Command(BaseCommand):
             self.stdout.write(f"{node}: BMC {'running, pid ' + str(pid) if pid else 'down (injected fault bmc_down)'}")
         for node, pid in started["ssh"].items():
             self.stdout.write(f"{node}: SSH server running, pid {pid}")
+        cluster = started["slurm"]
+        self.stdout.write(f"Slurm: slurmctld pid {cluster['controller']}, slurmd on {', '.join(cluster['nodes'])}"
+                          if isinstance(cluster, dict) else f"Slurm: not running ({cluster})")
 
     def _stop(self, appliance):
         stopped = services.stop(appliance)
@@ -80,6 +89,9 @@ class Command(BaseCommand):
             self.stdout.write(f"{node}: BMC {'stopped (pid ' + str(pid) + ')' if pid else 'was not running'}")
         for node, pid in stopped["ssh"].items():
             self.stdout.write(f"{node}: SSH server {'stopped (pid ' + str(pid) + ')' if pid else 'was not running'}")
+        daemons = stopped["slurm"]["stopped"]
+        self.stdout.write(f"Slurm: {'stopped ' + ', '.join(daemons) if daemons else 'was not running'}; workload: "
+                          f"{'stopped' if stopped['workload']['pid'] else 'was not running'}")
 
     def _remove(self):
         appliances = list(Appliance.objects.filter(simulated=True))
@@ -114,6 +126,17 @@ class Command(BaseCommand):
                 ssh_text = "stopped"
             self.stdout.write(f"  {node.name:<16} {prepared:<13} BMC {bmc_text}  SSH {ssh_text}"
                               + (f"  faults: {'; '.join(faults)}" if faults else ""))
+        cluster = slurm.status(appliance)
+        if not cluster["configured"]:
+            self.stdout.write("  Slurm              not configured yet (the workloads stage has not run)")
+        else:
+            controller = cluster["controller"]
+            self.stdout.write(f"  Slurm              {controller['name']} "
+                              + (f"slurmctld pid {controller['pid']}; " if controller["pid"] else "stopped; ")
+                              + ", ".join(f"{name} {node['state'] or 'stopped'}" for name, node in cluster["nodes"].items()))
+        model = workload.status(appliance)
+        self.stdout.write("  workload           " + (f"{model['profile']} pid {model['pid']} speed {model['speed']:g}"
+                                                     if model["running"] else "stopped"))
 
     @staticmethod
     def _describe(fault: dict) -> str:
