@@ -40,6 +40,7 @@ import tarfile
 import tempfile
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -289,10 +290,12 @@ def mirror_apt(apt_dir: Path, upstreams: list[tuple[str, str, str]], names: list
 # Python side
 
 
-def download_wheels(files_dir: Path, python_versions: list[str], find_links: Path | None) -> None:
+def download_wheels(files_dir: Path, python_versions: list[str], find_links: Path | None,
+                    say: Callable[[str], None] = lambda text: None) -> None:
     files_dir.mkdir(parents=True, exist_ok=True)
     requirements = [f"{name}=={version}" for name, (version, _) in NODE_PYTHON_REQUIREMENTS.items()]
     for version in python_versions:
+        say(f"wheels for Python {version}: {', '.join(requirements)} from {find_links or 'PyPI'}")
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
                    "--only-binary=:all:", "--implementation", "cp", "--python-version", version,
                    "--dest", str(files_dir), *requirements]
@@ -369,7 +372,8 @@ def simulated_node_python_version() -> str:
 
 
 def build(*, python_versions: list[str] | None = None, find_links: Path | None = None,
-          apt_upstreams: list[tuple[str, str, str]] | None = None, apt_packages: list[str] | None = None) -> dict:
+          apt_upstreams: list[tuple[str, str, str]] | None = None, apt_packages: list[str] | None = None,
+          say: Callable[[str], None] = lambda text: None) -> dict:
     """Fill the repository: wheels of NODE_PYTHON_REQUIREMENTS for each Python version (from PyPI, or
     offline from the `find_links` folder), and the Debian packages (mirrored from `apt_upstreams`, or
     built from the simulation's catalogue). Written aside and swapped in whole: a failed build leaves the
@@ -384,8 +388,10 @@ def build(*, python_versions: list[str] | None = None, find_links: Path | None =
     with _locked():
         work = Path(tempfile.mkdtemp(dir=target.parent, prefix=".repository-build."))
         try:
-            download_wheels(work / "python" / "files", versions, Path(find_links) if find_links else None)
+            download_wheels(work / "python" / "files", versions, Path(find_links) if find_links else None, say)
             write_simple_index(work / "python")
+            say("Debian packages from " + (", ".join(" ".join(upstream) for upstream in apt_upstreams)
+                                           if apt_upstreams else "the simulated appliance's catalogue"))
             if apt_upstreams:
                 count = mirror_apt(work / "apt", apt_upstreams, apt_packages or [p.name for p in required_packages()])
                 apt_source = "upstream"

@@ -52,7 +52,8 @@ class Command(BaseCommand):
             raise CommandError("--apt-package needs --apt-upstream")
         find_links = Path(options["find_links"]) if options["find_links"] else None
         manifest = repository.build(python_versions=options["python_versions"], find_links=find_links,
-                                    apt_upstreams=upstreams, apt_packages=options["apt_package"] or None)
+                                    apt_upstreams=upstreams, apt_packages=options["apt_package"] or None,
+                                    say=lambda text: self.stdout.write(f"... {text}"))
         self.stdout.write(f"{repository.root()}: {len(manifest['files'])} files; Python "
                           f"{', '.join(manifest['python_versions'])}: "
                           f"{', '.join(f'{n}=={v}' for n, v in manifest['requirements'].items())}; "
