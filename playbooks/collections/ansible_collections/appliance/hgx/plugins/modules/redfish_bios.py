@@ -6,40 +6,149 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: redfish_bios
 short_description: Bring a server's BIOS attributes to a baseline over Redfish, or read them
+version_added: "0.1.0"
 description:
   - Reads the BMC's service root, follows its Systems link and picks the system (the one named by
-    O(system_id), or the only one), follows the system's Bios link, and reads the attributes.
-  - With O(state=present), checks every baseline attribute against the attribute registry before
-    anything is sent, PATCHes only the attributes that differ to the target the BMC names in
-    C(@Redfish.Settings), then reads back and verifies.
-  - Runs where the BMC is reachable (the controller): use C(delegate_to) localhost.
+    O(system_id), or the only one), follows the system's Bios link, and reads the attributes in effect
+    and the ones the BMC has staged for the next boot (its C(@Redfish.Settings) object).
+  - With O(state=present), checks every baseline attribute against O(registry) before anything is sent,
+    then PATCHes only the attributes that differ (from the values in effect or staged) to the Settings
+    object the BMC names, with C(If-Match) and its ETag, and reads back.
+  - Where the BMC lists V(OnReset) among its supported apply times, the values are sent with
+    C(@Redfish.SettingsApplyTime) V(OnReset), so the BMC never restarts the server at a moment of its
+    choosing. Values the BMC stages are returned in C(appliance_bios_pending), and
+    M(appliance.hgx.redfish_reset) applies them by a restart inside the maintenance window.
+  - With O(state=read), only reads (the acceptance stage compares the values in effect with the baseline).
+  - The transport is OpenStack's sushy - a Redfish session where the BMC offers a SessionService, else basic
+    authentication, task monitors and retries.
+author:
+  - Appliance management suite developers (!UNKNOWN)
+requirements:
+  - sushy (on the controller, where the module runs)
+notes:
+  - Runs where the BMC is reachable, the controller; use C(delegate_to=localhost) and C(no_log=true) since
+    O(password) is a task argument.
+  - Many BMCs publish no attribute registry, or accept any value and fail later, so the values are checked
+    against the platform's registry (C(firmware/registries/)) with the same validator as the controller's
+    pre-flight check. A value it refuses fails the task before anything is sent, naming the attribute.
+  - On a simulated node the BMC is sushy-tools' emulator on libvirt's test driver, served over TLS with basic
+    authentication (it has no SessionService). Platforms whose apply time is V(OnReset) get the
+    simulation's staging driver, which keeps the values staged until M(appliance.hgx.redfish_reset)
+    restarts the system, as real BMCs do.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads and reports the changes it would make; nothing is sent.
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
 options:
-  url: {description: BMC base URL (https://host:port), type: str, required: true}
-  username: {description: BMC user, type: str, required: true}
-  password: {description: BMC password, type: str, required: true}
-  verify_tls: {description: verify the BMC's certificate, type: bool, default: true}
-  ca_file: {description: CA bundle that signed the BMC's certificate (default the system's), type: path}
-  node: {description: node name used in messages, type: str, required: true}
-  system_id: {description: Redfish ComputerSystem Id when the BMC has several, type: str}
-  baseline: {description: attribute -> wanted value, type: dict, default: {}}
+  url:
+    description: The BMC's base URL, C(https://host:port).
+    type: str
+    required: true
+  username:
+    description: The BMC user.
+    type: str
+    required: true
+  password:
+    description: The BMC user's password.
+    type: str
+    required: true
+  verify_tls:
+    description: Verify the BMC's certificate.
+    type: bool
+    default: true
+  ca_file:
+    description: CA bundle that signed the BMC's certificate (default the system's).
+    type: path
+  node:
+    description: Name of the node, for messages.
+    type: str
+    required: true
+  system_id:
+    description: The Redfish ComputerSystem C(Id), when the BMC has several systems.
+    type: str
+  baseline:
+    description: BIOS attribute name to its wanted value (O(state=present)).
+    type: dict
+    default: {}
   registry:
     description:
-      - attribute -> {type, values, min, max, max_length}, as firmware/registries/ holds it; checked by
-        module_utils/appliance_bios_registry, the validator the controller's pre-flight check runs too.
+      - Attribute name to C({type, values, min, max, max_length}), as C(firmware/registries/) holds it;
+        checked by C(module_utils/appliance_bios_registry), the validator the controller's pre-flight
+        check runs too.
       - An enumeration's values are ValueNames; a number among them (or in O(baseline)) stands for its
         decimal text and is sent as such. A bound that is absent or null is no bound.
     type: dict
     default: {}
-  state: {description: present converges to the baseline; read only reads, type: str, choices: [present, read], default: present}
-  timeout: {description: seconds per HTTP request, type: int, default: 30}
+  state:
+    description: V(present) converges to O(baseline); V(read) only reads.
+    type: str
+    choices: [present, read]
+    default: present
+  timeout:
+    description: Seconds per HTTP request.
+    type: int
+    default: 30
+"""
+
+EXAMPLES = r"""
+- name: Bring the BIOS to the platform's baseline
+  appliance.hgx.redfish_bios:
+    url: "{{ bmc.url }}"
+    username: "{{ bmc.username }}"
+    password: "{{ bmc_password }}"
+    ca_file: /etc/appliance/bmc-ca.pem
+    node: "{{ inventory_hostname }}"
+    baseline:
+      SriovEnable: Enabled
+      NumaNodesPerSocket: 1
+    registry: "{{ bios_registry }}"
+  delegate_to: localhost
+  no_log: true
+
+- name: Read the BIOS values in effect
+  appliance.hgx.redfish_bios:
+    url: "{{ bmc.url }}"
+    username: "{{ bmc.username }}"
+    password: "{{ bmc_password }}"
+    node: "{{ inventory_hostname }}"
+    state: read
+  delegate_to: localhost
+  no_log: true
+  register: bios_read
 """
 
 RETURN = r"""
 ansible_facts:
-  description: appliance_bios (attributes read back), appliance_bios_changes ([{attribute, old, new}]),
-    appliance_bios_pending (values accepted for the next boot), appliance_bmc ({system_id, system_uri, bios_uri})
+  description: Facts set on the host.
   returned: success
   type: dict
+  contains:
+    appliance_bios:
+      description: Attribute name to value, as in effect after the task.
+      type: dict
+    appliance_bios_changes:
+      description: The attributes changed (in check mode, that would change), each with C(attribute), C(old) and C(new).
+      type: list
+      elements: dict
+    appliance_bios_pending:
+      description: Attribute name to the value the BMC staged for the next boot (applied by M(appliance.hgx.redfish_reset)).
+      type: dict
+    appliance_bmc:
+      description:
+        - The system read - C(system_id), C(system_uri), C(bios_uri), and C(auth), what the BMC accepted
+          (V(session), its SessionService, or V(basic)).
+      type: dict
+msg:
+  description: The changes made (or that would be made) and the values staged until the next reset.
+  returned: when something changed or is staged
+  type: str
+  sample: "changed SriovEnable Disabled -> Enabled; staged until the next reset: SriovEnable=Enabled"
 """
 
 from ansible_collections.appliance.hgx.plugins.module_utils.appliance_bios import BaselineError, converge, read_bios

@@ -17,7 +17,8 @@ description:
   - In check mode nothing is reset; the module reports whether it would restart.
   - Runs where the BMC is reachable (the controller); restart one server at a time (C(throttle=1) on the task).
 version_added: "0.1.0"
-author: Appliance suite
+author:
+  - Appliance management suite developers (!UNKNOWN)
 options:
   url: {description: BMC base URL (https://host:port)., type: str, required: true}
   username: {description: BMC user., type: str, required: true}
