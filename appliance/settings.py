@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "appliance.inventory",
     "appliance.simulation",
     "appliance.provisioning",
+    "appliance.telemetry",
     "appliance.partitioning",
     "appliance.portal",
 ]

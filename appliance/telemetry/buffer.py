@@ -1,0 +1,158 @@
+"""A collector's disk buffer: every sweep's points are written here first (InfluxDB line protocol, one row a
+sweep, an SQLite file in WAL mode) and leave only when the sink has taken them, so a sink that is down, a
+network that drops or a collector that restarts loses nothing.
+
+Bounded: past `max_bytes` the oldest raw rows are rolled up into one row of per-minute points (means of
+gauges, last values of counters), then the oldest per-minute rows into per-hour ones. Only when everything
+is already per-hour does the buffer drop its oldest row, and it counts and logs that (never silently).
+Plain Python, no Django: deployed to the nodes with the collector.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sqlite3
+import threading
+from pathlib import Path
+
+from .collector import COUNTER_FIELDS
+
+log = logging.getLogger(__name__)
+LEVELS = (0, 60, 3600)  # seconds a point of a row stands for: raw, per minute, per hour
+_UNESCAPED_SPACE = re.compile(r"(?<!\\) ")
+_UNESCAPED_COMMA = re.compile(r"(?<!\\),")
+
+
+class Buffer:
+    def __init__(self, path: str | Path, max_bytes: int = 256 * 2**20, roll_fraction: float = 0.1):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.roll_fraction = roll_fraction
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS batches (id INTEGER PRIMARY KEY AUTOINCREMENT, created_ns INTEGER,"
+                         " level INTEGER, points INTEGER, size INTEGER, body BLOB)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER)")
+        self._bytes = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM batches").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def append(self, body: str, points: int, created_ns: int) -> None:
+        data = body.encode()
+        with self._lock:
+            self._db.execute("INSERT INTO batches (created_ns, level, points, size, body) VALUES (?, 0, ?, ?, ?)",
+                             (created_ns, points, len(data), data))
+            self._bytes += len(data)
+            if self._bytes > self.max_bytes:
+                self._enforce_bound()
+
+    def peek(self, max_points: int) -> list[tuple[int, bytes, int]]:
+        """The oldest rows, up to about `max_points` points (at least one row): (id, body, points)."""
+        out, total = [], 0
+        with self._lock:
+            for row_id, body, points in self._db.execute("SELECT id, body, points FROM batches ORDER BY id LIMIT 2000"):
+                if out and total + points > max_points:
+                    break
+                out.append((row_id, body, points))
+                total += points
+        return out
+
+    def ack(self, ids: list[int]) -> None:
+        """The sink took these rows."""
+        if not ids:
+            return
+        with self._lock:
+            placeholders = ",".join("?" * len(ids))
+            size = self._db.execute(f"SELECT COALESCE(SUM(size), 0) FROM batches WHERE id IN ({placeholders})",
+                                    ids).fetchone()[0]
+            self._db.execute(f"DELETE FROM batches WHERE id IN ({placeholders})", ids)
+            self._bytes -= size
+            self._count("sent_rows", len(ids))
+
+    def depth(self) -> dict:
+        with self._lock:
+            rows, points, oldest = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(points), 0), MIN(created_ns) FROM batches").fetchone()
+            counters = dict(self._db.execute("SELECT name, value FROM counters"))
+        return {"rows": rows, "points": points, "bytes": self._bytes, "oldest_ns": oldest,
+                "rolled_up_rows": counters.get("rolled_up_rows", 0), "dropped_rows": counters.get("dropped_rows", 0),
+                "dropped_points": counters.get("dropped_points", 0)}
+
+    # ---- the bound ------------------------------------------------------------------------------------
+    def _count(self, name: str, by: int) -> None:
+        self._db.execute("INSERT INTO counters (name, value) VALUES (?, ?) "
+                         "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (name, by))
+
+    def _enforce_bound(self) -> None:
+        for level in range(len(LEVELS) - 1):
+            while self._bytes > self.max_bytes:
+                if not self._roll_oldest(level):
+                    break
+        while self._bytes > self.max_bytes:
+            row = self._db.execute("SELECT id, points, size FROM batches ORDER BY id LIMIT 1").fetchone()
+            if row is None or self._db.execute("SELECT COUNT(*) FROM batches").fetchone()[0] <= 1:
+                return
+            self._db.execute("DELETE FROM batches WHERE id = ?", (row[0],))
+            self._bytes -= row[2]
+            self._count("dropped_rows", 1)
+            self._count("dropped_points", row[1])
+            log.error("telemetry buffer %s full at per-hour resolution: dropped its oldest %d points", self.path, row[1])
+
+    def _roll_oldest(self, level: int) -> bool:
+        """Roll the oldest rows of `level` (about roll_fraction of the bound) into one row of the next level."""
+        budget = max(1, int(self.max_bytes * self.roll_fraction))
+        rows, size = [], 0
+        for row in self._db.execute("SELECT id, body, size, created_ns FROM batches WHERE level = ? ORDER BY id",
+                                    (level,)):
+            rows.append(row)
+            size += row[2]
+            if size >= budget:
+                break
+        if len(rows) < 2:
+            return False
+        body, points = rollup([row[1].decode() for row in rows], LEVELS[level + 1])
+        data = body.encode()
+        ids = [row[0] for row in rows]
+        self._db.execute("BEGIN")
+        self._db.execute(f"DELETE FROM batches WHERE id IN ({','.join('?' * len(ids))})", ids)
+        # the rolled row keeps the place of the oldest one it replaces, so it is still sent first
+        self._db.execute("INSERT INTO batches (id, created_ns, level, points, size, body) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", (ids[0], rows[0][3], level + 1, points, len(data), data))
+        self._db.execute("COMMIT")
+        self._bytes += len(data) - size
+        self._count("rolled_up_rows", len(ids))
+        log.warning("telemetry buffer %s over %d bytes: rolled %d rows up to %d s points", self.path,
+                    self.max_bytes, len(ids), LEVELS[level + 1])
+        return len(data) < size
+
+
+def rollup(bodies: list[str], period_s: int) -> tuple[str, int]:
+    """Line protocol rolled up to one point per series and `period_s`: the mean of a gauge, the last value
+    of a counter (COUNTER_FIELDS, by the name before any ':'), at the start of the period."""
+    period_ns = period_s * 10**9
+    groups: dict[tuple[str, int], dict[str, list[float]]] = {}
+    for body in bodies:
+        for line in body.splitlines():
+            if not line:
+                continue
+            key, fields, stamp = _UNESCAPED_SPACE.split(line)
+            bucket = int(stamp) // period_ns * period_ns
+            group = groups.setdefault((key, bucket), {})
+            for item in _UNESCAPED_COMMA.split(fields):
+                name, _, value = item.rpartition("=")
+                group.setdefault(name, []).append(float(value))
+    lines, points = [], 0
+    for (key, bucket), fields in groups.items():
+        values = []
+        for name, seen in fields.items():
+            value = seen[-1] if name.split(":", 1)[0] in COUNTER_FIELDS else sum(seen) / len(seen)
+            values.append(f"{name}={value!r}")
+        points += len(values)
+        lines.append(f"{key} {','.join(values)} {bucket}")
+    return "\n".join(lines) + "\n", points

@@ -1,0 +1,71 @@
+"""A real VictoriaMetrics (Debian's victoria-metrics) for the telemetry tests and benchmarks: started in a
+temporary folder on a free port, stopped, restarted on the same port and data, and read back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+BINARY = "victoria-metrics"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class VictoriaMetrics:
+    def __init__(self, data_dir: Path, port: int | None = None):
+        self.data_dir, self.port = Path(data_dir), port or free_port()
+        self.process: subprocess.Popen | None = None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> VictoriaMetrics:
+        if shutil.which(BINARY) is None:
+            pytest.skip("victoria-metrics is not installed (tests/run installs the Debian package)")
+        self.process = subprocess.Popen(
+            [BINARY, f"-storageDataPath={self.data_dir}", f"-httpListenAddr=127.0.0.1:{self.port}",
+             "-search.latencyOffset=0s", "-retentionPeriod=100y", "-influxSkipMeasurement",
+             "-loggerLevel=ERROR"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1).read()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"victoria-metrics did not answer on {self.url}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """As a crash: SIGKILL, nothing flushed that it had not flushed."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def export(self, match: str) -> list[dict]:
+        """Every series matching `match` with its values and timestamps, after a flush."""
+        urllib.request.urlopen(self.url + "/internal/force_flush", timeout=30).read()
+        query = urllib.parse.urlencode({"match[]": match, "start": "0"})
+        with urllib.request.urlopen(f"{self.url}/api/v1/export?{query}", timeout=60) as answer:
+            return [json.loads(line) for line in answer.read().decode().splitlines() if line]
