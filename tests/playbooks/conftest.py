@@ -22,6 +22,8 @@ from django.db import transaction
 from django.test.utils import override_settings
 from ruamel.yaml import YAML
 
+from tests.playbooks.deprecations import assert_no_new_deprecation
+
 NODE = "pbt-gpu01"
 PLATFORM = "hgx-h100-8gpu"
 RECAP = re.compile(r"^(?P<host>\S+)\s+: ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
@@ -71,6 +73,7 @@ class SimulatedAppliance:
     registry: dict
     host_vars: dict = field(default_factory=dict)
     stage_vars: dict = field(default_factory=dict)  # what the fabric, gpudirect, storage vars providers render
+    package_repository: dict = field(default_factory=dict)  # repository.playbook_vars: where the node installs from
     runs: int = 0
 
     def state(self) -> dict:
@@ -104,8 +107,7 @@ class SimulatedAppliance:
         # The platform's BMC stages BIOS values until a reset: the firmware stage restarts it inside this window.
         always = {"window": {"start": "00:00", "end": "24:00"}}
         extra = {"appliance": {"name": "pbtest", "settings": {"maintenance": always}}, "networks": [],
-                 "filesystems": [], "pools": [],
-                 **(extra_vars or {})}
+                 "filesystems": [], "pools": [], "package_repository": self.package_repository, **(extra_vars or {})}
         (run_dir / "extra.json").write_text(json.dumps(extra))
         venv_bin = Path(sys.executable).parent
         environment = {
@@ -129,6 +131,8 @@ class SimulatedAppliance:
         secrets.unlink()
         output = runner.stdout.read()
         (run_dir / "output.txt").write_text(output)
+        # Deprecation warnings are on (ansible.cfg): a new one fails the stage test that met it.
+        assert_no_new_deprecation(output, playbook)
         recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
                  for m in RECAP.finditer(output)}
         facts: dict[str, dict] = {}
@@ -144,7 +148,7 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
     from appliance.inventory.models import BMC, Appliance, Credential, Node, Platform
     from appliance.inventory.platforms import load_platform
     from appliance.provisioning.playbook_vars import connection_vars
-    from appliance.simulation import services
+    from appliance.simulation import repository_server, services
     from tests.conftest import traversable
 
     workdir = traversable(tmp_path_factory.mktemp("playbooks"))
@@ -169,6 +173,11 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
             services.prepare_appliance(appliance)
             services.start_bmcs(appliance)
             services.start_ssh(appliance)  # the node is reached over SSH, as the engine reaches it
+            from appliance.provisioning import repository
+
+            # The nodes install from the appliance's repository, served by the simulated management node.
+            repository.ensure_built()
+            services.start_repository()
             try:
                 platform = spec.spec
                 registry = load_yaml(Path(settings.FIRMWARE_DIR) / "registries" / platform["bios"]["registry"])
@@ -186,7 +195,9 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
                     "platform": platform,
                     "bios_registry": registry,
                     "bmc": {"url": bmc_url, "username": "admin", "verify_tls": True, "ca_file": ca_file},
+                    "appliance_node_python": str(sysroot / "opt/appliance/python/bin/python3"),
                 }
+                simulated.package_repository = repository.playbook_vars(appliance)
                 from appliance.partitioning.renderers import stage_vars
 
                 # One GPU node and no management node: the subnet manager is the site's external one.
@@ -198,6 +209,7 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
             finally:
                 services.stop_ssh(appliance)
                 services.stop_bmcs(appliance)
+                repository_server.stop()
         finally:
             transaction.set_rollback(True)
             atomic.__exit__(None, None, None)
