@@ -23,7 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from appliance.core import context, dispatch
+from appliance.core import context, dispatch, resources
 from appliance.simulation import extra as simulation_extra
 
 from ... import services, terminal
@@ -219,8 +219,10 @@ class Command(BaseCommand):
             self.console.print(line, markup=False)
 
     def _how_to_open(self):
+        # An installed wheel's command is `appliance`; a checkout's, manage.py.
+        server = "appliance runserver" if resources.INSTALLED else "python manage.py runserver"
         self.console.print(
-            "Open the portal: [bold]python manage.py runserver 127.0.0.1:8000[/bold], then "
+            f"Open the portal: [bold]{server} 127.0.0.1:8000[/bold], then "
             "http://127.0.0.1:8000/provisioning/ (log in as the administrator above); "
             "the REST API is http://127.0.0.1:8000/api/v1/.")
 
