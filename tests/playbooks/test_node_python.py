@@ -1,8 +1,8 @@
 """The node installs from the appliance's own repository only (air-gapped), on one simulated node:
 the package_sources and node_python roles point apt at the repository served by the simulated
-management node, and make the node's venv with the NVML binding from it, hash-checked and idempotent."""
+management node, and make the node's venv with the NVML binding from it, hash-checked and idempotent.
+(That apt then refuses what the repository does not list: tests/provisioning/test_repository.py.)"""
 
-import json
 import subprocess
 
 import pytest
@@ -72,24 +72,3 @@ def test_a_wheel_that_differs_from_the_pinned_hash_is_refused_on_the_node(simula
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in run.output
     assert not list(venv.glob("lib/python3*/site-packages/pynvml.py"))
 
-
-def test_apt_refuses_a_package_the_repository_does_not_list(simulated_appliance, node_python_playbook):
-    sim = simulated_appliance
-    environment = {**sim.host_vars["node_environment"]}
-    assert sim.run(node_python_playbook).returncode == 0  # apt points at the repository, its index fetched
-
-    refused = subprocess.run(["apt-get", "install", "-y", "nvidia-container-toolkit"], capture_output=True,
-                             text=True, env=environment, check=False)
-    listed = subprocess.run(["apt-get", "install", "-y", "fio"], capture_output=True, text=True, env=environment,
-                            check=False)
-
-    # In the simulation's catalogue, but not among the packages the repository was built with.
-    assert refused.returncode == 100
-    assert "Unable to locate package nvidia-container-toolkit" in refused.stderr
-    assert "nvidia-container-toolkit" not in sim.state()["packages"]
-    assert listed.returncode == 0, listed.stderr
-    assert sim.state()["packages"]["fio"] == "3.28-1"
-    lists = sim.sysroot / "var/lib/apt/lists"
-    assert json.loads((lists / "appliance-sim-sources.json").read_text()) == {
-        sim.package_repository["url"].removeprefix("http://") + "_apt_dists_appliance_main_binary-amd64_Packages":
-            sim.package_repository["apt_url"]}
