@@ -16,7 +16,7 @@ from pathlib import Path
 from appliance.core.secrets import MASK
 from appliance.inventory.models import Node
 
-from . import baseline
+from . import baseline, repository
 
 SECRETS_VAR = "appliance_bmc_passwords"
 # The node's Python venv holding the NVML binding (the node_python role), relative to the node's root.
@@ -124,6 +124,8 @@ def host_vars(node: Node) -> tuple[dict, str | None]:
 def appliance_vars(appliance) -> dict:
     return {
         "appliance": {"name": appliance.name, "simulated": appliance.simulated, "settings": appliance.settings or {}},
+        # Where every node installs from (air-gapped): roles package_sources and node_python.
+        "package_repository": repository.playbook_vars(appliance),
         "networks": [{"name": n.name, "kind": n.kind, "cidr": n.cidr, "pkey": n.pkey, "mtu": n.mtu}
                      for n in appliance.networks.all()],
         "filesystems": [{"name": f.name, "type": f.type, "servers": f.servers, "source": f.source,

@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 
 from appliance import audit
 
-from . import bmc, extra, hardware, nvml, packages, ports, slurm, sshd, workload
+from . import bmc, extra, hardware, nvml, packages, ports, repository_server, slurm, sshd, workload
 from . import state as node_state
 from .tools import COMMANDS, kmod
 
@@ -355,13 +355,22 @@ def ssh_status(appliance) -> dict:
 def start(appliance) -> dict:
     """Everything a prepared simulated appliance runs: its BMC emulators, its nodes' SSH servers and,
     once the workloads stage has written its files, the training pool's Slurm."""
-    return {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance), "slurm": start_slurm(appliance)}
+    return {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance), "repository": start_repository(),
+            "slurm": start_slurm(appliance)}
 
 
 def stop(appliance) -> dict:
     # The workload first (it cancels its Slurm jobs), then Slurm, then what the nodes are reached by.
     stopped = {"workload": workload.stop(appliance), "slurm": slurm.stop(appliance)}
-    return stopped | {"ssh": stop_ssh(appliance), "bmc": stop_bmcs(appliance)}
+    return stopped | {"ssh": stop_ssh(appliance), "bmc": stop_bmcs(appliance), "repository": repository_server.stop()}
+
+
+def start_repository() -> int:
+    """The simulated management node's package repository server (repository_server.py)."""
+    try:
+        return repository_server.start()
+    except repository_server.RepositoryServerError as exc:
+        raise SimulationError(str(exc)) from None
 
 
 def start_slurm(appliance) -> dict | str:

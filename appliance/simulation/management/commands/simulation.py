@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from appliance.core import context
 from appliance.inventory.models import Appliance, Node
-from appliance.simulation import services, slurm, workload
+from appliance.simulation import repository_server, services, slurm, workload
 from appliance.simulation import state as node_state
 from appliance.simulation.management.commands.simulation_workload import add_workload_arguments, run_workload
 
@@ -126,6 +126,10 @@ class Command(BaseCommand):
                 ssh_text = "stopped"
             self.stdout.write(f"  {node.name:<16} {prepared:<13} BMC {bmc_text}  SSH {ssh_text}"
                               + (f"  faults: {'; '.join(faults)}" if faults else ""))
+        served = repository_server.status()
+        self.stdout.write(f"  package repository {served['url'] or '(no port yet)'} {served['directory']} "
+                          + (f"pid {served['pid']} {'answering' if served['answering'] else 'NOT answering'}"
+                             if served["running"] else "stopped"))
         cluster = slurm.status(appliance)
         if not cluster["configured"]:
             self.stdout.write("  Slurm              not configured yet (the workloads stage has not run)")
