@@ -120,9 +120,14 @@ class Forwarder(threading.Thread):
     def stop(self, flush_s: float = 5.0) -> None:
         """Stop after sending what the buffer holds (for at most flush_s); what is left stays on disk."""
         deadline = time.monotonic() + flush_s
-        while time.monotonic() < deadline and self.buffer.depth()["rows"] and not self.last_error:
-            self.wake.set()
-            time.sleep(0.05)
         self.stopping.set()
         self.wake.set()
-        self.join(timeout=flush_s)
+        if self.is_alive():
+            self.join(timeout=flush_s)
+        while time.monotonic() < deadline:
+            try:
+                if not self.drain_once():
+                    return
+            except SinkError as exc:
+                self.last_error = str(exc)
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))

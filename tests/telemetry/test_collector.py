@@ -5,6 +5,7 @@ VictoriaMetrics that is stopped and restarted while the collector runs."""
 import threading
 import time
 import urllib.request
+from io import StringIO
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -142,9 +143,35 @@ def test_victoria_metrics_stopped_and_restarted_during_collection_loses_no_point
         runner.join()
         agent.stop(flush_s=20)
         depth = agent.buffer_depth_at_stop
-        exported = server.export('DCGM_FI_DEV_GPU_UTIL{Hostname="gpu01"}')
+        # what the server took is searchable after its flush of the last second's rows (up to a few seconds)
+        deadline = time.monotonic() + 10
+        while True:
+            exported = server.export('DCGM_FI_DEV_GPU_UTIL{Hostname="gpu01"}')
+            if sum(len(series["timestamps"]) for series in exported) >= 8 * len(stamps) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         server.stop()
     assert depth["rows"] == 0 and depth["rolled_up_rows"] == 0 and len(stamps) > 60
     assert sorted(dict(series["metric"])["gpu"] for series in exported) == [str(index) for index in range(8)]
     for series in exported:
         assert sorted(series["timestamps"]) == sorted(stamps), series["metric"]
+
+
+@pytest.mark.django_db
+def test_manage_telemetry_collect_runs_a_simulated_nodes_collector(node, settings):
+    from django.core.management import CommandError, call_command
+
+    from appliance.inventory.models import Appliance, Node
+
+    appliance = Appliance.objects.create(name="demo", simulated=True)
+    Node.objects.create(appliance=appliance, name="gpu01", role="training", sysroot=str(node["sysroot"]))
+    Node.objects.create(appliance=appliance, name="gpu09", role="training")
+    settings.INFLUXDB = {"url": "", "token": "", "org": "appliance", "bucket": "telemetry"}
+    out = StringIO()
+    call_command("telemetry", "collect", "--node", "gpu01", "--once", stdout=out)
+    assert out.getvalue().startswith("gpu01: 1 sweep(s), last at ")
+    assert out.getvalue().endswith(", buffered 0 point(s) in 0 row(s), no sink configured (settings.INFLUXDB)\n")
+    with pytest.raises(CommandError, match="^--node gpu99: no such node$"):
+        call_command("telemetry", "collect", "--node", "gpu99", "--once")
+    with pytest.raises(CommandError, match="^--node gpu09: a real node runs its collector itself"):
+        call_command("telemetry", "collect", "--node", "gpu09", "--once")
