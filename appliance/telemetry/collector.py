@@ -97,6 +97,17 @@ class _Gpu:
     samples: list = field(default_factory=list)
     last_reasons: int = 0
     last_ecc: int = 0
+    migs: list[_Mig] = field(default_factory=list)
+
+
+@dataclass
+class _Mig:
+    """A MIG instance of a GPU: labelled as dcgm-exporter labels one (GPU_I_ID, GPU_I_PROFILE)."""
+
+    handle: object
+    gpu_instance: int
+    labels: dict[str, str]
+    samples: list = field(default_factory=list)
 
 
 class Collector:
@@ -143,14 +154,39 @@ class Collector:
             if gpm:
                 gpu.samples = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
                 pynvml.nvmlGpmSampleGet(handle, gpu.samples[0])
+            gpu.migs = self._open_migs(gpu)
             self.gpus.append(gpu)
         return self
+
+    def _open_migs(self, gpu: _Gpu) -> list[_Mig]:
+        n = self.nvml
+        try:
+            current, _ = n.nvmlDeviceGetMigMode(gpu.handle)
+            count = n.nvmlDeviceGetMaxMigDeviceCount(gpu.handle) if current else 0
+        except n.NVMLError:
+            return []
+        migs = []
+        for index in range(count):
+            try:
+                handle = n.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, index)
+            except n.NVMLError_NotFound:
+                continue
+            instance = n.nvmlDeviceGetGpuInstanceId(handle)
+            labels = gpu.labels | {"GPU_I_ID": str(instance),
+                                   "GPU_I_PROFILE": n.nvmlDeviceGetName(handle).rsplit(" ", 1)[-1],
+                                   "MIG_UUID": n.nvmlDeviceGetUUID(handle)}
+            mig = _Mig(handle, instance, labels)
+            if gpu.gpm:
+                mig.samples = [n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()]
+                n.nvmlGpmMigSampleGet(gpu.handle, instance, mig.samples[0])
+            migs.append(mig)
+        return migs
 
     def close(self) -> None:
         if self.nvml is None:
             return
         for gpu in self.gpus:
-            for sample in gpu.samples:
+            for sample in gpu.samples + [sample for mig in gpu.migs for sample in mig.samples]:
                 self.nvml.nvmlGpmSampleFree(sample)
         self.gpus = []
         self.nvml.nvmlShutdown()
@@ -210,10 +246,21 @@ class Collector:
             fields |= self._gpm(gpu)
         return fields
 
-    def _gpm(self, gpu: _Gpu) -> dict[str, float]:
+    def _mig_fields(self, gpu: _Gpu, mig: _Mig) -> dict[str, float]:
+        memory = self.nvml.nvmlDeviceGetMemoryInfo(mig.handle)
+        fields = {"DCGM_FI_DEV_FB_USED": memory.used // 2**20, "DCGM_FI_DEV_FB_FREE": memory.free // 2**20,
+                  "DCGM_FI_DEV_FB_TOTAL": memory.total // 2**20}
+        if mig.samples:
+            fields |= self._gpm(mig, gpu.handle, mig.gpu_instance)
+        return fields
+
+    def _gpm(self, gpu: _Gpu | _Mig, parent=None, gpu_instance: int | None = None) -> dict[str, float]:
         n = self.nvml
         first, second = gpu.samples
-        n.nvmlGpmSampleGet(gpu.handle, second)
+        if gpu_instance is None:
+            n.nvmlGpmSampleGet(gpu.handle, second)
+        else:
+            n.nvmlGpmMigSampleGet(parent, gpu_instance, second)
         request = n.c_nvmlGpmMetricsGet_t()
         request.version = n.NVML_GPM_METRICS_GET_VERSION
         request.sample1, request.sample2 = first, second
@@ -355,6 +402,9 @@ class Collector:
                 job = owner.get("job") or owner.get("service") or ""
                 labels = tuple(gpu.labels.items()) + (("hpc_job", str(job)),)
                 series.append(Series("gpu", labels, self._gpu_fields(gpu, events)))
+                for mig in gpu.migs:
+                    series.append(Series("gpu", tuple(mig.labels.items()) + (("hpc_job", str(job)),),
+                                         self._mig_fields(gpu, mig)))
         nvml_cpu = time.process_time() - started
         self._xid_events(events)
         self._infiniband(series, events)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from .collector import COUNTER_FIELDS, Sweep
 
@@ -28,21 +28,19 @@ class SweepMetrics:
             sweep = self._sweep
         if sweep is None:
             return
-        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        families: dict[str, Metric] = {}
         for series in sweep.series:
-            names = [name for name, _ in series.labels]
-            values = [value for _, value in series.labels]
+            labels = dict(series.labels)  # a MIG instance's series has GPU_I_ID, GPU_I_PROFILE and MIG_UUID more
             for field, value in series.fields.items():
                 name, _, mode = field.partition(":")
                 family = families.get(name)
                 if family is None:
-                    labels = names + (["mode"] if mode else [])
-                    if name in COUNTER_FIELDS:
-                        family = CounterMetricFamily(name.removesuffix("_total"), _help(name), labels=labels)
-                    else:
-                        family = GaugeMetricFamily(name, _help(name), labels=labels)
+                    counter = name in COUNTER_FIELDS
+                    family = Metric(name.removesuffix("_total") if counter else name, _help(name),
+                                    "counter" if counter else "gauge")
                     families[name] = family
-                family.add_metric(values + ([mode] if mode else []), float(value))
+                sample_name = family.name + "_total" if family.type == "counter" else family.name
+                family.add_sample(sample_name, labels | {"mode": mode} if mode else labels, float(value))
         yield from families.values()
 
 

@@ -10,7 +10,7 @@ from io import StringIO
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.simulation import nvml
+from appliance.simulation import gpu_ops, nvml
 from appliance.simulation import state as node_state
 from appliance.telemetry.agent import Agent
 from appliance.telemetry.buffer import Buffer, rollup
@@ -24,13 +24,18 @@ from tests.telemetry.vmserver import VictoriaMetrics
 def node(tmp_path_factory):
     sysroot = tmp_path_factory.mktemp("telemetry") / "gpu01"
     make_node(sysroot)
+    with node_state.update(sysroot) as current:  # GPU 6 in MIG mode with one 3g.40gb instance
+        gpu_ops.set_mig_mode(current, 6, True)
+        instance = gpu_ops.create_gpu_instance(current, 6, gpu_ops.profile(current["gpus"][6], name="3g.40gb")["id"])
+        gpu_ops.create_compute_instance(current, 6, instance)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("APPLIANCE_SIM_SYSROOT", str(sysroot))
         yield {"sysroot": sysroot, "library": str(nvml.library_path())}
 
 
 def by_gpu(sweep):
-    return {dict(series.labels)["gpu"]: series for series in sweep.series if series.measurement == "gpu"}
+    return {dict(series.labels)["gpu"]: series for series in sweep.series
+            if series.measurement == "gpu" and "GPU_I_ID" not in dict(series.labels)}
 
 
 def test_a_sweep_reads_gpus_fabric_filesystem_host_and_jobs_under_dcgm_names(node):
@@ -58,6 +63,10 @@ def test_a_sweep_reads_gpus_fabric_filesystem_host_and_jobs_under_dcgm_names(nod
         assert fields["DCGM_FI_DEV_FB_TOTAL"] == 81559 and 55 * 1024 < fields["DCGM_FI_DEV_FB_USED"] < 80 * 1024
         assert 150 < fields["DCGM_FI_DEV_POWER_USAGE"] < 230 and fields["DCGM_FI_DEV_SM_CLOCK"] == 1980
         assert fields["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] > 1_000_000 and fields["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] == 0
+    [mig] = [series for series in first.series if "GPU_I_ID" in dict(series.labels)]
+    assert dict(mig.labels) | {"MIG_UUID": ""} == dict(gpus["6"].labels) | {
+        "GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb", "MIG_UUID": ""}
+    assert mig.fields["DCGM_FI_DEV_FB_TOTAL"] == 40779 and 0 < mig.fields["DCGM_FI_PROF_SM_ACTIVE"] < 0.2
     ib = {dict(series.labels)["device"]: series.fields for series in first.series if series.measurement == "ib"}
     assert sorted(ib) == [f"mlx5_{index}" for index in range(8)]
     assert ib["mlx5_0"]["node_infiniband_port_data_received_bytes_total"] > 10 * 19e9 / 8 * 0.9
@@ -86,6 +95,8 @@ def test_metrics_parse_with_the_prometheus_parser(node):
     assert util.samples[7].labels == {"gpu": "7", "UUID": util.samples[7].labels["UUID"], "device": "nvidia7",
                                       "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "gpu01",
                                       "pci_bus_id": "00000000:DB:00.0", "hpc_job": "chat-7b"}
+    [mig] = [sample for sample in families["DCGM_FI_DEV_FB_TOTAL"].samples if "GPU_I_ID" in sample.labels]
+    assert (mig.labels["gpu"], mig.labels["GPU_I_PROFILE"], mig.value) == ("6", "3g.40gb", 40779)
     energy = families["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
     assert energy.type == "counter" and energy.samples[0].name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"
     cpu = families["node_cpu_seconds"]
