@@ -63,7 +63,12 @@ class Agent:
         """Sweep on the interval's grid (a slow sweep skips ahead, it does not drift) until stopped."""
         next_at = time.monotonic()
         while not self.stopping.is_set() and (count is None or self.sweeps < count):
-            self.sweep_once()
+            try:
+                self.sweep_once()
+            except Exception:  # a sweep that fails is logged; the collector keeps its interval
+                if count is not None:
+                    raise
+                log.exception("telemetry sweep failed on %s", self.collector.hostname)
             next_at += interval_s
             delay = next_at - time.monotonic()
             if delay < 0:

@@ -401,10 +401,13 @@ class Collector:
                 owner = owners.get(str(gpu.index)) or {}
                 job = owner.get("job") or owner.get("service") or ""
                 labels = tuple(gpu.labels.items()) + (("hpc_job", str(job)),)
-                series.append(Series("gpu", labels, self._gpu_fields(gpu, events)))
-                for mig in gpu.migs:
-                    series.append(Series("gpu", tuple(mig.labels.items()) + (("hpc_job", str(job)),),
-                                         self._mig_fields(gpu, mig)))
+                try:
+                    series.append(Series("gpu", labels, self._gpu_fields(gpu, events)))
+                    for mig in gpu.migs:
+                        series.append(Series("gpu", tuple(mig.labels.items()) + (("hpc_job", str(job)),),
+                                             self._mig_fields(gpu, mig)))
+                except self.nvml.NVMLError as exc:  # e.g. a GPU fallen off the bus: the others are still read
+                    events.append({"kind": "nvml_error", "gpu": gpu.index, "error": str(exc)})
         nvml_cpu = time.process_time() - started
         self._xid_events(events)
         self._infiniband(series, events)

@@ -49,6 +49,17 @@ def test_a_sweep_reads_gpus_fabric_filesystem_host_and_jobs_under_dcgm_names(nod
             current["gpus"][3].setdefault("xid_errors", []).append({"xid": 79, "text": "GPU has fallen off the bus."})
             current["hcas"][2]["ports"][0].update(state="Down", state_code=1)
         second = collector.sweep()
+        with node_state.update(node["sysroot"]) as current:  # GPU 7 falls off the bus: the other GPUs are read
+            current.setdefault("faults", []).append({"kind": "gpu_missing", "index": 7})
+            current["hcas"][2]["ports"][0].update(state="Active", state_code=4)
+        try:
+            third = collector.sweep()
+        finally:
+            with node_state.update(node["sysroot"]) as current:
+                current["faults"] = []
+    assert sorted(by_gpu(third)) == [str(index) for index in range(7)]
+    assert [(event["kind"], event.get("gpu"), event.get("xid")) for event in third.events] == [
+        ("nvml_error", 7, None), ("xid", 7, 79)]
     gpus = by_gpu(first)
     assert sorted(gpus) == [str(index) for index in range(8)]
     assert dict(gpus["0"].labels) == {
