@@ -76,7 +76,7 @@ COMMON_PACKAGES = ("linux-tools-common", "linux-tools-generic",                 
                    "chrony",                                                           # chrony
                    "opensm",                                                           # fabric (subnet manager)
                    "fio",                                                              # storage_client
-                   "python3-venv")                                                     # node_python
+                   "python3-pip")                                                      # node_python
 STORAGE_CLIENT_PACKAGES = ("lustre-client-modules-dkms", "lustre-client-utils",        # storage_client
                            "beegfs-client", "beegfs-helperd", "beegfs-utils", "nfs-common")
 

@@ -76,9 +76,9 @@ CATALOGUE: tuple[Package, ...] = (
             enabled_units=("containerd.service",)),
     Package(r"kubelet|kubeadm|kubectl", "1.30.2-1.1", units=("kubelet.service",)),
     Package(r"nvidia-container-toolkit(-base)?", "1.16.1-1", commands=("nvidia-ctk",)),
-    # The node_python role's venv (Ubuntu 22.04's Python 3.10; python3-venv brings ensurepip's wheels).
-    Package(r"python3-venv", "3.10.6-1~22.04", depends=("python3.10-venv",)),
-    Package(r"python3\.10-venv", "3.10.12-1~22.04.3"),
+    # The node_python role installs the NVML binding into its venv with the system's pip (Ubuntu 22.04's).
+    Package(r"python3-pip", "22.0.2+dfsg-1ubuntu0.4", depends=("python3-setuptools",)),
+    Package(r"python3-setuptools", "59.6.0-1.2ubuntu0.22.04.1"),
     Package(r"prometheus-node-exporter", "1.3.1-1ubuntu0.22.04.2", units=("prometheus-node-exporter.service",),
             enabled_units=("prometheus-node-exporter.service",)),
 )

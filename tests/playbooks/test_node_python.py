@@ -45,11 +45,11 @@ def test_the_node_venv_gets_the_nvml_binding_from_the_repository_and_stays(simul
                            capture_output=True, text=True, check=True, env={"PIP_CONFIG_FILE": "/dev/null"})
     version, module_file = probe.stdout.split()
     assert version == "13.615.71" and module_file.startswith(str(venv))
-    assert sim.state()["packages"]["python3-venv"] == "3.10.6-1~22.04"
+    assert sim.state()["packages"]["python3-pip"] == "22.0.2+dfsg-1ubuntu0.4"
     served = (sim.workdir / "simulation" / "repository-server.log").read_text()
     assert "GET /python/simple/nvidia-ml-py/ HTTP" in served
     assert "GET /python/files/nvidia_ml_py-13.615.71-py3-none-any.whl HTTP" in served
-    assert "GET /apt/pool/main/p/python3-venv/python3-venv_3.10.6-1~22.04_amd64.deb HTTP" in served
+    assert "GET /apt/pool/main/p/python3-pip/python3-pip_22.0.2+dfsg-1ubuntu0.4_amd64.deb HTTP" in served
 
     second = sim.run(node_python_playbook)
 

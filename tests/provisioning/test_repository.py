@@ -60,7 +60,7 @@ def test_a_build_from_a_local_wheel_folder_needs_no_network(db, wheel_cache, off
     assert ("Package: nvidia-driver-550-server\nVersion: 550.90.07\nArchitecture: amd64\n"
             "Filename: pool/main/n/nvidia-driver-550-server/nvidia-driver-550-server_550.90.07_amd64.deb\n") in packages
     assert "Package: chrony\nVersion: 4.2-2ubuntu2\n" in packages
-    assert "Package: python3-venv\nVersion: 3.10.6-1~22.04\n" in packages
+    assert "Package: python3-pip\nVersion: 22.0.2+dfsg-1ubuntu0.4\nArchitecture: amd64\nDepends: python3-setuptools\n" in packages
     assert "Package: nvidia-container-toolkit\n" not in packages  # in the catalogue, installed by no role
     release = (root / "apt/dists/appliance/Release").read_text()
     digest = hashlib.sha256(packages.encode()).hexdigest()
