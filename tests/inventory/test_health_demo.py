@@ -33,7 +33,7 @@ print(json.dumps({
 """
 
 
-def manage(state_dir: Path, *args, timeout=300) -> subprocess.CompletedProcess:
+def manage(state_dir: Path, *args, timeout=900) -> subprocess.CompletedProcess:
     env = {**os.environ, "APPLIANCE_STATE_DIR": str(state_dir)}
     env.pop("DATABASE_URL", None)
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -41,7 +41,7 @@ def environment(state_dir: Path, **extra) -> dict:
     return env
 
 
-def manage(state_dir: Path, *args, timeout=300) -> subprocess.CompletedProcess:
+def manage(state_dir: Path, *args, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=environment(state_dir),
                           capture_output=True, text=True, timeout=timeout)
 

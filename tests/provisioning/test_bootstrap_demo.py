@@ -69,7 +69,7 @@ def snapshot() -> dict:
     return listing
 
 
-def manage(state_dir: Path, *args, timeout=300) -> subprocess.CompletedProcess:
+def manage(state_dir: Path, *args, timeout=900) -> subprocess.CompletedProcess:
     env = {**os.environ, "APPLIANCE_STATE_DIR": str(state_dir)}
     env.pop("DATABASE_URL", None)
     installed = INSTALLED["appliance"]
@@ -131,7 +131,7 @@ def demo(tmp_path_factory):
     state = traversable(tmp_path_factory.mktemp("demo")) / "state"
     state.mkdir()
     before = snapshot()
-    first = manage(state, "bootstrap", "--no-input", timeout=300)
+    first = manage(state, "bootstrap", "--no-input", timeout=900)
     after = snapshot()
     yield {"state": state, "first": first, "before": before, "after": after}
     manage(state, "simulation", "stop", timeout=60)
@@ -166,7 +166,7 @@ def test_bootstrap_the_demo_appliance(demo):
         assert {k: attributes.get(k) for k in baseline} == baseline, node["name"]
     assert set(state for state, _, _ in inventory(fresh_state).values()) == {"ready"}
 
-    second = manage(fresh_state, "bootstrap", "--no-input", timeout=240)
+    second = manage(fresh_state, "bootstrap", "--no-input", timeout=600)
     assert second.returncode == 0, second.stdout[-3000:]
     summary = [line for line in second.stdout.splitlines() if ": succeeded · " in line]
     assert summary and " 0 changed, 0 failed" in summary[-1], second.stdout[-2000:]
@@ -247,7 +247,7 @@ def test_bmc_faults_end_with_one_clear_message_and_a_resumable_run(converged):
     assert manage(fresh_state, "simulation", "fault", "inject", "gpu02", "bmc_wrong_password").returncode == 0
     assert manage(fresh_state, "simulation", "fault", "inject", "stor01", "bmc_down").returncode == 0
 
-    faulty = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", "--force", timeout=240)
+    faulty = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", "--force", timeout=600)
     assert faulty.returncode == 1
     error = faulty.stderr.strip().splitlines()
     assert "failed: stage firmware, host " in error[0], faulty.stderr
@@ -261,7 +261,7 @@ def test_bmc_faults_end_with_one_clear_message_and_a_resumable_run(converged):
 
     assert manage(fresh_state, "simulation", "fault", "clear", "gpu02").returncode == 0
     assert manage(fresh_state, "simulation", "fault", "clear", "stor01").returncode == 0
-    fixed = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", timeout=240)
+    fixed = manage(fresh_state, "bootstrap", "--no-input", "--only", "firmware", timeout=600)
     assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-2000:]
     assert {state for state, _, _ in inventory(fresh_state).values()} == {"ready"}
 
@@ -284,7 +284,7 @@ def test_kill_9_during_a_stage_then_rerun_finishes(converged):
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
 
-    rerun = manage(fresh_state, "bootstrap", "--no-input", timeout=240)
+    rerun = manage(fresh_state, "bootstrap", "--no-input", timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
     assert "left running by a worker that died; marked failed" in rerun.stdout
     assert "already completed: firmware" in rerun.stdout

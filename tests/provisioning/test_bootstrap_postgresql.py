@@ -54,7 +54,7 @@ def postgres_site(tmp_path):
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def manage(env, *args, timeout=300) -> subprocess.CompletedProcess:
+def manage(env, *args, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
@@ -76,7 +76,7 @@ def test_bootstrap_killed_then_resumed_on_postgresql_and_the_log_verifies(postgr
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
 
-    rerun = manage(env, "bootstrap", "--no-input", timeout=300)
+    rerun = manage(env, "bootstrap", "--no-input", timeout=900)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
     assert "left running by a worker that died; marked failed" in rerun.stdout
     assert "already completed: firmware" in rerun.stdout
