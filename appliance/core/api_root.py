@@ -11,6 +11,7 @@ import re
 
 from django.http import JsonResponse
 from django.urls import reverse
+from django.views.decorators.http import require_safe
 from rest_framework.routers import APIRootView
 
 API_PREFIX = "/api/"
@@ -19,6 +20,7 @@ CURRENT_VERSION = "v1"
 API_VERSIONS = {"v1": "api-v1-root"}
 
 
+@require_safe
 def api_index(request):
     """The versions the API speaks and where each begins. Open to all, like /health/: it names paths
     every client can read in the README, and a client needs it before it has signed in."""

@@ -286,8 +286,14 @@ class _Importer:
     def sync_appliance(self) -> None:
         site = self.site
         existing = Appliance.objects.select_for_update().filter(name=site.name).first()
-        merged_settings = {**(existing.settings if existing else {}), "fabric": site.fabric,
-                           "maintenance": site.maintenance, "package_repository": site.package_repository, "ssh": site.ssh}
+        merged_settings = {**(existing.settings if existing else {}), "fabric": site.fabric}
+        # Sections the site leaves out are not kept as empty ones (nor left over from an earlier import).
+        for key, value in (("maintenance", site.maintenance), ("package_repository", site.package_repository),
+                           ("ssh", site.ssh)):
+            if value:
+                merged_settings[key] = value
+            else:
+                merged_settings.pop(key, None)
         self.appliance, _ = self.sync(Appliance, {"name": site.name}, {
             "description": site.description, "simulated": site.simulation, "settings": merged_settings,
         }, site.name)

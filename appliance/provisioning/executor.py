@@ -71,6 +71,9 @@ def _environment(directory: Path, strategy_name: str, plugin_dir: str | None) ->
         # Everything Ansible writes stays under the state directory, never in the OS user's home.
         "ANSIBLE_HOME": str(state / "ansible"),
         "ANSIBLE_LOCAL_TEMP": str(directory / "tmp" / "local"),
+        # Tasks delegated to the controller (Redfish) keep their temporary files here, never in the home
+        # folder; a node's own `ansible_remote_tmp` (inventory) wins for the node.
+        "ANSIBLE_REMOTE_TEMP": str(directory / "tmp" / "remote"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(state / "ansible" / "cp"),
         "ANSIBLE_STRATEGY": strategy_name,
         # On: the next ansible-core break shows in a run's output first (the stage tests fail on a new one).

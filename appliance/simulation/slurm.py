@@ -124,7 +124,7 @@ def generated_files(appliance) -> tuple[str, dict[str, str]]:
     /etc/slurm. Every Slurm node must hold the same slurm.conf and gres.conf (the stage writes them all)."""
     controllers = [node for node in appliance.nodes.filter(role="management").order_by("name") if node.sysroot]
     if not controllers:
-        raise SlurmError(f"appliance {appliance.name}: no simulated management node runs the Slurm controller")
+        raise SlurmUnavailable(f"appliance {appliance.name}: no simulated management node runs the Slurm controller")
     paths = [Path(node.sysroot) / "etc" / "slurm" / "slurm.conf" for node in controllers]
     found = [(node, path) for node, path in zip(controllers, paths, strict=True) if path.is_file()]
     if not found:

@@ -37,8 +37,17 @@ def test_a_window_is_open_on_its_days_between_its_times_in_its_zone(window, mome
     assert window_rules().is_open(window, at(moment)) is open_
 
 
+DEMO_WINDOW = '  maintenance:\n    window: {start: "00:00", end: "24:00"}\n    reset_timeout: 300\n'
+
+
+def without_the_demo_window(demo_text: str) -> str:
+    """The demo site with its always-open window taken out, for a test to write its own."""
+    assert demo_text.count(DEMO_WINDOW) == 1
+    return demo_text.replace(DEMO_WINDOW, "")
+
+
 def test_the_site_definition_names_the_line_of_a_bad_window(site_env, demo_text):
-    text = demo_text.replace(NAME_LINE, NAME_LINE + "  maintenance:\n    reset_timeout: 5\n"
+    text = without_the_demo_window(demo_text).replace(NAME_LINE, NAME_LINE + "  maintenance:\n    reset_timeout: 5\n"
                              "    window: {days: [sat, someday], start: \"25:00\", end: \"06:00\", timezone: Mars/Base}\n", 1)
     line = next(number for number, row in enumerate(text.splitlines(), start=1) if "someday" in row)
     with pytest.raises(SiteValidationError) as caught:
@@ -54,7 +63,7 @@ def test_the_site_definition_names_the_line_of_a_bad_window(site_env, demo_text)
 
 
 def test_the_import_keeps_the_window_in_the_appliance_settings(site_env, demo_text):
-    text = demo_text.replace(NAME_LINE, NAME_LINE + "  maintenance:\n    reset_timeout: 600\n"
+    text = without_the_demo_window(demo_text).replace(NAME_LINE, NAME_LINE + "  maintenance:\n    reset_timeout: 600\n"
                              "    window: {days: [sat, sun], start: \"22:00\", end: \"06:00\", timezone: Europe/Moscow}\n", 1)
     import_site(text, "site.yml")
     appliance = Appliance.objects.get(name="demo")

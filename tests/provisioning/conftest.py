@@ -37,12 +37,27 @@ def platform(db, settings):
 
 
 @pytest.fixture
-def appliance(db, platform, tmp_path):
-    """Three simulated-style nodes (sysroot directories, local connection) with BMC passwords."""
+def appliance(db, platform, tmp_path, settings, request):
+    """Three simulated-style nodes (sysroot directories) with BMC passwords, each reached as the engine
+    reaches every node: over SSH, at a server of its own (appliance.simulation.sshd), with become."""
+    from appliance.simulation import sshd
+
+    if "state_dir" in request.fixturenames:
+        # A worker process started on this state directory finds the same servers and key.
+        state = request.getfixturevalue("state_dir")
+        settings.SIMULATION_DIR = state / "simulation"
+        settings.KEYS_DIR = state / "keys"
+        settings.KEYS_DIR.mkdir(mode=0o700, exist_ok=True)
+    else:
+        settings.SIMULATION_DIR = tmp_path / "simulation"
     appliance = Appliance.objects.create(name="lab", simulated=False)
+    names, sysroots = [], []
     for index, (name, role) in enumerate([("gpu01", "gpu"), ("gpu02", "gpu"), ("mgmt01", "management")], start=1):
         sysroot = tmp_path / "nodes" / name
         (sysroot / "etc").mkdir(parents=True)
+        (sysroot / "tmp").mkdir()
+        names.append(name)
+        sysroots.append(sysroot)
         node = Node.objects.create(appliance=appliance, name=name, role=role,
                                    platform=platform if role == "gpu" else None,
                                    management_address=f"192.168.50.{index}", sysroot=str(sysroot))
@@ -50,4 +65,9 @@ def appliance(db, platform, tmp_path):
             "username": "admin", "secret": BMC_PASSWORD,
             "endpoints": [f"https://127.0.0.1:{18500 + n}" for n in (1, 2, 3)]})
         BMC.objects.create(node=node, url=f"https://127.0.0.1:{18500 + index}", credential=credential)
-    return appliance
+    sshd.prepare(names, sysroots)
+    sshd.write_known_hosts()
+    sshd.start_many(names)
+    yield appliance
+    for name in names:
+        sshd.stop(name)

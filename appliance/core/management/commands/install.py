@@ -294,8 +294,10 @@ class Command(BaseCommand):
     def _run_steps(self, plan) -> None:
         """The steps, in one process that has the production environment (a Django start-up each would
         cost seconds apiece)."""
-        environment = {**{k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "CACHE_URL")},
-                       **plan["environment"]}
+        # The services will not have this shell's broker, cache or development switches (a shell that
+        # allowed Django's async-unsafe calls, say): check what they will run with.
+        left_out = ("CELERY_BROKER_URL", "CACHE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE", "DJANGO_DEBUG")
+        environment = {**{k: v for k, v in os.environ.items() if k not in left_out}, **plan["environment"]}
         script = ("import sys, django; from django.core.management import call_command; django.setup()\n"
                   f"for step in {[list(step) for step in STEPS]!r}:\n"
                   "    print('step:', step[0], flush=True); call_command(*step)\n")
