@@ -1,0 +1,167 @@
+"""What the appliance keeps of its telemetry in its own database: per-minute and per-hour rollups of every
+GPU (and MIG instance) and every node, the hardware events the collectors saw, and the state of each node's
+collector. The portal and the API read these, never raw points: raw points go to the site's InfluxDB (or
+are scraped from /metrics) when a site wants them.
+
+A rollup row is the collector's own aggregate of one bucket (`step` seconds from `start`): means of the
+gauges, maxima where a peak matters, rates of the counters over the bucket (bytes/s), counts of events.
+The collector computes the per-minute rows; the appliance folds them into per-hour rows and prunes both by
+age (settings.TELEMETRY_RETENTION). A row is keyed by (node, gpu, instance, step, start), so a collector
+that sends a bucket again after a lost answer replaces it: nothing counts twice.
+
+Rows are measurements, not changes an actor made: they are not audited one by one (the audit log records
+collectors being registered, tokens issued, alerts acknowledged and rollups pruned).
+"""
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from appliance.core.fields import EncryptedTextField
+from appliance.inventory.models import Node
+
+MINUTE = 60
+HOUR = 3600
+STEPS = ((MINUTE, _("per minute")), (HOUR, _("per hour")))
+WHOLE_GPU = -1  # `instance` of a row that measures the whole GPU rather than one MIG GPU instance
+
+
+class GpuRollup(models.Model):
+    """One GPU (or MIG GPU instance) over one bucket."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_rollups")
+    gpu = models.PositiveSmallIntegerField(help_text="NVML index of the GPU on its node")
+    instance = models.SmallIntegerField(default=WHOLE_GPU, help_text="MIG GPU instance id; -1: the whole GPU")
+    step = models.PositiveIntegerField(choices=STEPS, default=MINUTE)
+    start = models.DateTimeField(help_text="start of the bucket (UTC)")
+    samples = models.PositiveIntegerField(default=0, help_text="sweeps the bucket aggregates")
+    job = models.CharField(max_length=100, blank=True,
+                           help_text="the Slurm job or inference service that held the GPU most of the bucket")
+    uuid = models.CharField(max_length=64, blank=True)
+    profile = models.CharField(max_length=32, blank=True, help_text="MIG profile of the instance, e.g. 1g.10gb")
+
+    util = models.FloatField(null=True, help_text="DCGM_FI_DEV_GPU_UTIL mean, %")
+    util_max = models.FloatField(null=True)
+    sm_active = models.FloatField(null=True, help_text="DCGM_FI_PROF_SM_ACTIVE mean, ratio 0-1")
+    tensor_active = models.FloatField(null=True, help_text="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE mean, ratio 0-1")
+    dram_active = models.FloatField(null=True, help_text="DCGM_FI_PROF_DRAM_ACTIVE mean, ratio 0-1")
+    fb_used_mib = models.FloatField(null=True, help_text="DCGM_FI_DEV_FB_USED mean, MiB")
+    fb_used_max_mib = models.FloatField(null=True)
+    fb_total_mib = models.FloatField(null=True)
+    power_w = models.FloatField(null=True, help_text="DCGM_FI_DEV_POWER_USAGE mean, W")
+    power_max_w = models.FloatField(null=True)
+    energy_j = models.FloatField(null=True, help_text="energy used in the bucket, J")
+    temp_c = models.FloatField(null=True, help_text="DCGM_FI_DEV_GPU_TEMP mean, C")
+    temp_max_c = models.FloatField(null=True)
+    sm_clock_mhz = models.FloatField(null=True, help_text="DCGM_FI_DEV_SM_CLOCK mean, MHz")
+    throttle_reasons = models.BigIntegerField(default=0, help_text="clock event reasons seen in the bucket (OR)")
+    throttled_share = models.FloatField(null=True, help_text="share of sweeps slowed by power or thermal reasons")
+    pcie_tx_bps = models.FloatField(null=True, help_text="bytes/s")
+    pcie_rx_bps = models.FloatField(null=True, help_text="bytes/s")
+    nvlink_bps = models.FloatField(null=True, help_text="bytes/s, both directions")
+    xid_count = models.PositiveIntegerField(default=0)
+    ecc_dbe = models.PositiveIntegerField(default=0, help_text="uncorrectable ECC errors in the bucket")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "gpu", "instance", "step", "start"],
+                                               name="telemetry_gpu_rollup_bucket")]
+        indexes = [models.Index(fields=["step", "start"], name="telemetry_gpu_step_start"),
+                   models.Index(fields=["job", "step", "start"], name="telemetry_gpu_job")]
+        ordering = ["node", "gpu", "instance", "step", "start"]
+
+    def __str__(self):
+        what = f"{self.node_id}/gpu{self.gpu}" + (f"/gi{self.instance}" if self.instance != WHOLE_GPU else "")
+        return f"{what} {self.start:%Y-%m-%d %H:%M} ({self.step}s)"
+
+
+class NodeRollup(models.Model):
+    """One node over one bucket: its GPUs together, its fabric ports, filesystems, disks and CPUs."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="rollups")
+    step = models.PositiveIntegerField(choices=STEPS, default=MINUTE)
+    start = models.DateTimeField()
+    samples = models.PositiveIntegerField(default=0)
+    gpus = models.PositiveSmallIntegerField(default=0, help_text="GPUs measured (whole GPUs)")
+    gpu_util = models.FloatField(null=True, help_text="mean utilization of the node's GPUs, %")
+    gpu_util_max = models.FloatField(null=True, help_text="utilization of its busiest GPU, %")
+    gpu_fb_used_mib = models.FloatField(null=True, help_text="GPU memory used, summed over its GPUs")
+    gpu_power_w = models.FloatField(null=True, help_text="GPU power, summed over its GPUs")
+    ib_tx_bps = models.FloatField(null=True, help_text="InfiniBand data transmitted, all ports, bytes/s")
+    ib_rx_bps = models.FloatField(null=True)
+    ib_line_bps = models.FloatField(null=True, help_text="line rate of its active ports together, bytes/s")
+    ib_xmit_wait = models.FloatField(null=True, help_text="port_xmit_wait ticks per second (congestion)")
+    ib_errors = models.PositiveIntegerField(default=0, help_text="symbol, receive and link-down errors")
+    fs_read_bps = models.FloatField(null=True, help_text="filesystem client reads, all mounts, bytes/s")
+    fs_write_bps = models.FloatField(null=True)
+    mounts = models.JSONField(default=dict, blank=True,
+                              help_text='per mount: {"/mnt/scratch": {"fstype": "lustre", "read_bps": .., "write_bps": ..}}')
+    disk_read_bps = models.FloatField(null=True)
+    disk_write_bps = models.FloatField(null=True)
+    cpu_busy = models.FloatField(null=True, help_text="ratio 0-1")
+    cpu_iowait = models.FloatField(null=True, help_text="ratio 0-1")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "step", "start"], name="telemetry_node_rollup_bucket")]
+        indexes = [models.Index(fields=["step", "start"], name="telemetry_node_step_start")]
+        ordering = ["node", "step", "start"]
+
+    def __str__(self):
+        return f"{self.node_id} {self.start:%Y-%m-%d %H:%M} ({self.step}s)"
+
+
+class HardwareEvent(models.Model):
+    """Something a collector saw happen: an XID, uncorrectable ECC errors, a port going down, a GPU
+    starting to throttle, NVML failing on a GPU. Kept as the collector reported it; an alert until a person
+    acknowledges it."""
+
+    class Kind(models.TextChoices):
+        XID = "xid", _("XID error")
+        ECC = "ecc", _("uncorrectable ECC")
+        LINK_DOWN = "link_down", _("link down")
+        THROTTLING = "throttling", _("throttling")
+        NVML_ERROR = "nvml_error", _("NVML error")
+        COLLECTOR = "collector", _("collector")
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="hardware_events")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    gpu = models.PositiveSmallIntegerField(null=True, blank=True)
+    device = models.CharField(max_length=64, blank=True, help_text="HCA and port, e.g. mlx5_0/1")
+    time = models.DateTimeField()
+    message = models.TextField(blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "kind", "gpu", "device", "time"],
+                                               name="telemetry_event_once")]
+        indexes = [models.Index(fields=["time"], name="telemetry_event_time"),
+                   models.Index(fields=["acknowledged_at", "time"], name="telemetry_event_open")]
+        ordering = ["-time"]
+
+    def __str__(self):
+        return f"{self.node_id} {self.kind} {self.time:%Y-%m-%d %H:%M:%S}"
+
+
+class NodeCollector(models.Model):
+    """The collector of one node as the appliance knows it: the token it writes with (issued once by the
+    monitoring stage and rendered to that node only; a write is checked against its digest and may only
+    carry that node's series), and what its last report said."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="collector")
+    token = EncryptedTextField(help_text="the node's ingest token (encrypted at rest; rendered to the node only)")
+    token_digest = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the token, what a write is checked by")
+    issued_at = models.DateTimeField()
+    interval_s = models.FloatField(default=1.0)
+    last_seen = models.DateTimeField(null=True, blank=True, help_text="when it last wrote")
+    last_bucket = models.DateTimeField(null=True, blank=True, help_text="the newest bucket it sent")
+    last_sweep = models.DateTimeField(null=True, blank=True, help_text="its newest sweep, as it reported")
+    buffer_rows = models.BigIntegerField(default=0)
+    buffer_points = models.BigIntegerField(default=0)
+    dropped_points = models.BigIntegerField(default=0, help_text="points its buffer had to drop (never silently)")
+    sweeps = models.BigIntegerField(default=0)
+    sweep_errors = models.BigIntegerField(default=0)
+    sink_error = models.TextField(blank=True, help_text="the last error of its InfluxDB sink, if any")
+    version = models.CharField(max_length=40, blank=True)
+
+    def __str__(self):
+        return f"collector of {self.node_id}"
