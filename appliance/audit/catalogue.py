@@ -109,6 +109,16 @@ _BASE = [
     EventType("simulation.slurm.stop", "simulation", "low", "The simulated appliance's Slurm daemons were stopped.", 1007, 2, _OPERATION),
     EventType("simulation.workload.start", "simulation", "low", "The simulated workload model was started.", 1007, 1, _OPERATION),
     EventType("simulation.workload.stop", "simulation", "low", "The simulated workload model was stopped.", 1007, 2, _OPERATION),
+    EventType("simulation.collector.start", "simulation", "low", "A simulated node's telemetry collector was started.", 1007, 1, _OPERATION),
+    EventType("simulation.collector.stop", "simulation", "low", "A simulated node's telemetry collector was stopped.", 1007, 2, _OPERATION),
+    # Telemetry: rollups and events are measurements and are not recorded one by one; what is recorded is
+    # who may write them (tokens), what was refused, what was deleted by age and who acknowledged an alert.
+    EventType("telemetry.collector.register", "telemetry", "medium", "A node's telemetry collector was registered and its ingest token issued.", 3004, 1, _ACCESS),
+    EventType("telemetry.collector.revoke", "telemetry", "high", "A node's ingest token was revoked: its collector can no longer write.", 3004, 4, _ACCESS),
+    EventType("telemetry.ingest.refused", "telemetry", "medium", "A telemetry write was refused (unknown token, or a line of another node): "
+              "at most one record per node (or source address) and minute.", 6003, 99, _ACCESS),
+    EventType("telemetry.rollup.prune", "telemetry", "low", "Telemetry rollups and hardware events older than the retention were deleted (counts kept).", 6005, 7, _OPERATION),
+    EventType("telemetry.alert.acknowledge", "telemetry", "low", "A hardware alert (XID, ECC, link down, throttling) was acknowledged.", 3004, 3, _OPERATION),
     EventType("audit.view", "audit", "low", "The audit log was viewed.", 6005, 1, _AUDIT_READ),
     EventType("audit.search", "audit", "low", "The audit log was searched.", 6005, 4, _AUDIT_READ),
     EventType("audit.export", "audit", "medium", "The audit log was exported.", 6005, 1, _AUDIT_READ),
