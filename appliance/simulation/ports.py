@@ -174,3 +174,19 @@ def allocate(simulation_dir: str | os.PathLike, names: Iterable[str], *, kind: s
             data[kind] = ports
             _write(file, data)
     return result
+
+
+# The demo's portal serves the collectors' ingest endpoint too, so its port is fixed per state directory
+# before the monitoring stage writes it into every node's collector.json.
+PORTAL = "portal"
+METRICS = "metrics"
+
+
+def portal_port(simulation_dir: str | os.PathLike) -> int:
+    """The port of this state directory's demo portal (and of the ingest URL its collectors send to)."""
+    return allocate(simulation_dir, [PORTAL], kind=PORTAL)[PORTAL]
+
+
+def metrics_ports(simulation_dir: str | os.PathLike, names: Iterable[str]) -> dict[str, int]:
+    """{node: port} of each simulated node's collector /metrics (kept once allocated, like the BMCs')."""
+    return allocate(simulation_dir, names, kind=METRICS)
