@@ -60,7 +60,10 @@ MAX_TICK_S = 1.0
 MIN_TICK_S = 0.1
 LABELS = ("busy", "idle-unallocated", "allocated-idle", "input-bound", "communication-bound", "straggler",
           "throttled", "memory-only")
-TRAINING_KINDS = ("compute-bound", "input-bound", "straggler", "thermal", "notebook")
+TRAINING_KINDS = ("compute-bound", "input-bound", "straggler", "thermal", "notebook", "mixed")
+# The demo's day draws from these only: "mixed" came later, and the demo's ground truth (the in-sample set
+# analytics was written against) stays what it was for every seed.
+DEMO_TRAINING_KINDS = TRAINING_KINDS[:5]
 INFERENCE_KINDS = ("inference-diurnal", "memory-hungry")
 KINDS = TRAINING_KINDS + INFERENCE_KINDS
 PROFILES = ("demo", *KINDS)
@@ -103,6 +106,7 @@ class NodeSpec:
     gpus: int
     memory_bytes: int = 80 * GIB
     sysroot: str = ""
+    storage_read_gbps: float = 0.0  # what an input-bound job's reads saturate at; 0: STORAGE_READ_GBPS
 
 
 @dataclass
@@ -112,6 +116,12 @@ class Model:
     nodes: tuple[NodeSpec, ...]
     training_mount: str = "/"
     inference_mount: str = "/"
+    # The day's plan (defaults: the demo's). Other values make days the attribution was not written
+    # against: jobs drawn from other kinds, other lengths (in half hours, inclusive), other gaps between
+    # jobs (in ten-minute steps, inclusive).
+    demo_kinds: tuple[str, ...] = DEMO_TRAINING_KINDS
+    job_half_hours: tuple[int, int] = (2, 6)
+    gap_ten_minutes: tuple[int, int] = (1, 4)
     _days: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -137,27 +147,30 @@ class Model:
                 break
             demo = self.profile == "demo"
             if demo and position == 0:
-                order = list(TRAINING_KINDS)
+                order = list(self.demo_kinds)
                 rng.shuffle(order)  # the nodes start the day with different kinds (the first minutes show them)
             now, number = 0, 0
             while now < DAY_S:
                 if not demo:
                     kind = self.profile
                 else:
-                    kind = order[position % len(order)] if number == 0 else rng.choice(TRAINING_KINDS)
-                duration = min(DAY_S - now, rng.randint(2, 6) * 1800 if demo else rng.randint(4, 10) * 1800)
+                    kind = order[position % len(order)] if number == 0 else rng.choice(self.demo_kinds)
+                duration = min(DAY_S - now, rng.randint(*self.job_half_hours) * 1800 if demo
+                               else rng.randint(4, 10) * 1800)
                 all_gpus = tuple(range(node.gpus))
                 special: tuple[int, ...] = ()
                 if kind == "straggler":
                     special = (rng.randrange(node.gpus),)
                 elif kind == "thermal":
                     special = tuple(sorted(rng.sample(all_gpus, min(2, node.gpus))))
+                elif kind == "mixed":
+                    special = tuple(rng.sample(all_gpus, min(4, node.gpus)))  # straggler, hot, then unused
                 result.append(Activity(f"{kind}-{node.name}-d{day}-{number}", kind, node.name, all_gpus,
                                        base + now, duration, special))
                 now += duration
                 number += 1
                 if demo:
-                    now += rng.randint(1, 4) * 600  # the node waits for the next job
+                    now += rng.randint(*self.gap_ten_minutes) * 600  # the node waits for the next job
         for node in inference:
             if self.profile not in ("demo", *INFERENCE_KINDS):
                 break
@@ -232,6 +245,31 @@ class Model:
                 load |= waiting
             else:
                 load |= busy | {"label": "busy"}
+        elif kind == "mixed":
+            # Several causes at once on one job: it asked for every GPU of the node and uses all but two;
+            # for its first 20 minutes it loads its dataset (input-bound); then one GPU straggles, the
+            # others wait on it, and after 40 minutes another one overheats and throttles.
+            # (Each load is drawn only in its branch: the other kinds' draws, and so the demo, stay as they were.)
+            role = activity.special.index(gpu) if gpu in activity.special else -1
+            if role >= 2:
+                load |= {"label": "allocated-idle", "util": between(0, 3), "sm": between(0, 0.02),
+                         "memory": between(1, 6) * GIB, "power_w": between(80, 100), "temperature": between(33, 38),
+                         "reasons": GPU_IDLE}
+            elif elapsed < 1200:
+                load |= busy | {"label": "input-bound", "util": between(10, 40), "sm": between(0.06, 0.25),
+                                "tensor": between(0.04, 0.15), "dram": between(0.05, 0.15),
+                                "power_w": between(150, 260), "temperature": between(40, 50),
+                                "pcie_rx": between(2, 6) * 1e9, "nvlink": between(2, 10) * 1e9}
+            elif role == 0:
+                load |= busy | {"label": "straggler", "util": between(98, 100), "sm": between(0.9, 0.99),
+                                "tensor": between(0.65, 0.8), "power_w": between(660, 700),
+                                "temperature": between(72, 84), "reasons": SW_POWER_CAP}
+            elif role == 1 and elapsed >= 2400:
+                load |= busy | {"label": "throttled", "util": between(95, 100), "sm": between(0.7, 0.88),
+                                "power_w": between(420, 540), "temperature": between(86, 94),
+                                "sm_clock": int(between(1000, 1500)), "reasons": SW_THERMAL | HW_THERMAL}
+            else:
+                load |= waiting
         elif kind == "notebook":
             load |= {"label": "allocated-idle", "util": between(0, 2), "sm": between(0, 0.01),
                      "memory": between(3, 12) * GIB, "power_w": between(85, 100), "temperature": between(34, 39),
@@ -258,12 +296,15 @@ class Model:
         gpus = [self.gpu_load(node, gpu, interval) for gpu in range(node.gpus)]
         rng = self._rng(node.name, "node", interval)
         kinds = {load["kind"] for load in gpus}
+        storage = (node.storage_read_gbps or STORAGE_READ_GBPS) * 1e9
         read = write = 0.0
         iowait = 0.01
         user = 0.02
         if "input-bound" in kinds:
-            read, iowait, user = STORAGE_READ_GBPS * 1e9 * (0.93 + 0.06 * rng.random()), 0.25 + 0.1 * rng.random(), 0.3
-        elif kinds & {"compute-bound", "straggler", "thermal"}:
+            read, iowait, user = storage * (0.93 + 0.06 * rng.random()), 0.25 + 0.1 * rng.random(), 0.3
+        elif any(load["label"] == "input-bound" for load in gpus):  # a mixed job loading its dataset
+            read, iowait, user = storage * (0.85 + 0.14 * rng.random()), 0.1 + 0.3 * rng.random(), 0.2 + 0.3 * rng.random()
+        elif kinds & {"compute-bound", "straggler", "thermal", "mixed"}:
             read, user = (0.3 + 0.5 * rng.random()) * 1e9, 0.2
             # A checkpoint every half hour of the job: one interval of heavy writes.
             if interval % 30 == 0:
@@ -274,7 +315,7 @@ class Model:
         mount = self.inference_mount if kinds & set(INFERENCE_KINDS) and not kinds & set(TRAINING_KINDS) \
             else self.training_mount
         return {"gpus": gpus, "fs_read": read, "fs_write": write, "mount": mount, "iowait": iowait, "user": user,
-                "congested": read > 0.9 * STORAGE_READ_GBPS * 1e9}
+                "congested": read > 0.9 * storage}
 
     def ground_truth(self, node: NodeSpec, interval: int) -> list[dict]:
         return [{"t": interval * INTERVAL_S, "interval_s": INTERVAL_S, "node": node.name, "gpu": gpu,

@@ -1,0 +1,141 @@
+"""Attribution: every GPU (and MIG instance) bucket gets one cause (rules.py), with the context its rules
+need gathered from the rollups of the same bucket: its node's row and the rows of its job's other GPUs.
+
+`attribute` is pure: it takes plain records (mappings with the rollup models' field names, `node` being
+the node's name) and per-node references, so the benchmark grades it on records derived from the workload
+model without a database. `from_database` is the thin layer that reads one window of rollups and the
+inventory's references (smoke-test throughput per mount, the platform's NVLink bandwidth) in a constant
+number of queries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from . import rules
+
+MIB = 2**20
+
+
+@dataclass
+class NodeReferences:
+    """What a node's measurements are compared with: the read throughput its storage smoke test measured
+    per mount (bytes/s), its GPUs' maximum SM clock and NVLink bandwidth (nominal unless known)."""
+
+    storage: dict[str, rules.Reference] = field(default_factory=dict)
+    max_sm_clock: rules.Reference = rules.Context.max_sm_clock
+    nvlink_line: rules.Reference = rules.Context.nvlink_line
+
+
+@dataclass(frozen=True)
+class Attributed:
+    record: Mapping
+    verdict: rules.Verdict
+
+    @property
+    def label(self) -> str:
+        return self.verdict.label
+
+
+def attribute(gpu_records: Iterable[Mapping], node_records: Iterable[Mapping] = (),
+              references: Mapping[str, NodeReferences] | None = None,
+              context_records: Iterable[Mapping] = ()) -> list[Attributed]:
+    """One verdict per GPU record, in the records' order. Peers are the other records of the same job,
+    step and bucket start (on any node, `context_records` included: rows read only to be peers, not
+    judged); a record without a job has none."""
+    gpu_records = list(gpu_records)
+    judged = len(gpu_records)
+    gpu_records += list(context_records)
+    references = references or {}
+    nodes = {(r["node"], r.get("step", 60), r["start"]): r for r in node_records}
+    jobs: dict[tuple, list[int]] = defaultdict(list)
+    for position, record in enumerate(gpu_records):
+        if record.get("job"):
+            jobs[(record["job"], record.get("step", 60), record["start"])].append(position)
+    result = []
+    default = NodeReferences()
+    for position, record in enumerate(gpu_records[:judged]):
+        key = (record.get("job"), record.get("step", 60), record["start"])
+        peers = [gpu_records[i] for i in jobs.get(key, ()) if i != position] if record.get("job") else []
+        refs = references.get(record["node"], default)
+        ctx = rules.Context(gpu=record, node=nodes.get((record["node"], record.get("step", 60), record["start"])),
+                            peers=peers, storage=refs.storage, max_sm_clock=refs.max_sm_clock,
+                            nvlink_line=refs.nvlink_line)
+        result.append(Attributed(record, rules.classify(ctx)))
+    return result
+
+
+GPU_FIELDS = ("id", "node_id", "gpu", "instance", "step", "start", "samples", "job", "profile", "util", "util_max",
+              "sm_active", "tensor_active", "dram_active", "fb_used_mib", "fb_used_max_mib", "fb_total_mib",
+              "power_w", "power_max_w", "temp_c", "sm_clock_mhz", "throttle_reasons", "throttled_share",
+              "pcie_tx_bps", "pcie_rx_bps", "nvlink_bps", "xid_count", "ecc_dbe")
+NODE_FIELDS = ("node_id", "step", "start", "samples", "gpus", "gpu_util", "ib_tx_bps", "ib_rx_bps", "ib_line_bps",
+               "ib_xmit_wait", "fs_read_bps", "fs_write_bps", "mounts", "cpu_busy", "cpu_iowait")
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    pool: str
+    references: NodeReferences
+
+
+def node_references(facts: Mapping | None, platform_spec: Mapping | None) -> NodeReferences:
+    """The references of one node from its facts (the storage stage's smoke-test results per mount, in
+    MB/s) and its platform's description (NVLink bandwidth)."""
+    refs = NodeReferences()
+    results = ((facts or {}).get("storage") or {}).get("results") or []
+    for entry in results if isinstance(results, list) else []:
+        if isinstance(entry, Mapping) and entry.get("mount_point") and isinstance(entry.get("read_mbps"), int | float) \
+                and entry["read_mbps"] > 0:
+            refs.storage[str(entry["mount_point"])] = rules.Reference(
+                float(entry["read_mbps"]) * 1e6, f"storage smoke test of this node: {entry['read_mbps']} MB/s")
+    nvlink = (((platform_spec or {}).get("gpu") or {}).get("nvlink") or {}).get("bandwidth_gbs")
+    if isinstance(nvlink, int | float) and nvlink > 0:
+        refs.nvlink_line = rules.Reference(float(nvlink) * 1e9, f"NVLink bandwidth of the platform: {nvlink} GB/s")
+    return refs
+
+
+def nodes_info(node_ids: Iterable[int] | None = None) -> dict[int, NodeInfo]:
+    """Name, pool and references of nodes, one query."""
+    from appliance.inventory.models import Node
+
+    query = Node.objects.all()
+    if node_ids is not None:
+        query = query.filter(pk__in=list(node_ids))
+    rows = query.values_list("pk", "name", "pool_membership__pool__name", "facts__storage", "platform__spec")
+    return {pk: NodeInfo(name, pool or "", node_references({"storage": storage}, spec))
+            for pk, name, pool, storage, spec in rows}
+
+
+def from_database(since, until, *, step: int = 60, node_ids: Iterable[int] | None = None,
+                  job: str | None = None) -> tuple[list[Attributed], dict[int, NodeInfo]]:
+    """Attribute every GPU bucket of `step` starting in [since, until): three queries whatever the size
+    (GPU rows, node rows, nodes; a fourth for peers when filtered by node). A job's peers are read with it even on nodes outside `node_ids`."""
+    from appliance.telemetry.models import GpuRollup, NodeRollup
+
+    gpu_query = GpuRollup.objects.filter(step=step, start__gte=since, start__lt=until)
+    if job is not None:
+        gpu_query = gpu_query.filter(job=job)
+    elif node_ids is not None:
+        node_ids = list(node_ids)
+        gpu_query = gpu_query.filter(node_id__in=node_ids)
+    gpu_rows = list(gpu_query.order_by("node_id", "gpu", "instance", "start").values(*GPU_FIELDS))
+    peer_rows = []
+    if job is None and node_ids is not None:
+        # Jobs that span nodes: their GPUs elsewhere are peers of the judged ones.
+        jobs = {row["job"] for row in gpu_rows if row["job"]}
+        peer_rows = list(GpuRollup.objects.filter(step=step, start__gte=since, start__lt=until, job__in=jobs)
+                         .exclude(node_id__in=node_ids).values(*GPU_FIELDS)) if jobs else []
+    wanted = {row["node_id"] for row in gpu_rows}
+    node_rows = list(NodeRollup.objects.filter(step=step, start__gte=since, start__lt=until, node_id__in=wanted)
+                     .values(*NODE_FIELDS))
+    info = nodes_info(wanted)
+    for row in gpu_rows + peer_rows:
+        row["node"] = row["node_id"]
+    for row in node_rows:
+        row["node"] = row["node_id"]
+    references = {pk: node.references for pk, node in info.items()}
+    return attribute(gpu_rows, node_rows, references, peer_rows), info
