@@ -344,6 +344,12 @@ INFLUXDB = {
     "org": os.environ.get("INFLUXDB_ORG", "appliance"),
     "bucket": os.environ.get("INFLUXDB_BUCKET", "telemetry"),
 }
+# How long the appliance keeps its own telemetry rollups (days): per-minute rows for recent days, per-hour
+# rows (folded from them) for a year; hardware events as long as the per-hour rows.
+TELEMETRY_RETENTION = {
+    "minute_days": env_int("APPLIANCE_TELEMETRY_MINUTE_DAYS", 14),
+    "hour_days": env_int("APPLIANCE_TELEMETRY_HOUR_DAYS", 365),
+}
 
 # Audit log: signed checkpoints every N records or T seconds. The retention floor is not here: it is
 # the appliance's setting in its database (appliance.audit.retention), whatever a caller exports.

@@ -26,6 +26,8 @@ urlpatterns = [
     path("inventory/", include("appliance.inventory.urls")),
     path("audit/", include("appliance.audit.urls")),
     path("provisioning/", include("appliance.provisioning.urls")),
+    # The collectors' write endpoint (InfluxDB v2's write API; token per node, no session, no CSRF).
+    path("telemetry/ingest/", include("appliance.telemetry.ingest_urls")),
     # GET /api/ names the versions; anything else under /api/ outside a version is a 404 whose message
     # points to /api/v1/ (core_views.page_not_found), not a redirect: see appliance.core.api_root.
     path("api/", api_root.api_index, name="api-index"),

@@ -76,7 +76,11 @@ class AuditRequestMiddleware:
         status = response.status_code
         actor = request_actor(request)
         common = {"actor": actor, "target_type": "url", "target_name": request.path[:255]}
-        if status in DENIAL_STATUSES and actor is None:
+        if getattr(request, "audit_recorded_by_view", False):
+            # The view keeps its own record (appliance.telemetry.ingest_views: a collector's writes are
+            # measurements, not actions; its refusals are recorded once per node and minute).
+            pass
+        elif status in DENIAL_STATUSES and actor is None:
             refusals.count(request, response, denial_reason(request, response))
         elif status in DENIAL_STATUSES:
             audit.record("access.denied", outcome="denied", reason=denial_reason(request, response),

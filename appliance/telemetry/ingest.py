@@ -1,0 +1,426 @@
+"""The appliance's ingest of its collectors' rollups: one InfluxDB v2 write (line protocol) in, database
+rows out (docs: /tmp/helpers/CONTRACT.md's wire format, README "Telemetry").
+
+A write is taken whole or not at all: every line is read and checked before anything is stored, and the
+rows are stored in one transaction. A bucket sent again replaces the stored one (upsert on the rollup's
+unique key), so a collector that resends after a lost answer never counts twice.
+
+Who may write: the node whose token the request carries (its SHA-256 digest is what the appliance keeps),
+and only that node's series: a line naming another Hostname refuses the whole write, so a node's token
+cannot be used to forge another node's measurements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from .lineprotocol import LineError, iter_lines
+from .models import MINUTE, WHOLE_GPU, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+
+# Limits of one write. A collector sends one closed minute of its node (about ten lines) at a time, and
+# after an outage its forwarder sends at most 50,000 points a write (a few thousand lines, ~1 MiB): these
+# leave room for that and refuse anything a hundred times larger.
+MAX_BODY_BYTES = 16 * 2**20  # after gzip decompression; the compressed body is held to the same bound
+MAX_LINES = 100_000
+MAX_LINE_CHARS = 64 * 1024
+MAX_TOKEN_CHARS = 512
+
+# Kinds of events that are alerts (open until a person acknowledges them). Others (NVML failing on a
+# GPU, the collector's own notes) are kept as information: stored already acknowledged on arrival.
+ALERT_KINDS = frozenset({HardwareEvent.Kind.XID, HardwareEvent.Kind.ECC, HardwareEvent.Kind.LINK_DOWN,
+                         HardwareEvent.Kind.THROTTLING})
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Bucket times before this are not from a collector of this product (a clock at zero, a unit mistake).
+_OLDEST = datetime(2000, 1, 1, tzinfo=UTC)
+# A node clock may run ahead a little; a day ahead is a wrong clock or a wrong precision.
+_FUTURE_SLACK = timedelta(days=1)
+
+_GPU_INDEX = re.compile(r"\d{1,3}\Z")
+_INSTANCE = re.compile(r"\d{1,3}\Z")
+_PROFILE = re.compile(r"[0-9A-Za-z.+_-]{1,32}\Z")
+_UUID = re.compile(r"[0-9A-Za-z-]{1,64}\Z")
+_JOB = re.compile(r"[^\x00-\x1f\x7f]{1,100}\Z")
+_MOUNT = re.compile(r"/[^\x00-\x1f\x7f]{0,254}\Z")
+_FSTYPE = re.compile(r"[0-9a-z_.]{1,32}\Z")
+_DEVICE = re.compile(r"[0-9A-Za-z_.-]{1,56}(?:/\d{1,3})?\Z")
+_VERSION = re.compile(r"[^\x00-\x1f\x7f]{0,40}\Z")
+MAX_MESSAGE_CHARS = 2000
+MAX_DETAIL_CHARS = 16 * 1024
+MAX_SINK_ERROR_CHARS = 2000
+
+# Field kinds: a float (NULL when absent), a whole number >= 0 within the column's range, a string.
+FLOAT, STRING = "float", "string"
+COUNT32, COUNT16, COUNT64 = 2**31 - 1, 2**15 - 1, 2**63 - 1
+
+GPU_FIELDS = {
+    "step": COUNT32, "samples": COUNT32, "util": FLOAT, "util_max": FLOAT, "sm_active": FLOAT,
+    "tensor_active": FLOAT, "dram_active": FLOAT, "fb_used_mib": FLOAT, "fb_used_max_mib": FLOAT,
+    "fb_total_mib": FLOAT, "power_w": FLOAT, "power_max_w": FLOAT, "energy_j": FLOAT, "temp_c": FLOAT,
+    "temp_max_c": FLOAT, "sm_clock_mhz": FLOAT, "throttle_reasons": COUNT64, "throttled_share": FLOAT,
+    "pcie_tx_bps": FLOAT, "pcie_rx_bps": FLOAT, "nvlink_bps": FLOAT, "xid_count": COUNT32, "ecc_dbe": COUNT32,
+}
+NODE_FIELDS = {
+    "step": COUNT32, "samples": COUNT32, "gpus": COUNT16, "gpu_util": FLOAT, "gpu_util_max": FLOAT,
+    "gpu_fb_used_mib": FLOAT, "gpu_power_w": FLOAT, "ib_tx_bps": FLOAT, "ib_rx_bps": FLOAT, "ib_line_bps": FLOAT,
+    "ib_xmit_wait": FLOAT, "ib_errors": COUNT32, "fs_read_bps": FLOAT, "fs_write_bps": FLOAT,
+    "disk_read_bps": FLOAT, "disk_write_bps": FLOAT, "cpu_busy": FLOAT, "cpu_iowait": FLOAT,
+}
+MOUNT_FIELDS = {"step": COUNT32, "read_bps": FLOAT, "write_bps": FLOAT}
+EVENT_FIELDS = {"message": STRING, "detail": STRING}
+COLLECTOR_FIELDS = {
+    "interval_s": FLOAT, "sweeps": COUNT64, "sweep_errors": COUNT64, "buffer_rows": COUNT64,
+    "buffer_points": COUNT64, "dropped_points": COUNT64, "last_sweep_ns": COUNT64, "sink_error": STRING,
+    "version": STRING,
+}
+TAGS = {
+    "gpu_rollup": ({"Hostname", "gpu"}, {"GPU_I_ID", "GPU_I_PROFILE", "UUID", "hpc_job"}),
+    "node_rollup": ({"Hostname"}, set()),
+    "mount_rollup": ({"Hostname", "mount", "fstype"}, set()),
+    "event": ({"Hostname", "kind"}, {"gpu", "device"}),
+    "collector": ({"Hostname"}, set()),
+}
+FIELDS = {"gpu_rollup": GPU_FIELDS, "node_rollup": NODE_FIELDS, "mount_rollup": MOUNT_FIELDS,
+          "event": EVENT_FIELDS, "collector": COLLECTOR_FIELDS}
+# Columns a resend rewrites: every measured column (an absent field becomes NULL again, as sent).
+GPU_COLUMNS = ["samples", "job", "uuid", "profile"] + [name for name in GPU_FIELDS if name not in ("step", "samples")]
+NODE_COLUMNS = ["samples"] + [name for name in NODE_FIELDS if name not in ("step", "samples")]
+_GPU_DEFAULTS = {"throttle_reasons": 0, "xid_count": 0, "ecc_dbe": 0}
+_NODE_DEFAULTS = {"gpus": 0, "ib_errors": 0}
+
+
+class IngestError(Exception):
+    """A refused write, answered as InfluxDB answers: `status` and {"code", "message"}."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def invalid(number: int, message: str) -> IngestError:
+    return IngestError(400, "invalid", f"line {number}: {message}")
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def authenticate(header: str) -> NodeCollector:
+    """The collector whose token `Authorization: Token <t>` carries; IngestError 401 otherwise."""
+    scheme, _, token = (header or "").strip().partition(" ")
+    token = token.strip()
+    if scheme != "Token" or not token:
+        raise IngestError(401, "unauthorized", "missing token: send Authorization: Token <the node's ingest token>")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise IngestError(401, "unauthorized", "unknown token")
+    digest = token_digest(token)
+    collector = NodeCollector.objects.select_related("node").filter(token_digest=digest).first()
+    # The lookup is by digest (an index); the comparison that decides is constant-time all the same.
+    if collector is None or not hmac.compare_digest(collector.token_digest, digest):
+        raise IngestError(401, "unauthorized", "unknown token")
+    return collector
+
+
+def read_body(stream, content_length: str | None, content_encoding: str | None, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body, decompressed, refused past `limit` bytes (a gzip bomb stops at the limit,
+    never inflates in memory)."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding not in ("identity", "gzip"):
+        raise IngestError(415, "unsupported media type", f"Content-Encoding {encoding[:40]!r}: expected gzip or none")
+    try:
+        declared = int(content_length) if content_length not in (None, "") else None
+    except ValueError:
+        raise IngestError(400, "invalid", "Content-Length is not a number") from None
+    if declared is not None and declared > limit:
+        raise IngestError(413, "request too large", f"the body is {declared} bytes; at most {limit} are taken")
+    raw = bytearray()
+    while True:
+        chunk = stream.read(min(65536, limit + 1 - len(raw)))
+        if not chunk:
+            break
+        raw += chunk
+        if len(raw) > limit:
+            raise IngestError(413, "request too large", f"the body is over {limit} bytes")
+    if encoding == "identity":
+        return bytes(raw)
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        body = inflater.decompress(bytes(raw), limit + 1)
+        if len(body) > limit or inflater.unconsumed_tail:
+            raise IngestError(413, "request too large", f"the body is over {limit} bytes once decompressed")
+        body += inflater.flush()
+    except zlib.error as exc:
+        raise IngestError(400, "invalid", f"the gzip body is damaged: {exc}") from None
+    if len(body) > limit:
+        raise IngestError(413, "request too large", f"the body is over {limit} bytes once decompressed")
+    if not inflater.eof:
+        raise IngestError(400, "invalid", "the gzip body is cut short")
+    return body
+
+
+def _time(number: int, timestamp: int | None, now: datetime) -> datetime:
+    if timestamp is None:
+        raise invalid(number, "no timestamp (a rollup or event line carries its time in ns)")
+    moment = _EPOCH + timedelta(microseconds=timestamp // 1000)
+    if moment < _OLDEST or moment > now + _FUTURE_SLACK:
+        raise invalid(number, f"timestamp {timestamp} ({moment:%Y-%m-%d %H:%M:%S} UTC) is out of range "
+                              f"(before 2000 or more than a day ahead of the appliance's clock; precision?)")
+    return moment
+
+
+def _bucket(number: int, timestamp: int | None, now: datetime) -> datetime:
+    moment = _time(number, timestamp, now)
+    if timestamp % (MINUTE * 1_000_000_000):
+        raise invalid(number, f"bucket start {timestamp} is not on a minute boundary")
+    return moment
+
+
+def _tag(number: int, tags: dict, name: str, pattern: re.Pattern, required: bool = False) -> str:
+    value = tags.get(name)
+    if value is None:
+        if required:
+            raise invalid(number, f"no {name} tag")
+        return ""
+    if not pattern.match(value):
+        raise invalid(number, f"tag {name}={value[:60]!r} does not match {pattern.pattern}")
+    return value
+
+
+def _fields(number: int, measurement: str, fields: dict) -> dict:
+    """The line's fields checked against its measurement's: known names, numbers where numbers go,
+    whole numbers within range for counts."""
+    spec = FIELDS[measurement]
+    values = {}
+    for name, value in fields.items():
+        kind = spec.get(name)
+        if kind is None:
+            raise invalid(number, f"unknown field {name!r} of {measurement} (known: {', '.join(spec)})")
+        if kind == STRING:
+            if not isinstance(value, str):
+                raise invalid(number, f"field {name}: expected a quoted string")
+        elif isinstance(value, bool | str):
+            raise invalid(number, f"field {name}: expected a number")
+        elif kind == FLOAT:
+            value = float(value)
+        else:
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise invalid(number, f"field {name}: expected a whole number, got {value!r}")
+                value = int(value)
+            if not 0 <= value <= kind:
+                raise invalid(number, f"field {name}: {value} is out of range (0 to {kind})")
+        values[name] = value
+    step = values.pop("step", MINUTE)
+    if step != MINUTE:
+        raise invalid(number, f"field step: a collector sends per-minute rollups (step=60), not step={step}")
+    return values
+
+
+@dataclass
+class Write:
+    """What one write holds, checked, keyed as the database keys it (later lines win)."""
+
+    gpus: dict = field(default_factory=dict)
+    nodes: dict = field(default_factory=dict)
+    mounts: dict = field(default_factory=dict)
+    events: dict = field(default_factory=dict)
+    report: tuple | None = None  # (time ns, fields) of the newest collector line
+    lines: int = 0
+
+
+def parse(text: str, node_name: str, precision: str = "ns", now: datetime | None = None) -> Write:
+    """Every line of a write, checked; IngestError 400 names the first bad line, 403 the first line
+    of another node."""
+    now = now or timezone.now()
+    write = Write()
+    try:
+        for number, line in iter_lines(text, precision, MAX_LINES, MAX_LINE_CHARS):
+            write.lines += 1
+            _one(write, number, line, node_name, now)
+    except LineError as error:
+        if getattr(error, "line", None) is None:
+            raise IngestError(400, "invalid", str(error)) from None
+        raise invalid(error.line, str(error)) from None
+    return write
+
+
+def _one(write: Write, number: int, line, node_name: str, now: datetime) -> None:
+    measurement, tags = line.measurement, line.tags
+    known = TAGS.get(measurement)
+    if known is None:
+        raise invalid(number, f"unknown measurement {measurement[:60]!r} (expected one of {', '.join(TAGS)})")
+    required, optional = known
+    for name in tags:
+        if name not in required and name not in optional:
+            raise invalid(number, f"unknown tag {name[:60]!r} of {measurement}")
+    host = tags.get("Hostname")
+    if host is None:
+        raise invalid(number, "no Hostname tag")
+    if host != node_name:
+        raise IngestError(403, "forbidden", f"line {number}: Hostname={host[:63]!r} is not this token's node "
+                                            f"({node_name}): a node writes only its own series")
+    values = _fields(number, measurement, line.fields)
+    if measurement == "gpu_rollup":
+        gpu = int(_tag(number, tags, "gpu", _GPU_INDEX, required=True))
+        instance = _tag(number, tags, "GPU_I_ID", _INSTANCE)
+        start = _bucket(number, line.timestamp, now)
+        row = {**_GPU_DEFAULTS, **values, "job": _tag(number, tags, "hpc_job", _JOB),
+               "uuid": _tag(number, tags, "UUID", _UUID), "profile": _tag(number, tags, "GPU_I_PROFILE", _PROFILE)}
+        write.gpus[(gpu, int(instance) if instance else WHOLE_GPU, start)] = row
+    elif measurement == "node_rollup":
+        write.nodes[_bucket(number, line.timestamp, now)] = {**_NODE_DEFAULTS, **values}
+    elif measurement == "mount_rollup":
+        start = _bucket(number, line.timestamp, now)
+        mount = _tag(number, tags, "mount", _MOUNT, required=True)
+        fstype = _tag(number, tags, "fstype", _FSTYPE, required=True)
+        write.mounts.setdefault(start, {})[mount] = {"fstype": fstype, "read_bps": values.get("read_bps"),
+                                                     "write_bps": values.get("write_bps")}
+    elif measurement == "event":
+        _event(write, number, line, tags, values, now)
+    else:
+        if not _VERSION.match(values.get("version", "")):
+            raise invalid(number, "field version: at most 40 printable characters")
+        if values.get("interval_s", 1.0) <= 0:
+            raise invalid(number, f"field interval_s: {values['interval_s']} is not more than 0")
+        timestamp = line.timestamp or 0
+        if write.report is None or timestamp >= write.report[0]:
+            write.report = (timestamp, values)
+
+
+def _event(write: Write, number: int, line, tags: dict, values: dict, now: datetime) -> None:
+    kind = tags["kind"]
+    if kind not in HardwareEvent.Kind.values:
+        raise invalid(number, f"tag kind={kind[:40]!r}: expected one of {', '.join(HardwareEvent.Kind.values)}")
+    gpu = _tag(number, tags, "gpu", _GPU_INDEX)
+    device = _tag(number, tags, "device", _DEVICE)
+    message = values.get("message", "")
+    if len(message) > MAX_MESSAGE_CHARS or "\n" in message:
+        raise invalid(number, f"field message: one line of at most {MAX_MESSAGE_CHARS} characters")
+    detail_text = values.get("detail", "")
+    if len(detail_text) > MAX_DETAIL_CHARS:
+        raise invalid(number, f"field detail: at most {MAX_DETAIL_CHARS} characters")
+    try:
+        detail = json.loads(detail_text) if detail_text else {}
+    except ValueError as exc:
+        raise invalid(number, f"field detail: not JSON ({exc})") from None
+    if not isinstance(detail, dict):
+        raise invalid(number, "field detail: expected a JSON object")
+    moment = _time(number, line.timestamp, now)
+    write.events[(kind, int(gpu) if gpu else None, device, moment)] = {"message": message, "detail": detail}
+
+
+@dataclass
+class Stored:
+    gpu_rows: int = 0
+    node_rows: int = 0
+    events: int = 0
+    new_events: int = 0
+    lines: int = 0
+
+
+def store(collector: NodeCollector, write: Write, now: datetime | None = None) -> Stored:
+    """Everything of one write, in one transaction."""
+    now = now or timezone.now()
+    node = collector.node
+    stored = Stored(lines=write.lines)
+    with transaction.atomic():
+        if write.gpus:
+            rows = [GpuRollup(node=node, gpu=gpu, instance=instance, step=MINUTE, start=start, **values)
+                    for (gpu, instance, start), values in write.gpus.items()]
+            GpuRollup.objects.bulk_create(rows, update_conflicts=True,
+                                          unique_fields=["node", "gpu", "instance", "step", "start"],
+                                          update_fields=GPU_COLUMNS, batch_size=500)
+            stored.gpu_rows = len(rows)
+        _store_nodes(node, write)
+        stored.node_rows = len(write.nodes.keys() | write.mounts.keys())
+        stored.events, stored.new_events = len(write.events), _store_events(node, write.events, now)
+        _store_report(collector, write, now)
+    return stored
+
+
+def _store_nodes(node, write: Write) -> None:
+    with_mounts, without_mounts = [], []
+    for start, values in write.nodes.items():
+        mounts = write.mounts.get(start)
+        row = NodeRollup(node=node, step=MINUTE, start=start, mounts=mounts or {}, **values)
+        (with_mounts if mounts is not None else without_mounts).append(row)
+    unique = ["node", "step", "start"]
+    if with_mounts:
+        NodeRollup.objects.bulk_create(with_mounts, update_conflicts=True, unique_fields=unique,
+                                       update_fields=NODE_COLUMNS + ["mounts"], batch_size=500)
+    if without_mounts:
+        # Mounts a write does not carry stay as stored: they may have come in another write.
+        NodeRollup.objects.bulk_create(without_mounts, update_conflicts=True, unique_fields=unique,
+                                       update_fields=NODE_COLUMNS, batch_size=500)
+    only_mounts = [start for start in write.mounts if start not in write.nodes]
+    if only_mounts:
+        existing = {row.start: row for row in NodeRollup.objects.filter(node=node, step=MINUTE, start__in=only_mounts)}
+        for start in only_mounts:
+            row = existing.get(start)
+            if row is None:
+                NodeRollup.objects.create(node=node, step=MINUTE, start=start, mounts=write.mounts[start])
+            else:
+                row.mounts = {**row.mounts, **write.mounts[start]}
+                row.save(update_fields=["mounts"])
+
+
+def _store_events(node, events: dict, now: datetime) -> int:
+    """Events new to the database are added; one sent again keeps its acknowledgement. The unique key
+    holds NULL (a GPU-less event), which no database treats as equal, so duplicates are found here."""
+    if not events:
+        return 0
+    times = sorted({key[3] for key in events})
+    existing = {}
+    for offset in range(0, len(times), 500):
+        for event in HardwareEvent.objects.filter(node=node, time__in=times[offset:offset + 500]):
+            existing[(event.kind, event.gpu, event.device, event.time)] = event
+    new, changed = [], []
+    for (kind, gpu, device, moment), values in events.items():
+        event = existing.get((kind, gpu, device, moment))
+        if event is None:
+            alert = kind in ALERT_KINDS
+            new.append(HardwareEvent(node=node, kind=kind, gpu=gpu, device=device, time=moment,
+                                     acknowledged_at=None if alert else now, **values))
+        elif (event.message, event.detail) != (values["message"], values["detail"]):
+            event.message, event.detail = values["message"], values["detail"]
+            changed.append(event)
+    HardwareEvent.objects.bulk_create(new, batch_size=500)
+    if changed:
+        HardwareEvent.objects.bulk_update(changed, ["message", "detail"], batch_size=500)
+    return len(new)
+
+
+def _store_report(collector: NodeCollector, write: Write, now: datetime) -> None:
+    changes = {"last_seen": now}
+    starts = [start for _, _, start in write.gpus] + list(write.nodes) + list(write.mounts)
+    if starts:
+        newest = max(starts)
+        if collector.last_bucket is None or newest > collector.last_bucket:
+            changes["last_bucket"] = newest
+    if write.report is not None:
+        values = write.report[1]
+        last_sweep = values.get("last_sweep_ns")
+        last_sweep = _EPOCH + timedelta(microseconds=last_sweep // 1000) if last_sweep else None
+        # A report older than the one stored (a resend after an outage) does not move the state back.
+        if last_sweep is None or collector.last_sweep is None or last_sweep >= collector.last_sweep:
+            if last_sweep is not None:
+                changes["last_sweep"] = last_sweep
+            for name in ("interval_s", "sweeps", "sweep_errors", "buffer_rows", "buffer_points", "dropped_points"):
+                if name in values:
+                    changes[name] = values[name]
+            if "sink_error" in values:
+                changes["sink_error"] = values["sink_error"][:MAX_SINK_ERROR_CHARS]
+            if "version" in values:
+                changes["version"] = values["version"][:40]
+    NodeCollector.objects.filter(pk=collector.pk).update(**changes)
+    for name, value in changes.items():
+        setattr(collector, name, value)

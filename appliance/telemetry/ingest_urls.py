@@ -1,0 +1,13 @@
+"""/telemetry/ingest/: the collectors' write endpoint (InfluxDB v2's write API; see ingest_views)."""
+
+from django.urls import path
+
+from . import ingest_views
+
+app_name = "telemetry-ingest"
+
+urlpatterns = [
+    path("api/v2/write", ingest_views.write, name="write"),
+    path("health", ingest_views.health, name="health"),
+    path("ping", ingest_views.ping, name="ping"),
+]
