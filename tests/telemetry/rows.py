@@ -1,0 +1,52 @@
+"""Rollup rows written by hand for the tests of what the portal and the API read (queries, API, pages):
+the numbers in each test are these rows', written out, never computed by the code under test."""
+
+from datetime import UTC, datetime, timedelta
+
+from appliance.telemetry.models import MINUTE, WHOLE_GPU, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+
+# The tests' clock: half a minute into 12:00, so 11:59 is the newest closed bucket.
+NOW = datetime(2026, 3, 2, 12, 0, 30, tzinfo=UTC)
+
+
+def at(hour: int, minute: int, day: int = 2) -> datetime:
+    return datetime(2026, 3, day, hour, minute, tzinfo=UTC)
+
+
+def gpu_row(node, gpu: int, start: datetime, step: int = MINUTE, instance: int = WHOLE_GPU, **fields) -> GpuRollup:
+    return GpuRollup.objects.create(node=node, gpu=gpu, instance=instance, step=step, start=start,
+                                    samples=fields.pop("samples", 60), **fields)
+
+
+def node_row(node, start: datetime, step: int = MINUTE, **fields) -> NodeRollup:
+    return NodeRollup.objects.create(node=node, step=step, start=start, samples=fields.pop("samples", 60), **fields)
+
+
+def collector(node, last_bucket: datetime | None, last_seen: datetime | None = None) -> NodeCollector:
+    return NodeCollector.objects.create(node=node, token=f"token-of-{node.name}", token_digest=f"{node.pk:064d}",
+                                        issued_at=NOW - timedelta(days=1), last_bucket=last_bucket,
+                                        last_seen=last_seen or last_bucket)
+
+
+def event(node, kind: str, time: datetime, gpu: int | None = None, message: str = "", **fields) -> HardwareEvent:
+    return HardwareEvent.objects.create(node=node, kind=kind, time=time, gpu=gpu, message=message, **fields)
+
+
+def sample_telemetry(inventory):
+    """The sample inventory's two GPU nodes at 12:00:30: gpu-01 reports (GPU 0 busy in job 4242, GPU 1
+    silent since 11:55), gpu-02 has no collector but rows from before (GPU 3 in job 4242 at 11:59)."""
+    one, two = inventory.gpu_node, inventory.gpu_node_2
+    collector(one, at(11, 59))
+    gpu_row(one, 0, at(11, 58), util=40, util_max=60, fb_used_mib=1000, fb_total_mib=81559, power_w=250,
+            temp_c=50, job="4242", energy_j=15000)
+    gpu_row(one, 0, at(11, 59), util=70, util_max=90, fb_used_mib=2000, fb_total_mib=81559, power_w=300,
+            temp_c=55, job="4242", energy_j=18000)
+    gpu_row(one, 1, at(11, 55), util=10, fb_used_mib=500, fb_total_mib=81559, power_w=90)
+    gpu_row(two, 3, at(11, 59), util=10, fb_used_mib=30000, fb_total_mib=81559, power_w=120, job="4242",
+            energy_j=7200)
+    node_row(one, at(11, 58), gpu_util=40, ib_tx_bps=1e9, ib_rx_bps=5e8, fs_read_bps=2e9, fs_write_bps=1e8,
+             cpu_iowait=0.05, mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 2e9, "write_bps": 1e8}})
+    node_row(one, at(11, 59), gpu_util=60, ib_tx_bps=3e9, ib_rx_bps=1e9, fs_read_bps=4e9, fs_write_bps=2e8,
+             cpu_iowait=0.25, mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 4e9, "write_bps": 2e8}})
+    node_row(two, at(11, 59), gpu_util=20, ib_tx_bps=1e9, ib_rx_bps=1e9, fs_read_bps=5e8, fs_write_bps=0)
+    return one, two

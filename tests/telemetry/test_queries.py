@@ -1,0 +1,217 @@
+"""What the portal and the API read of the telemetry (appliance.telemetry.queries), over rows written by
+hand (tests/telemetry/rows.py): every expected number below is written out from those rows."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from appliance.inventory.models import GPU, Node
+from appliance.telemetry import queries
+from appliance.telemetry.models import HOUR
+from tests.sample_inventory import build_sample_inventory
+from tests.telemetry.rows import NOW, at, collector, event, gpu_row, node_row, sample_telemetry
+
+pytestmark = pytest.mark.django_db
+
+T_1158, T_1159 = 1772452680, 1772452740  # 2026-03-02 11:58 and 11:59 UTC, seconds since 1970
+
+
+@pytest.fixture
+def inventory():
+    return build_sample_inventory()
+
+
+def test_the_live_cells_show_each_gpu_newest_minute_or_say_why_there_is_none(inventory):
+    sample_telemetry(inventory)
+    data = queries.overview(range="1h", now=NOW)
+    assert [n["name"] for n in data["nodes"]] == ["gpu-01", "gpu-02"]  # storage-01 has no GPU
+    one, two = data["nodes"]
+    assert one["collector"] == {"state": "live", "last_bucket": "2026-03-02T11:59:00+00:00",
+                                "last_seen": "2026-03-02T11:59:00+00:00", "age_s": 90}
+    assert two["collector"] == {"state": "not deployed", "last_bucket": None, "age_s": None}
+    assert len(one["gpus"]) == 8
+    assert one["gpus"][0] == {"index": 0, "state": "live", "util": 70.0, "fb_used_mib": 2000.0,
+                              "fb_total_mib": 81559.0, "power_w": 300.0, "temp_c": 55.0, "job": "4242",
+                              "start": "2026-03-02T11:59:00+00:00", "age_s": 90}
+    # GPU 1's newest bucket (11:55) is 5.5 minutes old: not live.
+    assert one["gpus"][1] == {"index": 1, "state": "no data"}
+    assert two["gpus"][3]["util"] == 10.0
+    assert data["summary"] == {"nodes": 2, "gpus": 16, "gpus_live": 2, "collectors": 1, "collectors_live": 1,
+                               "util_mean": 40.0, "gpus_busy": 1, "gpus_idle": 0, "power_w": 420.0,
+                               "fb_used_mib": 32000.0, "fb_total_mib": 163118.0,
+                               "newest_bucket": "2026-03-02T11:59:00+00:00", "newest_age_s": 90}
+
+
+def test_a_collector_that_stopped_writing_is_silent_since_its_last_bucket(inventory):
+    collector(inventory.gpu_node, at(11, 50))
+    data = queries.overview(range="1h", now=NOW)
+    assert data["nodes"][0]["collector"] == {"state": "silent", "last_bucket": "2026-03-02T11:50:00+00:00",
+                                             "last_seen": "2026-03-02T11:50:00+00:00", "age_s": 630}
+    assert data["summary"]["collectors_live"] == 0
+
+
+def test_the_heatmap_and_the_fleet_throughput_over_an_hour(inventory):
+    sample_telemetry(inventory)
+    data = queries.overview(range="1h", now=NOW)
+    heat = data["heatmap"]
+    assert heat["width_s"] == 60
+    assert len(heat["columns"]) == 60
+    assert heat["columns"][0] == T_1159 - 59 * 60 and heat["columns"][-1] == T_1159
+    assert heat["nodes"] == ["gpu-01", "gpu-02"]
+    assert heat["values"][0][58:] == [40.0, 60.0]
+    assert heat["values"][0][:58] == [None] * 58
+    assert heat["values"][1][59] == 20.0
+    assert data["fabric"] == {"t": [T_1158, T_1159], "ib_tx_bps": [1e9, 4e9], "ib_rx_bps": [5e8, 2e9]}
+    assert data["filesystem"] == {"t": [T_1158, T_1159], "fs_read_bps": [2e9, 4.5e9], "fs_write_bps": [1e8, 2e8]}
+
+
+def test_a_day_is_at_most_150_columns_of_whole_minutes(inventory):
+    sample_telemetry(inventory)
+    heat = queries.overview(range="24h", now=NOW)["heatmap"]
+    assert heat["width_s"] == 600
+    assert len(heat["columns"]) == 144
+    # 11:58 and 11:59 fall in the 11:50 column: their mean.
+    assert heat["values"][0][-1] == 50.0
+    assert queries.overview(range="6h", now=NOW)["heatmap"]["width_s"] == 180
+
+
+def test_seven_and_thirty_days_read_the_hourly_rows(inventory):
+    sample_telemetry(inventory)  # per-minute rows only: not read for a week
+    node_row(inventory.gpu_node, at(10, 0), step=HOUR, gpu_util=33, ib_tx_bps=7e8)
+    node_row(inventory.gpu_node, at(10, 0, day=1), step=HOUR, gpu_util=11, ib_tx_bps=1e8)
+    data = queries.overview(range="7d", now=NOW)
+    assert data["step"] == 3600
+    assert data["fabric"]["ib_tx_bps"] == [1e8, 7e8]
+    assert data["heatmap"]["width_s"] == 7200
+    series = queries.node_series(inventory.gpu_node, "30d", now=NOW)["series"]
+    assert series["gpu_util"] == [11.0, 33.0]
+
+
+def test_an_unknown_range_is_refused():
+    with pytest.raises(queries.UnknownRange, match="range: '2h' is not one of 1h, 6h, 24h, 7d, 30d"):
+        queries.range_of("2h")
+
+
+def _grow_fleet(upto: int):
+    """GPU nodes fleet-000.. up to `upto`, 8 GPUs each, a live collector, three minutes of rows on GPU 0
+    and the node (all in one job), an XID each."""
+    appliance = Node.objects.first().appliance
+    for i in range(Node.objects.filter(name__startswith="fleet-").count(), upto):
+        node = Node.objects.create(appliance=appliance, name=f"fleet-{i:03d}", role=Node.Role.GPU)
+        GPU.objects.bulk_create(GPU(node=node, index=g, model="H100", memory_mib=81559) for g in range(8))
+        collector(node, at(11, 59))
+        for minute in (57, 58, 59):
+            gpu_row(node, 0, at(11, minute), util=50, power_w=200, job="job-0")
+            node_row(node, at(11, minute), gpu_util=50, ib_tx_bps=1e9)
+        event(node, "xid", at(11, 59), gpu=0, message="Xid 79")
+
+
+def _queries(function) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        function()
+    return len(captured)
+
+
+@pytest.mark.parametrize("read", [
+    lambda node: queries.overview(range="1h", now=NOW),
+    lambda node: queries.overview(range="24h", now=NOW),
+    lambda node: queries.live_summary(now=NOW),
+    lambda node: queries.node_series(node, "1h", now=NOW),
+    lambda node: queries.gpu_series(node, 0, "1h", now=NOW),
+    lambda node: queries.jobs("1h", now=NOW),
+    lambda node: queries.job("job-0"),
+    lambda node: queries.alerts("all"),
+], ids=["overview-1h", "overview-24h", "live-summary", "node", "gpu", "jobs", "job", "alerts"])
+def test_the_number_of_queries_does_not_grow_with_the_fleet(inventory, read):
+    _grow_fleet(2)
+    small = _queries(lambda: read(Node.objects.get(name="fleet-000")))
+    _grow_fleet(20)
+    assert Node.objects.filter(name__startswith="fleet-").count() == 20
+    large = _queries(lambda: read(Node.objects.get(name="fleet-000")))
+    assert small == large
+    assert large <= 7
+
+
+def test_the_overview_reads_the_fleet_in_seven_queries_or_fewer(inventory):
+    sample_telemetry(inventory)
+    assert _queries(lambda: queries.overview(range="1h", now=NOW)) <= 7
+
+
+def test_a_node_over_an_hour_its_mounts_and_each_gpu(inventory):
+    sample_telemetry(inventory)
+    data = queries.node_series(inventory.gpu_node, "1h", now=NOW)
+    assert data["series"]["t"] == [T_1158, T_1159]
+    assert data["series"]["gpu_util"] == [40.0, 60.0]
+    assert data["series"]["ib_tx_bps"] == [1e9, 3e9]
+    assert data["series"]["cpu_iowait"] == [0.05, 0.25]
+    assert data["mounts"] == {"/mnt/scratch": {"fstype": "lustre", "read_bps": [2e9, 4e9], "write_bps": [1e8, 2e8]}}
+    assert [g["index"] for g in data["gpus"]] == list(range(8))
+    assert data["gpus"][0] == {"index": 0, "util": [40.0, 70.0], "fb_used_mib": [1000.0, 2000.0],
+                               "power_w": [250.0, 300.0], "jobs": ["4242"]}
+    assert data["gpus"][2] == {"index": 2, "jobs": []}  # no row: the chart says so
+    assert data["collector"]["state"] == "live"
+
+
+def test_one_gpu_and_its_mig_instances(inventory):
+    sample_telemetry(inventory)
+    gpu_row(inventory.gpu_node, 6, at(11, 59), util=30, sm_active=0.25)
+    gpu_row(inventory.gpu_node, 6, at(11, 59), instance=1, profile="3g.40gb", util=55, fb_used_mib=12000,
+            sm_active=0.5)
+    data = queries.gpu_series(inventory.gpu_node, 0, "1h", now=NOW)
+    assert data["series"]["util"] == [40.0, 70.0]
+    assert data["series"]["energy_j"] == [15000.0, 18000.0]
+    assert data["series"]["job"] == ["4242", "4242"]
+    assert data["jobs"] == ["4242"]
+    assert data["inventory"]["memory_mib"] == 81559
+    mig = queries.gpu_series(inventory.gpu_node, 6, "1h", now=NOW)
+    assert mig["series"]["sm_active"] == [0.25]
+    assert mig["instances"] == [{"instance": 1, "profile": "3g.40gb", "t": [T_1159], "util": [55.0],
+                                 "fb_used_mib": [12000.0], "sm_active": [0.5]}]
+
+
+def test_a_job_its_gpus_their_use_and_the_io_of_its_nodes(inventory):
+    sample_telemetry(inventory)
+    data = queries.job("4242")
+    assert data["nodes"] == ["gpu-01", "gpu-02"]
+    assert data["gpu_count"] == 2
+    assert data["first"] == "2026-03-02T11:58:00+00:00" and data["end"] == "2026-03-02T12:00:00+00:00"
+    assert data["duration_s"] == 120
+    assert data["util_mean"] == 32.5  # GPU 0 of gpu-01: (40 + 70) / 2; GPU 3 of gpu-02: 10
+    assert data["energy_j"] == 40200.0
+    assert [(g["node"], g["gpu"], g["util"], g["buckets"]) for g in data["gpus"]] == [
+        ("gpu-01", 0, 55.0, 2), ("gpu-02", 3, 10.0, 1)]
+    assert data["t"] == [T_1158, T_1159]
+    assert data["gpu_series"] == {"gpu-01/0": {"util": [40.0, 70.0], "fb_used_mib": [1000.0, 2000.0]},
+                                  "gpu-02/3": {"util": [None, 10.0], "fb_used_mib": [None, 30000.0]}}
+    assert data["node_series"]["gpu-01"]["fs_read_bps"] == [2e9, 4e9]
+    assert data["node_series"]["gpu-02"]["fs_read_bps"] == [None, 5e8]
+    assert data["node_series"]["gpu-01"]["cpu_iowait"] == [0.05, 0.25]
+    with pytest.raises(queries.UnknownJob, match="no GPU rollup names the job '999'"):
+        queries.job("999")
+
+
+def test_jobs_of_the_range(inventory):
+    sample_telemetry(inventory)
+    assert queries.jobs("1h", now=NOW) == [{"job": "4242", "nodes": ["gpu-01", "gpu-02"], "gpus": 2,
+                                            "first": "2026-03-02T11:58:00+00:00",
+                                            "last": "2026-03-02T11:59:00+00:00", "util_mean": 32.5}]
+    assert queries.jobs("1h", now=NOW + timedelta(hours=2)) == []
+
+
+def test_alerts_open_and_all(inventory):
+    node = inventory.gpu_node
+    event(node, "xid", at(11, 59), gpu=2, message="Xid 79: GPU has fallen off the bus")
+    event(node, "throttling", at(11, 30), gpu=1, message="thermal slowdown", acknowledged_at=at(11, 40),
+          acknowledged_by="operator-user")
+    event(node, "nvml_error", at(11, 45), gpu=4, message="not an alert")
+    open_ = queries.alerts("open")
+    assert (open_["open"], open_["total"]) == (1, 2)
+    assert [(a["node"], a["kind"], a["gpu"], a["message"]) for a in open_["alerts"]] == [
+        ("gpu-01", "xid", 2, "Xid 79: GPU has fallen off the bus")]
+    every = queries.alerts("all")
+    assert [a["kind"] for a in every["alerts"]] == ["xid", "throttling"]
+    assert every["alerts"][1]["acknowledged_by"] == "operator-user"
+    with pytest.raises(ValueError, match="state: 'new' is not one of open, all"):
+        queries.alerts("new")
