@@ -17,7 +17,19 @@ from ruamel.yaml import YAML
 
 from appliance import audit
 
-from . import bmc, extra, hardware, nvml, packages, ports, repository_server, slurm, sshd, workload
+from . import (
+    bmc,
+    collectors,
+    extra,
+    hardware,
+    nvml,
+    packages,
+    ports,
+    repository_server,
+    slurm,
+    sshd,
+    workload,
+)
 from . import state as node_state
 from .tools import COMMANDS, kmod
 
@@ -354,15 +366,38 @@ def ssh_status(appliance) -> dict:
 
 def start(appliance) -> dict:
     """Everything a prepared simulated appliance runs: its BMC emulators, its nodes' SSH servers and,
-    once the workloads stage has written its files, the training pool's Slurm."""
+    once the workloads stage has written its files, the training pool's Slurm, and once the monitoring
+    stage has deployed them, the nodes' telemetry collectors."""
     return {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance), "repository": start_repository(),
-            "slurm": start_slurm(appliance)}
+            "slurm": start_slurm(appliance), "collectors": start_collectors(appliance)}
 
 
 def stop(appliance) -> dict:
-    # The workload first (it cancels its Slurm jobs), then Slurm, then what the nodes are reached by.
-    stopped = {"workload": workload.stop(appliance), "slurm": slurm.stop(appliance)}
+    # The collectors first (they drain what they hold), the workload (it cancels its Slurm jobs), then
+    # Slurm, then what the nodes are reached by.
+    stopped = {"collectors": stop_collectors(appliance), "workload": workload.stop(appliance),
+               "slurm": slurm.stop(appliance)}
     return stopped | {"ssh": stop_ssh(appliance), "bmc": stop_bmcs(appliance), "repository": repository_server.stop()}
+
+
+def start_collectors(appliance) -> dict[str, int | str]:
+    """The nodes' telemetry collectors (collectors.py): {node: pid, or "not deployed yet ..." before the
+    monitoring stage}."""
+    _simulated_nodes(appliance)  # a real appliance's collectors are its nodes' own services
+    try:
+        return collectors.start(appliance)
+    except collectors.CollectorsError as exc:
+        raise SimulationError(str(exc)) from None
+
+
+def stop_collectors(appliance) -> dict[str, int | None]:
+    _simulated_nodes(appliance)
+    return collectors.stop(appliance)
+
+
+def collector_status(appliance) -> dict[str, dict]:
+    _simulated_nodes(appliance)
+    return collectors.status(appliance)
 
 
 def start_repository() -> int:

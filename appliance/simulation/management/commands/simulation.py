@@ -19,7 +19,7 @@ class Command(BaseCommand):
         for name, text in (("prepare", "create sysroots and state files (never resets an existing node)"),
                            ("start", "start the BMC emulators and SSH servers that are not running"),
                            ("stop", "stop the BMC emulators and SSH servers"),
-                           ("status", "show each node's BMC emulator, SSH server and faults")):
+                           ("status", "show each node's BMC emulator, SSH server, collector and faults")):
             sub = commands.add_parser(name, help=text)
             sub.add_argument("--appliance", help="appliance name (default: every simulated appliance)")
         commands.add_parser("remove", help="stop every simulated appliance, remove the nodes' SSH servers' files "
@@ -82,6 +82,8 @@ class Command(BaseCommand):
         cluster = started["slurm"]
         self.stdout.write(f"Slurm: slurmctld pid {cluster['controller']}, slurmd on {', '.join(cluster['nodes'])}"
                           if isinstance(cluster, dict) else f"Slurm: not running ({cluster})")
+        for node, pid in started["collectors"].items():
+            self.stdout.write(f"{node}: collector " + (f"running, pid {pid}" if isinstance(pid, int) else str(pid)))
 
     def _stop(self, appliance):
         stopped = services.stop(appliance)
@@ -89,6 +91,9 @@ class Command(BaseCommand):
             self.stdout.write(f"{node}: BMC {'stopped (pid ' + str(pid) + ')' if pid else 'was not running'}")
         for node, pid in stopped["ssh"].items():
             self.stdout.write(f"{node}: SSH server {'stopped (pid ' + str(pid) + ')' if pid else 'was not running'}")
+        for node, pid in stopped["collectors"].items():
+            if pid:
+                self.stdout.write(f"{node}: collector stopped (pid {pid})")
         daemons = stopped["slurm"]["stopped"]
         self.stdout.write(f"Slurm: {'stopped ' + ', '.join(daemons) if daemons else 'was not running'}; workload: "
                           f"{'stopped' if stopped['workload']['pid'] else 'was not running'}")
@@ -103,6 +108,7 @@ class Command(BaseCommand):
     def _status(self, appliance):
         statuses = services.bmc_status(appliance)
         ssh = services.ssh_status(appliance)
+        collectors = services.collector_status(appliance)
         self.stdout.write(f"{appliance.name}:")
         for node in appliance.nodes.order_by("name"):
             status = statuses.get(node.name)
@@ -125,6 +131,7 @@ class Command(BaseCommand):
             else:
                 ssh_text = "stopped"
             self.stdout.write(f"  {node.name:<16} {prepared:<13} BMC {bmc_text}  SSH {ssh_text}"
+                              + f"  collector {self._collector(collectors.get(node.name))}"
                               + (f"  faults: {'; '.join(faults)}" if faults else ""))
         served = repository_server.status()
         self.stdout.write(f"  package repository {served['url'] or '(no port yet)'} {served['directory']} "
@@ -141,6 +148,16 @@ class Command(BaseCommand):
         model = workload.status(appliance)
         self.stdout.write("  workload           " + (f"{model['profile']} pid {model['pid']} speed {model['speed']:g}"
                                                      if model["running"] else "stopped"))
+
+    @staticmethod
+    def _collector(status: dict | None) -> str:
+        if not status or not status["deployed"]:
+            return "not deployed yet"
+        if not status["pid"]:
+            return "stopped"
+        where = f" /metrics {status['metrics']} {'answering' if status['answering'] else 'NOT answering'}" \
+            if status["metrics"] else ""
+        return f"pid {status['pid']}{where}"
 
     @staticmethod
     def _describe(fault: dict) -> str:
