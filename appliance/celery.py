@@ -39,6 +39,11 @@ def beat_schedule() -> dict:
             "task": "audit.flush_refused_requests",
             "schedule": 30,
         },
+        # Per-minute telemetry rollups of complete hours become per-hour rows; old rows go by age.
+        "telemetry-fold-prune": {
+            "task": "telemetry.fold_and_prune",
+            "schedule": 300,
+        },
         # The database queue keeps the rows of the messages workers took: delete them.
         "queue-cleanup": {
             "task": "core.queue_cleanup",

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from . import services
 from .lineprotocol import LineError, iter_lines
 from .models import MINUTE, WHOLE_GPU, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
 
@@ -325,6 +326,7 @@ class Stored:
     events: int = 0
     new_events: int = 0
     lines: int = 0
+    refolded: list = field(default_factory=list)
 
 
 def store(collector: NodeCollector, write: Write, now: datetime | None = None) -> Stored:
@@ -344,7 +346,17 @@ def store(collector: NodeCollector, write: Write, now: datetime | None = None) -
         stored.node_rows = len(write.nodes.keys() | write.mounts.keys())
         stored.events, stored.new_events = len(write.events), _store_events(node, write.events, now)
         _store_report(collector, write, now)
+        # Minutes of an hour the periodic fold has passed already (a buffer draining after an outage):
+        # that hour's per-hour row is folded again with them.
+        current_hour = services.hour_of(now)
+        complete = [start for start in _starts(write) if start < current_hour]
+        if complete:
+            stored.refolded = services.refold_late(node.pk, complete)
     return stored
+
+
+def _starts(write: Write) -> list[datetime]:
+    return [start for _, _, start in write.gpus] + list(write.nodes) + list(write.mounts)
 
 
 def _store_nodes(node, write: Write) -> None:
@@ -401,7 +413,7 @@ def _store_events(node, events: dict, now: datetime) -> int:
 
 def _store_report(collector: NodeCollector, write: Write, now: datetime) -> None:
     changes = {"last_seen": now}
-    starts = [start for _, _, start in write.gpus] + list(write.nodes) + list(write.mounts)
+    starts = _starts(write)
     if starts:
         newest = max(starts)
         if collector.last_bucket is None or newest > collector.last_bucket:

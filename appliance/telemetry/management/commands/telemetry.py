@@ -1,11 +1,21 @@
-"""`manage.py telemetry collect --node X [--once | --interval S] [--metrics-port P]`: run the collector of a
-simulated node in this process (the simulation starts one per node). A real node runs the same collector
-itself (python -m appliance.telemetry.agent), deployed by the monitoring stage. Points go to the site's
-InfluxDB (settings.INFLUXDB) through the node's disk buffer in STATE_DIR/telemetry/<node>/buffer.sqlite."""
+"""`manage.py telemetry ...`: the appliance's telemetry from the command line.
+
+  collect --node X [--once | --interval S] [--metrics-port P]   run the collector of a simulated node in this
+      process. A real node runs the same collector itself (python -m appliance.telemetry.agent), deployed by
+      the monitoring stage. Points go to the site's InfluxDB (settings.INFLUXDB) through the node's disk
+      buffer in STATE_DIR/telemetry/<node>/buffer.sqlite.
+  status [--json]     every node's collector: state, last write, lag, buffer depth, drops, sink error, open alerts
+  fold                fold the complete hours of per-minute rollups into per-hour rows now (the periodic task
+                      does it every 5 minutes)
+  prune               delete rollups and events past settings.TELEMETRY_RETENTION now (audited)
+  revoke --node N     revoke a node's ingest token: its collector can no longer write (audited)
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -23,7 +33,7 @@ def buffer_path(node_name: str) -> Path:
 
 
 class Command(BaseCommand):
-    help = "Run a simulated node's telemetry collector."
+    help = "The appliance's telemetry: run a simulated node's collector, show the collectors' state, fold, prune, revoke."
 
     def add_arguments(self, parser):
         commands = parser.add_subparsers(dest="action", required=True)
@@ -34,8 +44,91 @@ class Command(BaseCommand):
         when.add_argument("--interval", type=float, default=1.0, help="seconds between sweeps (default 1)")
         collect.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
         collect.add_argument("--buffer-max-mib", type=int, default=256)
+        status = commands.add_parser("status", help="every node's collector: state, lag, buffer depth, last point, alerts")
+        status.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+        commands.add_parser("fold", help="fold complete hours of per-minute rollups into per-hour rows now")
+        commands.add_parser("prune", help="delete rollups and events past the retention now")
+        revoke = commands.add_parser("revoke", help="revoke a node's ingest token")
+        revoke.add_argument("--node", required=True)
 
     def handle(self, *args, **options):
+        action = options["action"]
+        if action == "status":
+            return self.status(options["json"])
+        if action == "fold":
+            return self.fold()
+        if action == "prune":
+            return self.prune()
+        if action == "revoke":
+            return self.revoke(options["node"])
+        return self.collect(options)
+
+    def status(self, as_json: bool):
+        from appliance.telemetry import services
+
+        entries = services.collector_status()
+        if as_json:
+            self.stdout.write(json.dumps({"collectors": entries, "open_alerts": sum(e["open_alerts"] for e in entries),
+                                          "thresholds": {"ok_lag_s": services.OK_LAG_S,
+                                                         "silent_after_s": services.SILENT_AFTER_S}},
+                                         default=_json_default, indent=2))
+            return
+        if not entries:
+            self.stdout.write("No nodes in the inventory.")
+            return
+        header = ("NODE", "STATE", "LAST WRITE", "LAG", "BUFFER ROWS", "BUFFER POINTS", "DROPPED", "ALERTS", "SINK ERROR")
+        rows = [header] + [(e["node"], e["state"], _age(e["silent_s"]) + " ago" if e["last_seen"] else "never",
+                            _age(e["lag_s"]), _number(e["buffer_rows"]), _number(e["buffer_points"]),
+                            _number(e["dropped_points"]), str(e["open_alerts"]), (e["sink_error"] or "")[:60])
+                           for e in entries]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for row in rows:
+            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        states = {}
+        for e in entries:
+            states[e["state"]] = states.get(e["state"], 0) + 1
+        self.stdout.write("\n" + ", ".join(f"{count} {state}" for state, count in sorted(states.items()))
+                          + f"; ok: newest bucket at most {services.OK_LAG_S} s old, silent: no write for "
+                            f"{services.SILENT_AFTER_S} s")
+
+    def fold(self):
+        from appliance.telemetry import services
+
+        hours = services.fold()
+        if not hours:
+            self.stdout.write("Nothing to fold: every complete hour is folded.")
+            return
+        self.stdout.write(f"Folded {len(hours)} hour(s): {hours[0]:%Y-%m-%d %H:%M} to {hours[-1]:%Y-%m-%d %H:%M} UTC.")
+
+    def prune(self):
+        from django.conf import settings
+
+        from appliance.telemetry import services
+
+        counts = services.prune()
+        retention = settings.TELEMETRY_RETENTION
+        self.stdout.write(f"Pruned {counts['minute_gpu_rows'] + counts['minute_node_rows']} per-minute row(s) "
+                          f"(older than {retention['minute_days']} days), "
+                          f"{counts['hour_gpu_rows'] + counts['hour_node_rows']} per-hour row(s) and "
+                          f"{counts['events']} event(s) (older than {retention['hour_days']} days).")
+
+    def revoke(self, name: str):
+        from appliance.inventory.models import Node
+        from appliance.telemetry import tokens
+
+        if not NODE_NAME.match(name):
+            raise CommandError(f"--node {name[:80]!r}: expected a node name (letters, digits, '-' and '.', "
+                               "at most 63 characters)")
+        node = Node.objects.filter(name=name).first()
+        if node is None:
+            raise CommandError(f"--node {name}: no such node")
+        if not tokens.revoke(node):
+            raise CommandError(f"--node {name}: it has no ingest token (its collector was never registered, "
+                               "or the token was revoked already)")
+        self.stdout.write(f"Revoked the ingest token of {name}: its collector can no longer write. "
+                          "The next monitoring stage issues a new one.")
+
+    def collect(self, options):
         from appliance.inventory.models import Node
         from appliance.simulation import nvml
 
@@ -68,3 +161,27 @@ class Command(BaseCommand):
         self.stdout.write(f"{node.name}: {agent.sweeps} sweep(s), last at {agent.last_sweep_ns}, "
                           f"buffered {depth['points']} point(s) in {depth['rows']} row(s)"
                           + (f", sink {sink.url}" if sink else ", no sink configured (settings.INFLUXDB)"))
+
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$")
+
+
+def _json_default(value):
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _age(seconds) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172800:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+def _number(value) -> str:
+    return "-" if value is None else str(value)

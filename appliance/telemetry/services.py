@@ -1,0 +1,281 @@
+"""The appliance's own telemetry, kept over time: per-minute rows folded into per-hour rows, rows and
+events pruned by age, the state of every node's collector, alerts acknowledged.
+
+Folding: an hour is folded once it is complete and SETTLE_S has passed (a collector sends a bucket when
+its minute closes; a few seconds late is normal). The newest per-hour row is the fold's watermark: each
+run folds the complete hours after it (at most MAX_HOURS_PER_RUN, oldest first, so an appliance that was
+off catches up over a few runs). Minute rows of an hour at or before the watermark that arrive later (a
+collector's buffer draining after an outage) are folded again by the ingest as they arrive
+(`refold_late`), so a per-hour row never misses what came late.
+
+Per-hour values from the per-minute rows of the hour: means weighted by samples (a partial minute
+counts for its sweeps), maxima of the maxima, energy, XIDs, ECC errors and fabric errors summed, clock
+event reasons OR'd, the job the one that held the GPU for the most samples.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Case, Count, F, FloatField, Max, Min, Q, Sum, When
+from django.db.models.functions import Cast, NullIf
+from django.utils import timezone
+
+from appliance import audit
+from appliance.inventory.models import Node
+
+from .models import HOUR, MINUTE, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+
+SETTLE_S = 120
+MAX_HOURS_PER_RUN = 48
+
+GPU_MEANS = ("util", "sm_active", "tensor_active", "dram_active", "fb_used_mib", "power_w", "temp_c", "sm_clock_mhz",
+             "throttled_share", "pcie_tx_bps", "pcie_rx_bps", "nvlink_bps")
+GPU_MAXIMA = ("util_max", "fb_used_max_mib", "fb_total_mib", "power_max_w", "temp_max_c")
+GPU_SUMS = ("samples", "energy_j", "xid_count", "ecc_dbe")
+NODE_MEANS = ("gpu_util", "gpu_fb_used_mib", "gpu_power_w", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "ib_xmit_wait",
+              "fs_read_bps", "fs_write_bps", "disk_read_bps", "disk_write_bps", "cpu_busy", "cpu_iowait")
+NODE_MAXIMA = ("gpus", "gpu_util_max")
+NODE_SUMS = ("samples", "ib_errors")
+
+
+def hour_of(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _weighted_mean(name: str):
+    """Sum of value x samples over the samples of the rows that have a value (NULL when none has)."""
+    weight = Case(When(**{f"{name}__isnull": False}, then=F("samples")), default=None)
+    return Cast(Sum(F(name) * F("samples"), output_field=FloatField()), FloatField()) / \
+        NullIf(Cast(Sum(weight), FloatField()), 0.0)
+
+
+def _aggregates(means, maxima, sums) -> dict:
+    values = {name: _weighted_mean(name) for name in means}
+    values.update({name: Max(name) for name in maxima})
+    values.update({name: Sum(name) for name in sums})
+    return values
+
+
+def fold_hour(hour: datetime, node_ids=None) -> tuple[int, int]:
+    """Fold the per-minute rows of one hour (of the given nodes, or all) into per-hour rows (replacing
+    what a previous fold made). Returns (GPU rows, node rows) written."""
+    end = hour + timedelta(hours=1)
+    minutes = Q(step=MINUTE, start__gte=hour, start__lt=end)
+    if node_ids is not None:
+        minutes &= Q(node_id__in=list(node_ids))
+    key = ("node_id", "gpu", "instance")
+    with transaction.atomic():
+        gpus = GpuRollup.objects.filter(minutes).values(*key).annotate(
+            **_aggregates(GPU_MEANS, GPU_MAXIMA, GPU_SUMS), uuid_=Max("uuid"), profile_=Max("profile"))
+        # Clock event reasons OR'd: few distinct masks per GPU and hour, so read them rather than rely on
+        # a BIT_OR aggregate SQLite lacks.
+        reasons = defaultdict(int)
+        for row in GpuRollup.objects.filter(minutes).exclude(throttle_reasons=0) \
+                .values(*key, "throttle_reasons").distinct():
+            reasons[(row["node_id"], row["gpu"], row["instance"])] |= row["throttle_reasons"]
+        jobs = {}
+        for row in GpuRollup.objects.filter(minutes).values(*key, "job").annotate(held=Sum("samples")):
+            gpu_key = (row["node_id"], row["gpu"], row["instance"])
+            best = jobs.get(gpu_key)
+            if best is None or (row["held"], row["job"]) > best:
+                jobs[gpu_key] = (row["held"], row["job"])
+        gpu_rows = []
+        for row in gpus:
+            gpu_key = (row["node_id"], row["gpu"], row["instance"])
+            values = {name: row[name] for name in (*GPU_MEANS, *GPU_MAXIMA, *GPU_SUMS)}
+            values.update(xid_count=values["xid_count"] or 0, ecc_dbe=values["ecc_dbe"] or 0,
+                          samples=values["samples"] or 0)
+            gpu_rows.append(GpuRollup(node_id=row["node_id"], gpu=row["gpu"], instance=row["instance"], step=HOUR,
+                                      start=hour, uuid=row["uuid_"] or "", profile=row["profile_"] or "",
+                                      job=jobs.get(gpu_key, (0, ""))[1], throttle_reasons=reasons.get(gpu_key, 0),
+                                      **values))
+        GpuRollup.objects.bulk_create(
+            gpu_rows, update_conflicts=True, unique_fields=["node", "gpu", "instance", "step", "start"],
+            update_fields=[*GPU_MEANS, *GPU_MAXIMA, *GPU_SUMS, "uuid", "profile", "job", "throttle_reasons"],
+            batch_size=500)
+
+        node_minutes = NodeRollup.objects.filter(minutes)
+        nodes = node_minutes.values("node_id").annotate(**_aggregates(NODE_MEANS, NODE_MAXIMA, NODE_SUMS))
+        mounts = _fold_mounts(node_minutes.exclude(mounts={}).values_list("node_id", "samples", "mounts"))
+        node_rows = []
+        for row in nodes:
+            values = {name: row[name] for name in (*NODE_MEANS, *NODE_MAXIMA, *NODE_SUMS)}
+            values.update(gpus=values["gpus"] or 0, ib_errors=values["ib_errors"] or 0, samples=values["samples"] or 0)
+            node_rows.append(NodeRollup(node_id=row["node_id"], step=HOUR, start=hour,
+                                        mounts=mounts.get(row["node_id"], {}), **values))
+        NodeRollup.objects.bulk_create(
+            node_rows, update_conflicts=True, unique_fields=["node", "step", "start"],
+            update_fields=[*NODE_MEANS, *NODE_MAXIMA, *NODE_SUMS, "mounts"], batch_size=500)
+    return len(gpu_rows), len(node_rows)
+
+
+def _fold_mounts(rows) -> dict:
+    """Per node and mount: read and write rates weighted by the samples of the minutes that name it."""
+    totals = defaultdict(lambda: defaultdict(lambda: {"fstype": "", "read": 0.0, "read_w": 0, "write": 0.0,
+                                                      "write_w": 0}))
+    for node_id, samples, mounts in rows:
+        for path, mount in mounts.items():
+            total = totals[node_id][path]
+            total["fstype"] = mount.get("fstype") or total["fstype"]
+            for side in ("read", "write"):
+                value = mount.get(f"{side}_bps")
+                if value is not None:
+                    total[side] += value * samples
+                    total[f"{side}_w"] += samples
+    return {node_id: {path: {"fstype": total["fstype"],
+                             "read_bps": total["read"] / total["read_w"] if total["read_w"] else None,
+                             "write_bps": total["write"] / total["write_w"] if total["write_w"] else None}
+                      for path, total in paths.items()}
+            for node_id, paths in totals.items()}
+
+
+def fold_watermark() -> datetime | None:
+    """The newest hour folded (the start of the newest per-hour row)."""
+    newest = [model.objects.filter(step=HOUR).aggregate(newest=Max("start"))["newest"] for model in (NodeRollup, GpuRollup)]
+    return max((moment for moment in newest if moment is not None), default=None)
+
+
+def _first_unfolded(watermark: datetime | None) -> datetime | None:
+    """The hour of the oldest per-minute row after the watermark (hours without rows are skipped)."""
+    oldest = []
+    for model in (NodeRollup, GpuRollup):
+        rows = model.objects.filter(step=MINUTE)
+        if watermark is not None:
+            rows = rows.filter(start__gte=watermark + timedelta(hours=1))
+        oldest.append(rows.aggregate(oldest=Min("start"))["oldest"])
+    found = [moment for moment in oldest if moment is not None]
+    return hour_of(min(found)) if found else None
+
+
+def fold(now: datetime | None = None) -> list[datetime]:
+    """Fold the complete hours after the watermark that have rows (at most MAX_HOURS_PER_RUN, oldest
+    first); returns the hours folded."""
+    now = now or timezone.now()
+    last_complete = hour_of(now - timedelta(seconds=SETTLE_S)) - timedelta(hours=1)
+    folded = []
+    while len(folded) < MAX_HOURS_PER_RUN:
+        hour = _first_unfolded(folded[-1] if folded else fold_watermark())
+        if hour is None or hour > last_complete:
+            break
+        fold_hour(hour)
+        folded.append(hour)
+    return folded
+
+
+def refold_late(node_id: int, starts) -> list[datetime]:
+    """Called by the ingest with the bucket starts of a write: fold again this node's hours that the
+    periodic fold has already passed (late minutes after an outage)."""
+    hours = sorted({hour_of(start) for start in starts})
+    if not hours:
+        return []
+    watermark = fold_watermark()
+    late = [hour for hour in hours if watermark is not None and hour <= watermark]
+    for hour in late:
+        fold_hour(hour, node_ids=[node_id])
+    return late
+
+
+def prune(now: datetime | None = None) -> dict:
+    """Delete per-minute rows older than TELEMETRY_RETENTION["minute_days"] (never before their hour is
+    folded), per-hour rows and events older than ["hour_days"]. Whole hours only, so a prune deletes
+    something at most once an hour. Audited with the counts when anything was deleted."""
+    now = now or timezone.now()
+    retention = settings.TELEMETRY_RETENTION
+    minute_cutoff = hour_of(now - timedelta(days=retention["minute_days"]))
+    watermark = fold_watermark()
+    # minute rows of an hour not folded yet stay until it is (their hour row is all that is left of them)
+    minute_cutoff = min(minute_cutoff, watermark + timedelta(hours=1)) if watermark is not None else None
+    hour_cutoff = hour_of(now - timedelta(days=retention["hour_days"]))
+    counts = {"minute_gpu_rows": 0, "minute_node_rows": 0, "hour_gpu_rows": 0, "hour_node_rows": 0, "events": 0}
+    # _raw_delete: one DELETE statement; QuerySet.delete() would first load the rows whenever any delete
+    # signal receiver exists, and a day of a large fleet is millions of rows.
+    with transaction.atomic():
+        if minute_cutoff is not None:
+            counts["minute_gpu_rows"] = GpuRollup.objects.filter(step=MINUTE, start__lt=minute_cutoff)._raw_delete("default")
+            counts["minute_node_rows"] = NodeRollup.objects.filter(step=MINUTE, start__lt=minute_cutoff)._raw_delete("default")
+        counts["hour_gpu_rows"] = GpuRollup.objects.filter(step=HOUR, start__lt=hour_cutoff)._raw_delete("default")
+        counts["hour_node_rows"] = NodeRollup.objects.filter(step=HOUR, start__lt=hour_cutoff)._raw_delete("default")
+        counts["events"] = HardwareEvent.objects.filter(time__lt=hour_cutoff)._raw_delete("default")
+        if any(counts.values()):
+            audit.record("telemetry.rollup.prune", target_type="telemetry", target_name="rollups and events",
+                         details={**counts, "minute_rows_before": minute_cutoff.isoformat() if minute_cutoff else None,
+                                  "hour_rows_and_events_before": hour_cutoff.isoformat(),
+                                  "minute_days": retention["minute_days"], "hour_days": retention["hour_days"]})
+    return counts
+
+
+# A collector sends each minute's bucket when the minute closes, so its newest bucket is normally one to
+# two minutes old. Past OK_LAG_S it is behind (a bucket or more missing: sink errors, a backlog); with no
+# write at all for SILENT_AFTER_S it is silent (the process, the node or the network is down).
+OK_LAG_S = 180
+SILENT_AFTER_S = 300
+
+
+class State:
+    OK = "ok"
+    LATE = "late"
+    SILENT = "silent"
+    NOT_DEPLOYED = "not deployed"
+
+
+def collector_status(now: datetime | None = None, nodes=None) -> list[dict]:
+    """Every node's collector: registered?, when it last wrote, its lag, buffer, drops, sink error,
+    open alerts, and a state (ok | late | silent | not deployed). Two queries whatever the fleet size."""
+    now = now or timezone.now()
+    queryset = (nodes if nodes is not None else Node.objects.all()).select_related("collector").order_by("name")
+    alerts = dict(HardwareEvent.objects.filter(acknowledged_at__isnull=True).values("node_id")
+                  .annotate(n=Count("id")).values_list("node_id", "n"))
+    result = []
+    for node in queryset:
+        collector = getattr(node, "collector", None)
+        entry = {"node": node.name, "registered": collector is not None, "state": State.NOT_DEPLOYED,
+                 "issued_at": None, "last_seen": None, "last_bucket": None, "last_sweep": None, "lag_s": None,
+                 "silent_s": None, "interval_s": None, "buffer_rows": None, "buffer_points": None,
+                 "dropped_points": None, "sweep_errors": None, "sink_error": "", "version": "",
+                 "open_alerts": alerts.get(node.pk, 0)}
+        if collector is not None:
+            lag = (now - collector.last_bucket).total_seconds() if collector.last_bucket else None
+            silent = (now - (collector.last_seen or collector.issued_at)).total_seconds()
+            if collector.last_seen is None or silent > SILENT_AFTER_S:
+                state = State.SILENT
+            elif lag is None or lag > OK_LAG_S:
+                state = State.LATE
+            else:
+                state = State.OK
+            entry.update(state=state, issued_at=collector.issued_at, last_seen=collector.last_seen,
+                         last_bucket=collector.last_bucket, last_sweep=collector.last_sweep, lag_s=lag,
+                         silent_s=silent, interval_s=collector.interval_s, buffer_rows=collector.buffer_rows,
+                         buffer_points=collector.buffer_points, dropped_points=collector.dropped_points,
+                         sweep_errors=collector.sweep_errors, sink_error=collector.sink_error,
+                         version=collector.version)
+        result.append(entry)
+    return result
+
+
+def acknowledge(event: HardwareEvent, user) -> bool:
+    """Acknowledge an alert (audited); False when it was acknowledged already (nothing changes)."""
+    with transaction.atomic():
+        current = HardwareEvent.objects.select_for_update().select_related("node").get(pk=event.pk)
+        if current.acknowledged_at is not None:
+            return False
+        current.acknowledged_at = timezone.now()
+        current.acknowledged_by = user.get_username()
+        current.save(update_fields=["acknowledged_at", "acknowledged_by"])
+        audit.record("telemetry.alert.acknowledge", target=current, actor=user,
+                     details={"node": current.node.name, "kind": current.kind, "gpu": current.gpu,
+                              "device": current.device, "time": current.time.isoformat(),
+                              "message": current.message})
+    event.acknowledged_at, event.acknowledged_by = current.acknowledged_at, current.acknowledged_by
+    return True
+
+
+def open_alerts() -> int:
+    return HardwareEvent.objects.filter(acknowledged_at__isnull=True).count()
+
+
+def collectors_registered() -> int:
+    return NodeCollector.objects.count()
