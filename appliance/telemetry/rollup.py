@@ -313,7 +313,7 @@ def _cpu(rates: _Rates) -> tuple[float | None, float | None]:
     if total <= 0:
         return None, None
     idle = sum(seconds.get(name, 0.0) for name in CPU_IDLE)
-    return 1 - idle / total, seconds.get("node_cpu_seconds_total:iowait", 0.0) / total
+    return (total - idle) / total, seconds.get("node_cpu_seconds_total:iowait", 0.0) / total
 
 
 def describe(event: dict) -> str:
@@ -322,7 +322,9 @@ def describe(event: dict) -> str:
     gpu = event.get("gpu")
     where = f"GPU {gpu}" if gpu is not None else "a GPU"
     if kind == "xid":
-        text = str(event.get("text", "")).split("NVRM: ", 1)[-1]
+        # the kernel's "NVRM: Xid (PCI:0000:18:00): 79, pid=..., GPU has fallen off the bus.": what follows the number
+        text = str(event.get("text", ""))
+        text = text.split("): ", 1)[-1].split(", ", 1)[-1] if "): " in text else text
         return f"Xid {event.get('xid')} on {where}: {text}".strip().rstrip(":")
     if kind == "ecc":
         return f"{event.get('uncorrected', 1)} uncorrectable ECC error(s) on {where}"
