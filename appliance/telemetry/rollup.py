@@ -17,6 +17,7 @@ Plain Python, no Django: deployed to the nodes with the collector.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,10 @@ from dataclasses import dataclass, field
 from .collector import COUNTER_FIELDS, THROTTLE_REASONS, Sweep
 
 STEP_S = 60
+# What the appliance's ingest takes (it refuses a whole write over any of them)
+MESSAGE_CHARS = 2000
+DETAIL_BYTES = 16 * 1024
+JOB_CHARS = 100
 THROTTLE_MASK = sum(THROTTLE_REASONS.values())
 WHOLE_GPU = "-1"
 
@@ -61,8 +66,10 @@ def quote_field(value: str) -> str:
 def line(measurement: str, tags: list[tuple[str, object]], fields: dict[str, object], time_ns: int) -> str:
     """One line of line protocol: tags with an empty value left out, floats as floats, strings quoted."""
     head = measurement + "".join(f",{name}={escape_tag(value)}" for name, value in tags if str(value) != "")
+    # a NaN or an infinity (a counter read mid-reset, say) is no measurement: the field is left out
     body = ",".join(f"{name}={quote_field(value) if isinstance(value, str) else repr(float(value))}"
-                    for name, value in fields.items() if value is not None)
+                    for name, value in fields.items()
+                    if value is not None and (isinstance(value, str) or math.isfinite(float(value))))
     return f"{head} {body} {time_ns}"
 
 
@@ -213,8 +220,10 @@ class Rollup:
                       if name not in ("kind", "gpu", "device", "Hostname", "time_ns")}
             tags = [("Hostname", self.hostname), ("kind", kind), ("gpu", "" if gpu is None else gpu),
                     ("device", device)]
-            lines.append(line("event", tags, {"message": describe(event), "detail": json.dumps(detail, sort_keys=True)},
-                              time_ns))
+            text = json.dumps(detail, sort_keys=True, default=str)
+            if len(text.encode()) > DETAIL_BYTES:
+                text = json.dumps({"truncated": True, "keys": sorted(detail)[:50]}, default=str)
+            lines.append(line("event", tags, {"message": describe(event)[:MESSAGE_CHARS], "detail": text}, time_ns))
         return lines
 
     # ---- output -----------------------------------------------------------------------------------------
@@ -252,6 +261,8 @@ class Rollup:
             fields["cpu_busy"], fields["cpu_iowait"] = _cpu(host.rates)
         out.append(line("node_rollup", [("Hostname", self.hostname)], fields, start))
         for (_, fstype, name), series in mounts:
+            if not self.mount_of(fstype, name).startswith("/"):
+                continue  # a filesystem whose mount point is unknown counts in the node's totals only
             out.append(line("mount_rollup", [("Hostname", self.hostname), ("mount", self.mount_of(fstype, name)),
                                              ("fstype", fstype)],
                             {"step": self.step_s,
@@ -262,7 +273,7 @@ class Rollup:
     def _gpu_line(self, series: _Series, start: int) -> str:
         tags = series.tags
         instance = tags.get("GPU_I_ID", "")
-        holder = series.holders.most_common(1)[0][0] if series.holders else ""
+        holder = series.holders.most_common(1)[0][0][:JOB_CHARS] if series.holders else ""
         fields: dict[str, object] = {"step": self.step_s, "samples": series.samples}
         for name, (source, maximum) in GPU_GAUGES.items():
             fields[name] = series.mean(source)
