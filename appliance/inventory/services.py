@@ -289,7 +289,7 @@ class _Importer:
         merged_settings = {**(existing.settings if existing else {}), "fabric": site.fabric}
         # Sections the site leaves out are not kept as empty ones (nor left over from an earlier import).
         for key, value in (("maintenance", site.maintenance), ("package_repository", site.package_repository),
-                           ("ssh", site.ssh)):
+                           ("ssh", site.ssh), ("telemetry", site.telemetry)):
             if value:
                 merged_settings[key] = value
             else:

@@ -317,6 +317,7 @@ NAME_WHAT = "a name (lower-case letters, digits and '-', at most 63 characters)"
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 ABSOLUTE_PATH = re.compile(r"^/[^\0\n]*$")
+INFLUX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 BECOME_METHODS = ("sudo", "su", "doas")
 PKEY = re.compile(r"^0x[0-9a-fA-F]{1,4}$")
 
@@ -413,6 +414,7 @@ class SiteDefinition:
     pools: list[PoolDef] = field(default_factory=list)
     package_repository: dict = field(default_factory=dict)  # {"url": ...}; empty: the management node's
     ssh: dict = field(default_factory=dict)  # how the nodes are reached (user, key, known_hosts, become, python)
+    telemetry: dict = field(default_factory=dict)  # the nodes' collectors (interval, ingest URL, InfluxDB, ...)
     platforms: dict = field(default_factory=dict, repr=False)  # slug -> platforms.PlatformSpec
     maintenance: dict = field(default_factory=dict)  # appliance.maintenance: {window, reset_timeout}
     lines: dict = field(default_factory=dict, repr=False)  # top-level section -> line
@@ -452,7 +454,7 @@ def parse_site(text: str, filename: str) -> SiteDefinition:
 
 class _Parser:
     TOP = ("appliance", "simulation", "defaults", "networks", "fabric", "switches", "nodes", "filesystems", "pools",
-           "package_repository", "ssh")
+           "package_repository", "ssh", "telemetry")
 
     def __init__(self, collector: ErrorCollector):
         self.collector = collector
@@ -481,6 +483,7 @@ class _Parser:
         pools = self.pools(top.get("pools"), node_names)
         package_repository = self.package_repository(top.get("package_repository"), networks)
         ssh = self.ssh(top.get("ssh"))
+        telemetry = self.telemetry(top.get("telemetry"))
         if name is None:
             return None
         return SiteDefinition(
@@ -488,7 +491,7 @@ class _Parser:
             description=description, simulation=bool(simulation), fabric=fabric,
             networks=[n for n, _ in networks.values()], nodes=nodes, switches=switches,
             filesystems=filesystems, pools=pools, package_repository=package_repository, ssh=ssh,
-            platforms={slug: spec for slug, spec in self.platform_cache.items() if spec is not None},
+            telemetry=telemetry, platforms={slug: spec for slug, spec in self.platform_cache.items() if spec is not None},
             maintenance=self.maintenance_settings,
             lines={key: cursor.line for key, cursor in top.items()})
 
@@ -637,6 +640,58 @@ class _Parser:
                 python = None
             values["python"] = python
         return {key: value for key, value in values.items() if value is not None}
+
+    def telemetry(self, cursor: Cursor | None) -> dict:
+        """The nodes' collectors (the monitoring stage): sweep interval (0.1 to 3600 s), the appliance's ingest
+        URL (http or https; default: the first management node's portal), the /metrics port, the disk
+        buffer's bound, and the site's own InfluxDB for raw points (url, org, bucket)."""
+        if cursor is None:
+            return {}
+        fields = cursor.mapping(("interval_s", "ingest_url", "metrics_port", "buffer_max_mib", "influxdb"))
+        if not fields:
+            return {}
+        values: dict = {}
+        if "interval_s" in fields:
+            values["interval_s"] = self.number(fields["interval_s"], 0.1, 3600.0)
+        if "ingest_url" in fields:
+            url = fields["ingest_url"].url()
+            if url is not None and (urlsplit(url).query or urlsplit(url).fragment):
+                fields["ingest_url"].error(f"{url!r}: the ingest URL takes no query or fragment "
+                                           "(the collectors add /api/v2/write?...)")
+                url = None
+            values["ingest_url"] = url
+        if "metrics_port" in fields:
+            values["metrics_port"] = fields["metrics_port"].integer(1, 65535)
+        if "buffer_max_mib" in fields:
+            values["buffer_max_mib"] = fields["buffer_max_mib"].integer(16, 65536)
+        if "influxdb" in fields:
+            influxdb = fields["influxdb"].mapping(("url", "org", "bucket", "token_credential"), required=("url",))
+            if influxdb:
+                site_influxdb = {}
+                if "url" in influxdb:
+                    site_influxdb["url"] = influxdb["url"].url()
+                for key in ("org", "bucket"):
+                    if key in influxdb:
+                        site_influxdb[key] = influxdb[key].text(INFLUX_NAME, "an InfluxDB organisation or bucket "
+                                                                            "name (letters, digits, '-', '_', '.')")
+                if "token_credential" in influxdb:
+                    influxdb["token_credential"].error("the credential store holds BMC logins only, no API token "
+                                                       "yet: leave token_credential out (the collectors then write "
+                                                       "to InfluxDB without a token)")
+                if all(value is not None for value in site_influxdb.values()):
+                    values["influxdb"] = site_influxdb
+        return {key: value for key, value in values.items() if value is not None}
+
+    @staticmethod
+    def number(cursor: Cursor, minimum: float, maximum: float) -> float | None:
+        value = cursor.value
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            cursor.error(f"expected a number, got {_type_name(value)}")
+            return None
+        if not minimum <= float(value) <= maximum:
+            cursor.error(f"{value} is out of range (must be between {minimum:g} and {maximum:g})")
+            return None
+        return float(value)
 
     def credential(self, cursor: Cursor) -> str | None:
         """The name of an existing BMC credential (the store is read, never a file or a variable)."""

@@ -1,9 +1,13 @@
 """The stage catalogue: the fixed, ordered list of provisioning stages.
 
 Adding a stage is a playbook (playbooks/stages/<name>.yml) and one entry below. An entry says which
-node roles the stage acts on, may add extra variables (a vars provider: (run, nodes) -> dict) and may
-refuse to start (a validation hook: (nodes) -> list of error lines naming file:line), so that a bad
-input stops the run before anything is sent.
+node roles the stage acts on, may add extra variables (a vars provider: (run, nodes) -> dict), secrets
+(a secrets provider: (run, nodes) -> {variable: {host: secret}}, passed as the BMC passwords are: in the
+run's private vars file, masked everywhere else) and may refuse to start (a validation hook: (nodes) ->
+list of error lines naming file:line), so that a bad input stops the run before anything is sent.
+
+A provider may be named instead of given: an app above provisioning (telemetry) registers its providers
+by name in its AppConfig.ready() (register_provider), since provisioning must not import it.
 
 A deployment may replace the catalogue (a site with extra stages) by naming another Catalogue object
 in the APPLIANCE_PROVISIONING_CATALOGUE environment variable or the PROVISIONING_CATALOGUE setting
@@ -26,6 +30,27 @@ from . import baseline
 
 ALL_ROLES = frozenset(NODE_ROLES)
 
+_PROVIDERS: dict[str, Callable] = {}
+
+
+class UnknownProvider(LookupError):
+    pass
+
+
+def register_provider(name: str, function: Callable) -> None:
+    """Make a vars or secrets provider known by name (an app's ready(); registering again replaces it)."""
+    _PROVIDERS[name] = function
+
+
+def provider(reference: Callable | str | None) -> Callable | None:
+    if reference is None or callable(reference):
+        return reference
+    try:
+        return _PROVIDERS[reference]
+    except KeyError:
+        raise UnknownProvider(f"no stage variables provider {reference!r} is registered (is the app that "
+                              "provides it in INSTALLED_APPS?)") from None
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -34,8 +59,9 @@ class Stage:
     # Lazy text, in the reader's language: not part of what makes two stages equal.
     description: str = field(compare=False)
     roles: frozenset[str] = ALL_ROLES
-    vars_provider: Callable | None = field(default=None, compare=False)
+    vars_provider: Callable | str | None = field(default=None, compare=False)
     validate: Callable | None = field(default=None, compare=False)
+    secrets_provider: Callable | str | None = field(default=None, compare=False)
 
     def playbook_path(self) -> Path:
         path = Path(self.playbook)
@@ -45,7 +71,12 @@ class Stage:
         return node.role in self.roles
 
     def extra_vars(self, run, nodes) -> dict:
-        return dict(self.vars_provider(run, nodes)) if self.vars_provider else {}
+        function = provider(self.vars_provider)
+        return dict(function(run, nodes)) if function else {}
+
+    def secret_vars(self, run, nodes) -> dict[str, dict[str, str]]:
+        function = provider(self.secrets_provider)
+        return {name: dict(values) for name, values in function(run, nodes).items()} if function else {}
 
     def errors(self, nodes) -> list[str]:
         problems = []
@@ -129,10 +160,16 @@ DEFAULT = Catalogue([
           _("Slurm for the training pool (slurm.conf, gres.conf, cgroup.conf, munge key, node health "
            "check) and the Kubernetes inference pool (GPU operator values, time-slicing, labels, taints)."),
           vars_provider=stage_vars.workloads_stage_vars),
+    Stage("monitoring", "stages/monitoring.yml",
+          _("The telemetry collector on every node (NVML with GPM, InfiniBand, filesystems, jobs): its "
+            "package and Python dependencies from the appliance's repository, its configuration and ingest "
+            "token, a systemd unit enabled and started; its rollups go to the appliance, raw points to the "
+            "site's InfluxDB when one is set, and /metrics serves the DCGM exporter's names."),
+          vars_provider="telemetry.monitoring_stage_vars", secrets_provider="telemetry.monitoring_stage_secrets"),
     Stage("acceptance", "stages/acceptance.yml",
           _("The result checked against the platform's expectations: GPUs, driver, persistence, NVLink, "
            "BIOS values, the settings of the other stages, the fabric, GPUDirect, NCCL and InfiniBand "
-           "bandwidth, DCGM diagnostics and XID errors.")),
+           "bandwidth, DCGM diagnostics, XID errors and each node's collector answering on /metrics.")),
 ])
 
 

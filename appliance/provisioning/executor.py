@@ -23,6 +23,7 @@ import ansible_runner
 from django.conf import settings
 
 from appliance.core.files import write_private
+from appliance.core.secrets import MASK
 
 from .events import EventIngestor, IngestResult, Scrubber
 from .facts import FactsSink
@@ -98,6 +99,24 @@ def _stdout_tail(directory: Path, ident: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def scrub_artifacts(directory: Path, secret_values: list[str]) -> int:
+    """Mask the run's secrets in what ansible-runner kept (stdout, job events, fact cache): a task without
+    no_log that printed one would otherwise leave it on disk. Returns the number of files rewritten."""
+    secrets = [value.encode() for value in secret_values if value]
+    rewritten = 0
+    for path in (directory / "artifacts").rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        data = path.read_bytes()
+        cleaned = data
+        for secret in secrets:
+            cleaned = cleaned.replace(secret, MASK.encode())
+        if cleaned != data:
+            write_private(path, cleaned)
+            rewritten += 1
+    return rewritten
+
+
 def execute(stage_run: StageRun, playbook: Path, playbook_input: PlaybookInput, *, dry_run: bool,
             facts_sink: FactsSink | None, should_cancel: Callable[[], bool], tick: Callable | None = None,
             on_event: Callable | None = None) -> StageExecution:
@@ -152,5 +171,6 @@ def execute(stage_run: StageRun, playbook: Path, playbook_input: PlaybookInput, 
             thread.join(timeout=30)
         secrets_file.unlink(missing_ok=True)
         shutil.rmtree(directory / "tmp", ignore_errors=True)
+        scrub_artifacts(directory, playbook_input.secret_values)
     status = "canceled" if cancel_flag.is_set() and runner.status in ("canceled", "failed") else runner.status
     return StageExecution(status, runner.rc, result, strategy_name, notice, _stdout_tail(directory, ident))

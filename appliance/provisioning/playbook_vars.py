@@ -37,7 +37,7 @@ class PlaybookInput:
     secret_values: list[str] = field(default_factory=list)
 
     def masked_secrets(self) -> dict:
-        return {SECRETS_VAR: {host: MASK for host in self.secrets.get(SECRETS_VAR, {})}}
+        return {name: {host: MASK for host in values} for name, values in self.secrets.items()}
 
 
 def bmc_login(bmc):
@@ -146,5 +146,10 @@ def build(run, stage, nodes: list[Node]) -> PlaybookInput:
             passwords[node.name] = password
     inventory = {"all": {"hosts": hosts}}
     extravars = {**appliance_vars(run.appliance), "stage": stage.name, **stage.extra_vars(run, nodes)}
-    secrets = {SECRETS_VAR: passwords}
-    return PlaybookInput(inventory, extravars, secrets, sorted(set(passwords.values()), key=len, reverse=True))
+    # A stage's own secrets (the collectors' ingest tokens) travel like the BMC passwords: {variable: {host: secret}}.
+    stage_secrets = stage.secret_vars(run, nodes)
+    if SECRETS_VAR in stage_secrets:
+        raise ValueError(f"stage {stage.name}: its secrets provider may not define {SECRETS_VAR}")
+    secrets = {SECRETS_VAR: passwords, **stage_secrets}
+    values = {*passwords.values(), *(value for per_host in stage_secrets.values() for value in per_host.values())}
+    return PlaybookInput(inventory, extravars, secrets, sorted(values, key=len, reverse=True))

@@ -52,8 +52,21 @@ from appliance import audit
 # controller is tested with, and the SHA-256 of its wheel as PyPI publishes it. Pinned here, as a lock file
 # pins: a rebuild next week gives the nodes the same bytes, and a repository that serves other bytes is
 # refused by the build and by pip on the node.
+# The telemetry collector (the monitoring stage) adds its sink's client and /metrics library with every
+# package they need at run time, each pinned as the controller's lock (.requirements/runtime.txt) pins it,
+# names spelled as `pip freeze` prints them (the node_python role compares its output with these). One
+# exception: reactivex 6 needs Python 3.11 and the nodes run 3.10, so they get 5.1.0, the newest release
+# for 3.10 that influxdb-client (reactivex>=4.0.4) accepts.
 NODE_PYTHON_REQUIREMENTS = {
     "nvidia-ml-py": ("13.615.71", ("959bf4adf6fe1308e4bd739e722236b0d1ec8392e2cefad33ff70c311380b9b6",)),
+    "influxdb-client": ("1.50.0", ("f172975cf7f0c95bfe74f288b31273393b164d2c58a948de55497d9956ab49be",)),
+    "reactivex": ("5.1.0", ("8668c0a3c8ae8694f1180421b367489d35a8affa281a3605014bf54364eed3a0",)),
+    "typing_extensions": ("4.16.0", ("481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8",)),
+    "certifi": ("2026.10.19.post1", ("1324c476b4811eff41a8bc2122cd0bbd4d9c7234c725446d99ab1612b3a7fdd2",)),
+    "python-dateutil": ("2.9.0.post0", ("a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427",)),
+    "six": ("1.17.0", ("4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274",)),
+    "urllib3": ("2.8.0", ("0cf3cae568d36aa9576b28dfb35f11328f1cb974ca7647d9475ebb86c75ac6e3",)),
+    "prometheus_client": ("0.26.0", ("fa93d06737aa02bacd05794768508bb97d2fbee28cb3bca04eaae92f0ca953d6",)),
 }
 # Ubuntu 22.04, the OS of the appliance's nodes, has Python 3.10. The simulated nodes run the host's
 # /usr/bin/python3, whose version `build` adds by default.
@@ -422,15 +435,23 @@ def build(*, python_versions: list[str] | None = None, find_links: Path | None =
 
 
 def ensure_built() -> dict | None:
-    """Build the repository from the registries unless one is there (the simulated appliance's first
-    bootstrap, online); returns the new manifest, or None when one was there."""
-    if (root() / MANIFEST).is_file():
+    """Build the repository from the registries unless one with today's pins is there (the simulated
+    appliance's first bootstrap, online; or the first after the pins changed); returns the new manifest,
+    or None when one was there."""
+    if _current():
         return None
     with _locked():
         # Another process may have built it while this one waited for the lock.
-        if (root() / MANIFEST).is_file():
+        if _current():
             return None
     return build()
+
+
+def _current() -> bool:
+    try:
+        return json.loads((root() / MANIFEST).read_text()).get("requirements") == _pins()
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def manifest() -> dict:

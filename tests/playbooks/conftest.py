@@ -72,7 +72,7 @@ class SimulatedAppliance:
     platform: dict
     registry: dict
     host_vars: dict = field(default_factory=dict)
-    stage_vars: dict = field(default_factory=dict)  # what the fabric, gpudirect, storage vars providers render
+    stage_vars: dict = field(default_factory=dict)  # what the fabric, gpudirect, storage, monitoring providers render
     package_repository: dict = field(default_factory=dict)  # repository.playbook_vars: where the node installs from
     runs: int = 0
 
@@ -203,10 +203,17 @@ def simulated_appliance(django_db_setup, django_db_blocker, tmp_path_factory):
                 # One GPU node and no management node: the subnet manager is the site's external one.
                 appliance.settings = {"fabric": {"subnet_manager": {"kind": "external"}}}
                 appliance.save()
+                from appliance.telemetry import stage_vars as monitoring
+                from appliance.telemetry import tokens
+
+                # The monitoring stage's token is a secret of the run in the engine; here it rides with the
+                # other variables of the test's own ansible-playbook.
                 simulated.stage_vars = {**stage_vars.fabric_vars(appliance), **stage_vars.gpudirect_vars(appliance),
-                                        **stage_vars.storage_vars(appliance)}
+                                        **stage_vars.storage_vars(appliance), **monitoring.monitoring_vars(appliance, [node]),
+                                        monitoring.TOKENS_VAR: {NODE: tokens.collector_token(node)}}
                 yield simulated
             finally:
+                services.stop_collectors(appliance)
                 services.stop_ssh(appliance)
                 services.stop_bmcs(appliance)
                 repository_server.stop()

@@ -36,15 +36,19 @@ def test_the_node_venv_gets_the_nvml_binding_from_the_repository_and_stays(simul
     venv = sim.sysroot / "opt/appliance/python"
     source = (sim.sysroot / "etc/apt/sources.list.d/appliance.list").read_text()
     assert f"deb [trusted=yes] {sim.package_repository['url']}/apt appliance main" in source
-    assert (venv / "appliance-requirements.txt").read_text() == (
-        "nvidia-ml-py==13.615.71 "
-        "--hash=sha256:959bf4adf6fe1308e4bd739e722236b0d1ec8392e2cefad33ff70c311380b9b6\n")
+    requirements = (venv / "appliance-requirements.txt").read_text().splitlines()
+    assert ("nvidia-ml-py==13.615.71 "
+            "--hash=sha256:959bf4adf6fe1308e4bd739e722236b0d1ec8392e2cefad33ff70c311380b9b6") in requirements
+    # The collector's sink client, with a hash like every line.
+    assert ("influxdb-client==1.50.0 "
+            "--hash=sha256:f172975cf7f0c95bfe74f288b31273393b164d2c58a948de55497d9956ab49be") in requirements
+    assert len(requirements) == 9 and all(" --hash=sha256:" in line for line in requirements)
     # Imported from the venv's own site packages, with the environment of the node (its simulated NVML).
-    probe = subprocess.run([str(venv / "bin/python3"), "-c", "import importlib.metadata as m, pynvml; "
-                            "print(m.version('nvidia-ml-py'), pynvml.__file__)"],
+    probe = subprocess.run([str(venv / "bin/python3"), "-c", "import importlib.metadata as m, pynvml, influxdb_client; "
+                            "print(m.version('nvidia-ml-py'), pynvml.__file__, influxdb_client.__file__)"],
                            capture_output=True, text=True, check=True, env={"PIP_CONFIG_FILE": "/dev/null"})
-    version, module_file = probe.stdout.split()
-    assert version == "13.615.71" and module_file.startswith(str(venv))
+    version, module_file, client_file = probe.stdout.split()
+    assert version == "13.615.71" and module_file.startswith(str(venv)) and client_file.startswith(str(venv))
     assert sim.state()["packages"]["python3-pip"] == "22.0.2+dfsg-1ubuntu0.4"
     served = (sim.workdir / "simulation" / "repository-server.log").read_text()
     assert "GET /python/simple/nvidia-ml-py/ HTTP" in served

@@ -18,17 +18,23 @@ from appliance.provisioning import repository
 
 WHEEL = "nvidia_ml_py-13.615.71-py3-none-any.whl"
 WHEEL_SHA256 = "959bf4adf6fe1308e4bd739e722236b0d1ec8392e2cefad33ff70c311380b9b6"
+# The node venv's pins: the NVML binding, and the collector's InfluxDB client and /metrics library with
+# what they need at run time (as `pip freeze` spells them).
+PINS = {"nvidia-ml-py": "13.615.71", "influxdb-client": "1.50.0", "reactivex": "5.1.0",
+        "typing_extensions": "4.16.0", "certifi": "2026.10.19.post1", "python-dateutil": "2.9.0.post0",
+        "six": "1.17.0", "urllib3": "2.8.0", "prometheus_client": "0.26.0"}
 
 
 @pytest.fixture(scope="session")
 def wheel_cache(tmp_path_factory, django_db_setup, django_db_blocker):
-    """A local folder holding the pinned wheel: taken from the suite's own repository, which its first
+    """A local folder holding the pinned wheels: taken from the suite's own repository, which its first
     user built once from PyPI (pip's cache makes that cheap)."""
     with django_db_blocker.unblock(), transaction.atomic():
         repository.ensure_built()
         transaction.set_rollback(True)  # its audit record is no test's
     folder = tmp_path_factory.mktemp("wheels")
-    shutil.copy(repository.root() / "python" / "files" / WHEEL, folder)
+    for wheel in (repository.root() / "python" / "files").glob("*.whl"):
+        shutil.copy(wheel, folder)
     return folder
 
 
@@ -52,7 +58,10 @@ def test_a_build_from_a_local_wheel_folder_needs_no_network(db, wheel_cache, off
     root = fresh_repository
     manifest = json.loads((root / "manifest.json").read_text())
     assert manifest["python_versions"] == ["3.10"]
-    assert manifest["requirements"] == {"nvidia-ml-py": "13.615.71"}
+    assert manifest["requirements"] == PINS
+    influxdb_client = "python/files/influxdb_client-1.50.0-py3-none-any.whl"
+    assert manifest["files"][influxdb_client]["sha256"] == (
+        "f172975cf7f0c95bfe74f288b31273393b164d2c58a948de55497d9956ab49be")
     assert manifest["files"][f"python/files/{WHEEL}"]["sha256"] == WHEEL_SHA256
     assert (f'<a href="../../files/{WHEEL}#sha256={WHEEL_SHA256}">'
             in (root / "python/simple/nvidia-ml-py/index.html").read_text())
@@ -67,7 +76,7 @@ def test_a_build_from_a_local_wheel_folder_needs_no_network(db, wheel_cache, off
     assert f"SHA256:\n {digest} {len(packages.encode())} main/binary-amd64/Packages\n" in release
     assert "Debian packages (simulation)" in capsys.readouterr().out
     record = AuditRecord.objects.filter(event="repository.build").latest("sequence")
-    assert record.details["offline"] is True and record.details["requirements"] == {"nvidia-ml-py": "13.615.71"}
+    assert record.details["offline"] is True and record.details["requirements"] == PINS
 
     call_command("repository", "verify")
     deb = root / "apt/pool/main/c/chrony/chrony_4.2-2ubuntu2_amd64.deb"

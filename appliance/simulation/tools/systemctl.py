@@ -8,6 +8,7 @@ anything else cannot start in the simulation and says so.
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from . import COMMANDS, ToolError, kmod, mounts
 UNIT_DIRECTORIES = ("etc/systemd/system", "lib/systemd/system", "usr/lib/systemd/system")
 UNIT_SUFFIXES = (".service", ".mount", ".timer", ".target", ".socket", ".path")
 # Daemons that refuse to start without their configuration file.
+# Units whose process the simulation runs itself, outside any unit (appliance.simulation.collectors starts
+# the collectors after the monitoring stage, with the node's own venv and package): starting one checks
+# that what its ExecStart names was deployed, and marks it active.
+SIMULATION_RUN_UNITS = ("appliance-collector.service",)
 UNIT_NEEDS_FILE = {
     "slurmd.service": "/etc/slurm/slurm.conf",
     "slurmctld.service": "/etc/slurm/slurm.conf",
@@ -111,6 +116,8 @@ def start(tool, state: dict, unit: str) -> None:
             mounts.mount(state, tool.sysroot, mount_section.get("What", ""), where, mount_section.get("Type", ""), options)
         except mounts.MountError as exc:
             raise UnitError(f"Job for {unit} failed. {exc}") from None
+    elif path is not None and unit in SIMULATION_RUN_UNITS:
+        check_deployed(tool, unit, parse_unit(path).get("Service", {}))
     elif path is not None and unit not in packages.known_units(state):
         service = parse_unit(path).get("Service", {})
         commands = [line for key in ("ExecStartPre", "ExecStart", "ExecStartPost")
@@ -127,6 +134,30 @@ def start(tool, state: dict, unit: str) -> None:
     elif unit == "systemd-timesyncd.service":
         state["time"] = {"synchronised": True, "source": "systemd-timesyncd"}
     entry["active"] = True
+
+
+def _deployed(tool, absolute: str) -> bool:
+    # Existence only, without following links: the venv's interpreter links to the host's Python.
+    parts = Path(absolute).parts
+    return absolute.startswith("/") and ".." not in parts and os.path.lexists(Path(tool.sysroot, *parts[1:]))
+
+
+def check_deployed(tool, unit: str, service: dict[str, str]) -> None:
+    """The program, the --config file and the PYTHONPATH folders of the unit's ExecStart exist on the node."""
+    argv = shlex.split(service.get("ExecStart", "").splitlines()[0] if service.get("ExecStart") else "")
+    needed = argv[:1]
+    if "--config" in argv[:-1]:
+        needed.append(argv[argv.index("--config") + 1])
+    for assignment in shlex.split(service.get("Environment", "").replace("\n", " ")):
+        name, _, value = assignment.partition("=")
+        if name == "PYTHONPATH":
+            needed.extend(folder for folder in value.split(":") if folder)
+    if not argv:
+        raise UnitError(f"Failed to start {unit}: Unit {unit} has no ExecStart.", 1)
+    missing = [path for path in needed if not _deployed(tool, path)]
+    if missing:
+        raise UnitError(f"Job for {unit} failed because the control process exited with error code "
+                        f"({', '.join(missing)} missing).")
 
 
 class Nested(Exception):

@@ -8,9 +8,14 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
-import subprocess
+import re
 import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
 
 try:
     from ansible_collections.appliance.hgx.plugins.module_utils.appliance_nvml import driver_record, gpu_records, nvml_session
@@ -259,11 +264,74 @@ def _retired(gpus):
     return judge
 
 
+# ---- the telemetry collector ------------------------------------------------------------------------
+
+COLLECTOR_CONFIG = "/etc/appliance/collector.json"
+GPU_UTIL_SERIES = re.compile(r'^DCGM_FI_DEV_GPU_UTIL\{(?P<labels>[^}]*)\}\s')
+GPU_LABEL = re.compile(r'(?:^|,)gpu="(?P<gpu>[^"]*)"')
+
+
+def read_metrics(address, port, wait_s=30.0):
+    """/metrics of the node's collector: (text, None) or (None, why not). A collector started a moment ago
+    (the unit, or the simulation right after the monitoring stage) gets `wait_s` seconds to answer."""
+    host = "127.0.0.1" if address in ("", "0.0.0.0") else ("::1" if address == "::" else address)
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{int(port)}/metrics"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (http to the node itself)
+                return response.read().decode("utf-8", "replace"), None
+        except (OSError, urllib.error.URLError) as exc:
+            problem = f"{url}: {getattr(exc, 'reason', exc)}"
+        if time.monotonic() >= deadline:
+            return None, problem
+        time.sleep(0.5)
+
+
+def gpu_util_series(text):
+    """{gpu label: number of DCGM_FI_DEV_GPU_UTIL series} of an exposition text."""
+    counts = {}
+    for line in text.splitlines():
+        match = GPU_UTIL_SERIES.match(line)
+        if match:
+            gpu = GPU_LABEL.search(match.group("labels"))
+            key = gpu.group("gpu") if gpu else "(no gpu label)"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def collector_checks(ctx, wait_s=30.0):
+    source = "the monitoring stage deploys the collector (contract: /metrics under dcgm-exporter's names)"
+    try:
+        with open(ctx.path(COLLECTOR_CONFIG)) as handle:
+            metrics = json.load(handle)["metrics"]
+        address, port = metrics.get("address", ""), int(metrics["port"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [ctx.record("collector.metrics", "answers", None, False, source,
+                           f"{COLLECTOR_CONFIG}: not deployed or unreadable ({exc})")]
+    text, problem = read_metrics(address, port, wait_s)
+    records = [ctx.record("collector.metrics", "answers", "answers" if text is not None else None, text is not None,
+                          source, f"/metrics on port {port} answered" if text is not None else problem)]
+    expected = int((ctx.platform.get("gpu") or {}).get("count") or 0)
+    if expected:
+        counts = gpu_util_series(text or "")
+        repeated = sorted(gpu for gpu, count in counts.items() if count > 1)
+        measured = len(counts) if text is not None else None
+        passed = measured == expected and not repeated
+        message = (f"DCGM_FI_DEV_GPU_UTIL for GPU(s) {', '.join(sorted(counts, key=str)) or 'none'}"
+                   + (f"; more than one series for GPU(s) {', '.join(repeated)}" if repeated else "")
+                   if text is not None else problem)
+        records.append(ctx.record("collector.gpu_util_series", expected, measured, passed,
+                                  ctx.spec_source("gpu.count"), message))
+    return records
+
+
 GROUPS = {
     "bios": bios_checks,
     "os": os_checks,
     "services": service_checks,
     "gpu": gpu_checks,
+    "collector": collector_checks,
 }
 
 

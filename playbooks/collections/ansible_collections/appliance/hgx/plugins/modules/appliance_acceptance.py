@@ -45,7 +45,8 @@ options:
   groups:
     description:
       - Check groups to run, in order.
-      - Known groups are V(bios), V(os), V(services) and V(gpu).
+      - Known groups are V(bios), V(os), V(services), V(gpu) and V(collector) (the telemetry collector answers on its
+        C(/metrics) with one C(DCGM_FI_DEV_GPU_UTIL) series per GPU).
     type: list
     elements: str
     required: true

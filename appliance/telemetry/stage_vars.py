@@ -1,0 +1,123 @@
+"""The monitoring stage's variables: each node's collector.json (contract "Node layout") and its ingest
+token, registered with the provisioning catalogue by name (apps.py), since provisioning may not import
+this app.
+
+The token is a secret of the run (the secrets provider), never one of these variables: the engine writes
+it to the run's private vars file only and masks it everywhere else, as it does the BMC passwords.
+The InfluxDB section carries no token: the credential store has no kind for an API token yet, so a
+site's InfluxDB is written to without one (README "Telemetry").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+
+from appliance.partitioning.renderers.site import RenderError
+
+from . import tokens
+
+# Contract "Node layout": node paths (a simulated node's are under its sysroot).
+COLLECTOR_DIR = "/opt/appliance/collector"
+PACKAGE_NAME = "appliance_collector"
+CONFIG_FILE = "/etc/appliance/collector.json"
+TOKEN_FILE = "/etc/appliance/collector.token"
+BUFFER_DIR = "/var/lib/appliance/collector"
+UNIT_NAME = "appliance-collector.service"
+# The modules of appliance/telemetry a node runs (stdlib, pynvml, influxdb-client and prometheus-client only).
+PACKAGE_MODULES = ("__init__", "agent", "collector", "buffer", "sinks", "exposition", "rollup")
+# The appliance's portal (and ingest endpoint) on a real management node (README "Telemetry").
+PORTAL_PORT = 8000
+INGEST_PATH = "/telemetry/ingest"
+
+DEFAULTS = {"interval_s": 1.0, "metrics_port": 9400, "buffer_max_mib": 256}
+INFLUXDB_DEFAULTS = {"url": "", "org": "appliance", "bucket": "telemetry"}
+TOKENS_VAR = "appliance_collector_tokens"
+# What a dry run renders instead of a token that was never issued (a dry run issues nothing).
+NOT_ISSUED = "not-issued-in-a-dry-run"
+
+
+def telemetry_settings(appliance) -> dict:
+    return dict((appliance.settings or {}).get("telemetry") or {})
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def default_ingest_url(appliance) -> str:
+    """The appliance's ingest endpoint as nodes reach it: the demo's portal port on a simulated appliance,
+    else port 8000 of the first management node's management address; "" when there is none."""
+    if appliance.simulated:
+        from appliance.simulation import ports
+
+        return f"http://127.0.0.1:{ports.portal_port(settings.SIMULATION_DIR)}{INGEST_PATH}"
+    management = (appliance.nodes.filter(role="management").exclude(management_address=None)
+                  .order_by("name").first())
+    if management is None:
+        return ""
+    return f"http://{_host(management.management_address)}:{PORTAL_PORT}{INGEST_PATH}"
+
+
+def metrics_endpoints(appliance, nodes) -> dict[str, tuple[str, int]]:
+    """{node: (address, port)} of each collector's /metrics. A simulated node listens on its own loopback
+    address and a port of its own (every simulated node shares this machine); a real one on the site's port."""
+    configured = telemetry_settings(appliance)
+    if not appliance.simulated:
+        port = int(configured.get("metrics_port", DEFAULTS["metrics_port"]))
+        return {node.name: ("0.0.0.0", port) for node in nodes}  # noqa: S104 (scraped from the network)
+    from appliance.simulation import ports, sshd
+
+    allocated = ports.metrics_ports(settings.SIMULATION_DIR, [node.name for node in nodes])
+    return {node.name: (sshd.address_of(node.name), allocated[node.name]) for node in nodes}
+
+
+def collector_config(node, *, ingest_url: str, metrics: tuple[str, int], configured: dict) -> dict:
+    influxdb = {**INFLUXDB_DEFAULTS, **{k: v for k, v in (configured.get("influxdb") or {}).items()
+                                        if k in INFLUXDB_DEFAULTS}}
+    return {
+        "hostname": node.name,
+        "interval_s": float(configured.get("interval_s", DEFAULTS["interval_s"])),
+        "buffer_dir": BUFFER_DIR,
+        "buffer_max_mib": int(configured.get("buffer_max_mib", DEFAULTS["buffer_max_mib"])),
+        "appliance": {"url": ingest_url, "token_file": TOKEN_FILE, "ca_file": ""},
+        "influxdb": {**influxdb, "token_file": ""},
+        "metrics": {"address": metrics[0], "port": metrics[1]},
+    }
+
+
+def monitoring_vars(appliance, nodes) -> dict:
+    configured = telemetry_settings(appliance)
+    ingest_url = (configured.get("ingest_url") or default_ingest_url(appliance)).rstrip("/")
+    if not ingest_url:
+        raise RenderError(f"appliance {appliance.name}: no ingest URL for the collectors (the site sets none in "
+                          "telemetry.ingest_url and has no management node with a management address)")
+    endpoints = metrics_endpoints(appliance, nodes)
+    return {"appliance_collector": {
+        # This package's own files, wherever it is installed (a checkout or a wheel): what the nodes run.
+        "package_source": str(Path(__file__).resolve().parent),
+        "package_modules": list(PACKAGE_MODULES),
+        "configs": {node.name: collector_config(node, ingest_url=ingest_url, metrics=endpoints[node.name],
+                                                configured=configured) for node in nodes},
+    }}
+
+
+def monitoring_tokens(run, nodes) -> dict[str, str]:
+    """{node: ingest token}; a dry run issues none (it shows the ones already issued, or a placeholder)."""
+    if not run.dry_run:
+        return {node.name: tokens.collector_token(node) for node in nodes}
+    from .models import NodeCollector
+
+    issued = dict(NodeCollector.objects.filter(node__in=nodes).values_list("node__name", "token"))
+    return {node.name: issued.get(node.name, NOT_ISSUED) for node in nodes}
+
+
+# The provisioning catalogue calls providers with (run, nodes).
+
+def monitoring_stage_vars(run, nodes) -> dict:
+    return monitoring_vars(run.appliance, nodes)
+
+
+def monitoring_stage_secrets(run, nodes) -> dict[str, dict[str, str]]:
+    return {TOKENS_VAR: monitoring_tokens(run, nodes)}
