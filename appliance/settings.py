@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "appliance.simulation",
     "appliance.provisioning",
     "appliance.telemetry",
+    "appliance.analytics",
     "appliance.partitioning",
     "appliance.portal",
 ]
