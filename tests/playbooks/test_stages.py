@@ -104,6 +104,20 @@ def test_fabric_and_gpudirect_stages_verify_ports_modules_and_affinity(simulated
     assert {"nvidia_peermem", "nvidia_fs"} <= set(state["modules"])
 
 
+def test_monitoring_deploys_the_collector_that_the_simulation_then_runs(simulated_appliance):
+    from appliance.simulation import services
+
+    sim = simulated_appliance
+
+    run = sim.run("stages/monitoring.yml", extra_vars=sim.stage_vars)
+
+    assert run.returncode == 0, run.output
+    assert sim.state()["services"]["appliance-collector.service"] == {"enabled": True, "active": True}
+    # As the engine does right after this stage on a simulated appliance (a real node's systemd runs it).
+    started = services.start_collectors(sim.node.appliance)
+    assert isinstance(started[NODE], int), started
+
+
 def test_acceptance_passes_and_reports_every_check(simulated_appliance):
     sim = simulated_appliance
 
@@ -115,7 +129,8 @@ def test_acceptance_passes_and_reports_every_check(simulated_appliance):
     assert {"gpu.count", "gpu.model", "gpu.memory_mib", "driver.version", "gpu.persistence_mode",
             "nvlink.links_up", "pcie.link_width", "gpu.retired_pages", "os.kernel_cmdline",
             "os.nouveau_unloaded", "os.memlock", "service.chrony", "service.nvidia-persistenced",
-            "service.nvidia-fabricmanager", "service.nvidia-dcgm", "bios.SysProfile"} <= names
+            "service.nvidia-fabricmanager", "service.nvidia-dcgm", "bios.SysProfile",
+            "service.appliance-collector", "collector.metrics", "collector.gpu_util_series"} <= names
     assert [c for c in checks if not c["passed"]] == []
     assert all(c["node"] == NODE and c["source"] for c in checks)
 
