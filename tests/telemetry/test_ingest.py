@@ -244,6 +244,24 @@ def test_a_gzip_bomb_is_refused_with_413_before_it_inflates(nodes, settings):
     assert stored_counts() == (0, 0, 0)
 
 
+def test_a_gzip_bomb_never_inflates_past_the_limit_in_memory():
+    import io
+    import tracemalloc
+
+    from appliance.telemetry import ingest
+
+    bomb = gzip.compress(b"\0" * (64 * 2**20), compresslevel=9)  # 64 KiB that inflate to 64 MiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(ingest.IngestError) as refused:
+            ingest.read_body(io.BytesIO(bomb), str(len(bomb)), "gzip", limit=2**20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (refused.value.status, refused.value.message) == (413, "the body is over 1048576 bytes once decompressed")
+    assert peak < 8 * 2**20, f"inflating the bomb took {peak} bytes"
+
+
 def test_a_body_declared_over_the_limit_is_refused_unread(nodes):
     response = post(GPU_LINE, CONTENT_LENGTH=str(17 * 2**20))
     assert (response.status_code, response.json()["code"]) == (413, "request too large")
