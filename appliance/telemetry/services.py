@@ -256,21 +256,21 @@ def collector_status(now: datetime | None = None, nodes=None) -> list[dict]:
     return result
 
 
-def acknowledge(event: HardwareEvent, user) -> bool:
-    """Acknowledge an alert (audited); False when it was acknowledged already (nothing changes)."""
+def acknowledge(event: HardwareEvent, user) -> HardwareEvent:
+    """Acknowledge an alert (audited) and return it; one acknowledged already stays as it was, with no
+    second record."""
     with transaction.atomic():
         current = HardwareEvent.objects.select_for_update().select_related("node").get(pk=event.pk)
-        if current.acknowledged_at is not None:
-            return False
-        current.acknowledged_at = timezone.now()
-        current.acknowledged_by = user.get_username()
-        current.save(update_fields=["acknowledged_at", "acknowledged_by"])
-        audit.record("telemetry.alert.acknowledge", target=current, actor=user,
-                     details={"node": current.node.name, "kind": current.kind, "gpu": current.gpu,
-                              "device": current.device, "time": current.time.isoformat(),
-                              "message": current.message})
+        if current.acknowledged_at is None:
+            current.acknowledged_at = timezone.now()
+            current.acknowledged_by = user.get_username()
+            current.save(update_fields=["acknowledged_at", "acknowledged_by"])
+            audit.record("telemetry.alert.acknowledge", target=current, actor=user,
+                         details={"node": current.node.name, "kind": current.kind, "gpu": current.gpu,
+                                  "device": current.device, "time": current.time.isoformat(),
+                                  "message": current.message})
     event.acknowledged_at, event.acknowledged_by = current.acknowledged_at, current.acknowledged_by
-    return True
+    return event
 
 
 def open_alerts() -> int:

@@ -95,10 +95,11 @@ def test_status_command_as_a_table_and_as_json(fleet, capsys):
 def test_acknowledging_an_alert_is_audited_once(fleet, make_user):
     operator = make_user(Role.OPERATOR, "operator1")
     alert = HardwareEvent.objects.get(kind="xid")
-    assert services.acknowledge(alert, operator) is True
-    assert services.acknowledge(alert, operator) is False
+    assert services.acknowledge(alert, operator) is alert
+    first = alert.acknowledged_at
+    services.acknowledge(alert, make_user(Role.OPERATOR, "operator2"))
     alert.refresh_from_db()
-    assert (alert.acknowledged_by, alert.acknowledged_at is not None) == ("operator1", True)
+    assert (alert.acknowledged_by, alert.acknowledged_at) == ("operator1", first)
     records = AuditRecord.objects.filter(event="telemetry.alert.acknowledge")
     assert [(r.actor_username, r.details["node"], r.details["kind"], r.details["gpu"]) for r in records] == \
         [("operator1", "gpu01", "xid", 3)]
