@@ -236,6 +236,43 @@ def _prepare_simulation(appliance: Appliance) -> None:
     simulation.start(appliance)  # the BMC emulators and the nodes' SSH servers
 
 
+# What a simulated appliance starts once a stage has put its files in place: the stage's own services,
+# which a real node's systemd starts by itself (the simulation plays systemd).
+_SIMULATED_SERVICES = {"workloads": ("the simulated Slurm", "start_slurm"),
+                       "monitoring": ("the simulated nodes' collectors", "start_collectors")}
+
+
+def _start_simulated_services(run: Run, stage_name: str) -> str:
+    """Start what the stage's files describe on a simulated appliance; returns why it failed, or ""."""
+    if run.dry_run or not run.appliance.simulated or stage_name not in _SIMULATED_SERVICES:
+        return ""
+    from appliance.simulation import services as simulation
+
+    what, function = _SIMULATED_SERVICES[stage_name]
+    try:
+        getattr(simulation, function)(run.appliance)
+    except simulation.SimulationError as exc:
+        return f"{what} did not start: {exc}"
+    return ""
+
+
+def _start_demo_workload(run: Run, catalogue) -> str:
+    """At the end of a whole bootstrap of a simulated appliance, the demo workload (unless it runs already),
+    so that the portal has something to show; returns why it failed, or ""."""
+    if (run.dry_run or not run.appliance.simulated or run.kind != Run.Kind.BOOTSTRAP
+            or catalogue.names[-1] not in run.stages):
+        return ""
+    from appliance.simulation import workload
+
+    if workload.status(run.appliance)["running"]:
+        return ""
+    try:
+        workload.start(run.appliance, profile="demo", speed=60)
+    except workload.WorkloadError as exc:
+        return f"the demo workload did not start: {exc}"
+    return ""
+
+
 def _emit(progress: ProgressCallback | None, what: str, **data) -> None:
     if progress is not None:
         progress(what, **data)
@@ -326,6 +363,10 @@ def _run_stage(run: Run, stage_run: StageRun, stage, nodes: list[Node], pulse: _
         detail = execution.stdout_tail or f"ansible-playbook ended with status {execution.status}"
         stage_run.transition(StageState.FAILED, _failure_line(
             stage.name, "", "", f"ansible-playbook exited with code {execution.rc}: {detail}"))
+        return set(by_name)
+    failure = _start_simulated_services(run, stage.name)
+    if failure:
+        stage_run.transition(StageState.FAILED, _failure_line(stage.name, "", "", failure))
         return set(by_name)
     stage_run.transition(StageState.SUCCEEDED)
     return set()
@@ -509,6 +550,8 @@ def execute_run(run_id: int, progress: ProgressCallback | None = None,
 
     run.refresh_from_db(fields=["cancel_requested", "cancel_requested_by"])
     cancelled = run.stage_runs.filter(state=StageState.CANCELLED).exists()
+    if not run_failure and not cancelled and not run.stage_runs.filter(state=StageState.FAILED).exists():
+        run_failure = _start_demo_workload(run, catalogue)
     if run_failure:
         target, message = RunState.FAILED, run_failure
     elif cancelled:

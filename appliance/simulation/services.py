@@ -368,8 +368,15 @@ def start(appliance) -> dict:
     """Everything a prepared simulated appliance runs: its BMC emulators, its nodes' SSH servers and,
     once the workloads stage has written its files, the training pool's Slurm, and once the monitoring
     stage has deployed them, the nodes' telemetry collectors."""
-    return {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance), "repository": start_repository(),
-            "slurm": start_slurm(appliance), "collectors": start_collectors(appliance)}
+    started = {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance), "repository": start_repository(),
+               "slurm": start_slurm(appliance)}
+    try:
+        started["collectors"] = start_collectors(appliance)
+    except SimulationError as exc:
+        # A collector that cannot start must not keep the bootstrap from running the stages that mend it;
+        # the monitoring stage starts them again and fails on it.
+        started["collectors"] = str(exc)
+    return started
 
 
 def stop(appliance) -> dict:

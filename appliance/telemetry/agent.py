@@ -53,7 +53,14 @@ class Agent:
     last_report_ns: int = 0
 
     def start(self) -> Agent:
-        self.collector.open()
+        try:
+            self.collector.open()
+        except CollectorError as exc:
+            if self.rollup is None:
+                raise
+            # The deployed collector runs on every node: one without a GPU driver (a management node, or
+            # a GPU node before its driver loads) still has a fabric, filesystems and CPUs to report.
+            log.warning("no GPU is read on this node: %s", exc)
         if self.sink is not None:
             self.forwarder = Forwarder(self.buffer, self.sink)
             self.forwarder.start()

@@ -39,7 +39,7 @@ def deploy(sysroot: Path, config: dict, token: str = "node-token") -> None:
     for name in NODE_PACKAGES:
         (shutil.copytree if (source / name).is_dir() else shutil.copy)(source / name, target / name)
     etc = sysroot / "etc/appliance"
-    etc.mkdir(parents=True)
+    etc.mkdir(parents=True, exist_ok=True)
     (etc / "collector.json").write_text(json.dumps(config))
     (etc / "collector.token").write_text(token + "\n")
     (etc / "collector.token").chmod(0o600)
@@ -118,3 +118,58 @@ def test_a_collector_runs_on_the_node_venv_serves_metrics_sends_rollups_and_stop
     raw = victoria.export('{__name__="DCGM_FI_DEV_GPU_UTIL",Hostname="gpu01"}')
     assert len(raw) == 8
     assert (sysroot / "var/lib/appliance/collector/appliance.sqlite").is_file()
+
+
+NOTHING = """
+- name: Deploys nothing (the collector's files are put in place by the test)
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Nothing to do
+      ansible.builtin.meta: noop
+"""
+
+
+@pytest.fixture
+def engine_appliance(make_appliance, tmp_path):
+    from appliance.provisioning.catalogue import Catalogue, Stage
+
+    playbook = tmp_path / "monitoring.yml"
+    playbook.write_text(NOTHING)
+    appliance, (node,) = make_appliance(nodes=(("mon-gpu01", "hgx-h100-8gpu"),))
+    yield appliance, node, Catalogue([Stage("monitoring", str(playbook), "deploys nothing")])
+    services.stop(appliance)
+
+
+def test_after_the_monitoring_stage_the_run_starts_the_collectors_or_fails_naming_why(engine_appliance):
+    from appliance.provisioning import services as provisioning
+    from appliance.provisioning.models import Run
+    from appliance.provisioning.states import RunState, StageState
+
+    appliance, node, catalogue = engine_appliance
+    sysroot = Path(node.sysroot)
+    (sysroot / "etc/appliance").mkdir(parents=True)
+    (sysroot / "etc/appliance/collector.json").write_text(json.dumps(node_config("mon-gpu01", "http://127.0.0.1:9", 0)))
+
+    run = provisioning.create_run(appliance, kind=Run.Kind.STAGES, stages=["monitoring"], catalogue=catalogue)
+    run = provisioning.execute_run(run.pk, catalogue=catalogue)
+
+    assert run.state == RunState.FAILED
+    stage = run.stage_runs.get()
+    assert stage.state == StageState.FAILED
+    assert stage.reason == (f"stage monitoring: the simulated nodes' collectors did not start: mon-gpu01: the node's "
+                            f"Python {sysroot}/opt/appliance/python/bin/python is missing: the node_python role "
+                            "builds it (run the os stage, then monitoring)")
+    assert run.message == stage.reason
+
+    # deployed now (as the stage would): a whole bootstrap starts the collector, then the demo workload,
+    # which has no GPU node in a pool here, and the run says so
+    (sysroot / "etc/appliance/collector.json").unlink()
+    deploy(sysroot, node_config("mon-gpu01", "http://127.0.0.1:9/telemetry/ingest", ports.free_port()))
+    run = provisioning.create_run(appliance, kind=Run.Kind.BOOTSTRAP, stages=["monitoring"], catalogue=catalogue)
+    run = provisioning.execute_run(run.pk, catalogue=catalogue)
+
+    assert run.stage_runs.get().state == StageState.SUCCEEDED, run.stage_runs.get().reason
+    assert collectors.running_pid("mon-gpu01") is not None
+    assert (run.state, run.message) == (RunState.FAILED, "the demo workload did not start: appliance sim: no prepared "
+                                                         "GPU node in a pool (run the bootstrap first)")

@@ -142,7 +142,7 @@ class Command(BaseCommand):
         self._report(run)
         if run.state != RunState.SUCCEEDED:
             raise CommandError(f"{terminal.run_title(run)} {run.state}: {run.message}", returncode=1)
-        self._how_to_open()
+        self._how_to_open(appliance)
 
     def _administrator(self):
         output = io.StringIO()
@@ -218,13 +218,22 @@ class Command(BaseCommand):
         for line in lines[1:]:
             self.console.print(line, markup=False)
 
-    def _how_to_open(self):
+    def _how_to_open(self, appliance):
         # An installed wheel's command is `appliance`; a checkout's, manage.py.
         server = "appliance runserver" if resources.INSTALLED else "python manage.py runserver"
+        address = "127.0.0.1:8000"
+        if appliance.simulated:
+            from appliance.simulation import ports
+
+            # the port its simulated nodes' collectors send their rollups to (the ingest URL's)
+            try:
+                address = f"127.0.0.1:{ports.portal_port(settings.SIMULATION_DIR)}"
+            except ports.PortError as exc:
+                raise CommandError(f"the demo portal's port: {exc}", returncode=1) from None
         self.console.print(
-            f"Open the portal: [bold]{server} 127.0.0.1:8000[/bold], then "
-            "http://127.0.0.1:8000/provisioning/ (log in as the administrator above); "
-            "the REST API is http://127.0.0.1:8000/api/v1/.")
+            f"Open the portal: [bold]{server} {address}[/bold], then "
+            f"http://{address}/provisioning/ (log in as the administrator above); "
+            f"the REST API is http://{address}/api/v1/.")
 
 
 def _has_diff(event: dict) -> bool:

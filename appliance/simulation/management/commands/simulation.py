@@ -82,8 +82,11 @@ class Command(BaseCommand):
         cluster = started["slurm"]
         self.stdout.write(f"Slurm: slurmctld pid {cluster['controller']}, slurmd on {', '.join(cluster['nodes'])}"
                           if isinstance(cluster, dict) else f"Slurm: not running ({cluster})")
-        for node, pid in started["collectors"].items():
-            self.stdout.write(f"{node}: collector " + (f"running, pid {pid}" if isinstance(pid, int) else str(pid)))
+        if isinstance(started["collectors"], str):
+            self.stdout.write(f"collectors: not started ({started['collectors']})")
+        else:
+            for node, pid in started["collectors"].items():
+                self.stdout.write(f"{node}: collector " + (f"running, pid {pid}" if isinstance(pid, int) else str(pid)))
 
     def _stop(self, appliance):
         stopped = services.stop(appliance)
