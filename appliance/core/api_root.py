@@ -62,5 +62,6 @@ class ApiV1RootView(APIRootView):
         "accounts": "accounts-api-root",
         "audit": "audit-api-root",
         "provisioning": "provisioning-api-root",
+        "telemetry": "telemetry-api-root",
         "schema": "schema",
     }

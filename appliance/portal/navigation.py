@@ -19,6 +19,7 @@ class NavEntry:
 
 NAVIGATION: list[NavEntry] = [
     NavEntry(_("Overview"), "portal:overview", "portal.view"),
+    NavEntry(_("Telemetry"), "telemetry:index", "telemetry.view", "telemetry"),
     NavEntry(_("Nodes"), "inventory:node-list", "inventory.view", "inventory"),
     NavEntry(_("Fabric"), "portal:fabric", "inventory.view", "inventory"),
     NavEntry(_("Storage"), "portal:storage", "inventory.view", "inventory"),

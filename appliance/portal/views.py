@@ -7,6 +7,7 @@ from appliance.inventory.choices import ComponentKind, HealthStatus
 from appliance.inventory.models import GPU, Appliance, HealthCheck, Node
 from appliance.inventory.states import NodeState
 from appliance.provisioning.models import AcceptanceCheck
+from appliance.telemetry.queries import live_summary
 
 # The Overview names at most this many nodes that need attention; the node list has the rest.
 ATTENTION_SHOWN = 20
@@ -82,5 +83,7 @@ class OverviewView(CapabilityMixin, TemplateView):
             attention=list(with_health(attention)[:ATTENTION_SHOWN]),
             attention_count=attention.count(),
             attention_shown=ATTENTION_SHOWN,
+            # A few aggregate queries over the newest minute, never per-GPU rows: the Telemetry page has those.
+            gpu_live=live_summary(),
         )
         return context

@@ -45,7 +45,8 @@ ALERT_KINDS = (HardwareEvent.Kind.XID, HardwareEvent.Kind.ECC, HardwareEvent.Kin
                HardwareEvent.Kind.THROTTLING)
 ALERT_STATES = ("open", "all")
 ALERTS_SHOWN = 200
-JOB_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,99}"
+JOB_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,99}"  # a Slurm job id (12345, 12345_7) or a service name
+NODE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 
 class UnknownRange(ValueError):

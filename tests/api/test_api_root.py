@@ -33,6 +33,7 @@ def test_v1_root_lists_each_app_for_a_signed_in_user(client_for):
         "accounts": "http://testserver/api/v1/accounts/",
         "audit": "http://testserver/api/v1/audit/",
         "provisioning": "http://testserver/api/v1/provisioning/",
+        "telemetry": "http://testserver/api/v1/telemetry/",
         "schema": "http://testserver/api/v1/schema/",
     }
     assert Client().get("/api/v1/").status_code == 401

@@ -113,4 +113,6 @@ def portal_objects(db, users):
         "form": "html",
         "appliance": inventory.appliance.name,
         "filename": "gres.conf",
+        "gpu": 0,
+        "job": "4242",
     }

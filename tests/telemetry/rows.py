@@ -32,21 +32,28 @@ def event(node, kind: str, time: datetime, gpu: int | None = None, message: str 
     return HardwareEvent.objects.create(node=node, kind=kind, time=time, gpu=gpu, message=message, **fields)
 
 
-def sample_telemetry(inventory):
-    """The sample inventory's two GPU nodes at 12:00:30: gpu-01 reports (GPU 0 busy in job 4242, GPU 1
-    silent since 11:55), gpu-02 has no collector but rows from before (GPU 3 in job 4242 at 11:59)."""
+def minutes_before(now: datetime, minutes: int) -> datetime:
+    """The bucket `minutes` whole minutes before the one `now` is in (1: the newest closed bucket)."""
+    return now.replace(second=0, microsecond=0) - timedelta(minutes=minutes)
+
+
+def sample_telemetry(inventory, now: datetime = NOW):
+    """The sample inventory's two GPU nodes at `now` (12:00:30 by default, so "a minute ago" is 11:59):
+    gpu-01 reports (GPU 0 busy in job 4242, GPU 1 silent for five minutes), gpu-02 has no collector but
+    rows from before (GPU 3 in job 4242 a minute ago)."""
     one, two = inventory.gpu_node, inventory.gpu_node_2
-    collector(one, at(11, 59))
-    gpu_row(one, 0, at(11, 58), util=40, util_max=60, fb_used_mib=1000, fb_total_mib=81559, power_w=250,
+    m1, m2, m5 = (minutes_before(now, m) for m in (1, 2, 5))
+    collector(one, m1)
+    gpu_row(one, 0, m2, util=40, util_max=60, fb_used_mib=1000, fb_total_mib=81559, power_w=250,
             temp_c=50, job="4242", energy_j=15000)
-    gpu_row(one, 0, at(11, 59), util=70, util_max=90, fb_used_mib=2000, fb_total_mib=81559, power_w=300,
+    gpu_row(one, 0, m1, util=70, util_max=90, fb_used_mib=2000, fb_total_mib=81559, power_w=300,
             temp_c=55, job="4242", energy_j=18000)
-    gpu_row(one, 1, at(11, 55), util=10, fb_used_mib=500, fb_total_mib=81559, power_w=90)
-    gpu_row(two, 3, at(11, 59), util=10, fb_used_mib=30000, fb_total_mib=81559, power_w=120, job="4242",
+    gpu_row(one, 1, m5, util=10, fb_used_mib=500, fb_total_mib=81559, power_w=90)
+    gpu_row(two, 3, m1, util=10, fb_used_mib=30000, fb_total_mib=81559, power_w=120, job="4242",
             energy_j=7200)
-    node_row(one, at(11, 58), gpu_util=40, ib_tx_bps=1e9, ib_rx_bps=5e8, fs_read_bps=2e9, fs_write_bps=1e8,
+    node_row(one, m2, gpu_util=40, ib_tx_bps=1e9, ib_rx_bps=5e8, fs_read_bps=2e9, fs_write_bps=1e8,
              cpu_iowait=0.05, mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 2e9, "write_bps": 1e8}})
-    node_row(one, at(11, 59), gpu_util=60, ib_tx_bps=3e9, ib_rx_bps=1e9, fs_read_bps=4e9, fs_write_bps=2e8,
+    node_row(one, m1, gpu_util=60, ib_tx_bps=3e9, ib_rx_bps=1e9, fs_read_bps=4e9, fs_write_bps=2e8,
              cpu_iowait=0.25, mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 4e9, "write_bps": 2e8}})
-    node_row(two, at(11, 59), gpu_util=20, ib_tx_bps=1e9, ib_rx_bps=1e9, fs_read_bps=5e8, fs_write_bps=0)
+    node_row(two, m1, gpu_util=20, ib_tx_bps=1e9, ib_rx_bps=1e9, fs_read_bps=5e8, fs_write_bps=0)
     return one, two

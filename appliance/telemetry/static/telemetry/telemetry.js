@@ -1,0 +1,431 @@
+/* The telemetry pages' charts, drawn in the browser from the appliance's own API (no inline script: the
+ * Content-Security-Policy forbids it; no CDN: appliances run air-gapped).
+ * - time series with uPlot (vendor/uPlot.iife.min.js), one chart per <figure data-chart="...">;
+ * - the nodes x time heatmap on a canvas of our own (uPlot draws lines, not heatmaps);
+ * - the live grid (every GPU's newest minute) as a table of links, shaded by class, the number written in
+ *   each cell so it reads without colour.
+ * A container [data-telemetry] names its kind and its API URL; texts come translated from #telemetry-text.
+ * Every chart that has nothing to draw says why (no collector, collector silent since ..., nothing in range). */
+(function () {
+  "use strict";
+
+  var PALETTE = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563",
+                 "#65a30d", "#9333ea", "#ea580c", "#0d9488"];
+  var TEXT = {};
+
+  function readTexts() {
+    var holder = document.getElementById("telemetry-text");
+    if (!holder) return;
+    Object.keys(holder.dataset).forEach(function (key) { TEXT[key] = holder.dataset[key]; });
+  }
+
+  // --- numbers with units ---------------------------------------------------------------------------
+
+  function fixed(value, digits) {
+    return Number(value).toLocaleString(undefined, {maximumFractionDigits: digits, minimumFractionDigits: 0});
+  }
+
+  function scaled(value, units, base) {
+    if (value === null || value === undefined || isNaN(value)) return "—";
+    var i = 0;
+    var v = Math.abs(value);
+    while (v >= base && i < units.length - 1) { v /= base; i += 1; }
+    var digits = v >= 100 ? 0 : v >= 10 ? 1 : 2;
+    return (value < 0 ? "-" : "") + fixed(v, digits) + " " + units[i];
+  }
+
+  var FORMAT = {
+    percent: function (v) { return v === null || v === undefined ? "—" : fixed(v, 1) + " %"; },
+    ratio: function (v) { return v === null || v === undefined ? "—" : fixed(v * 100, 1) + " %"; },
+    bytes: function (v) { return scaled(v, ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"], 1000); },
+    mib: function (v) { return scaled(v, ["MiB", "GiB", "TiB"], 1024); },
+    watts: function (v) { return scaled(v, ["W", "kW", "MW"], 1000); },
+    celsius: function (v) { return v === null || v === undefined ? "—" : fixed(v, 1) + " °C"; },
+    mhz: function (v) { return v === null || v === undefined ? "—" : fixed(v, 0) + " MHz"; },
+    count: function (v) { return v === null || v === undefined ? "—" : fixed(v, 0); }
+  };
+
+  function age(seconds) {
+    if (seconds === null || seconds === undefined) return "";
+    if (seconds < 120) return seconds + " s";
+    if (seconds < 7200) return Math.round(seconds / 60) + " min";
+    if (seconds < 172800) return Math.round(seconds / 3600) + " h";
+    return Math.round(seconds / 86400) + " d";
+  }
+
+  function localTime(iso) {
+    if (!iso) return "";
+    var when = new Date(iso);
+    return when.toLocaleString(undefined, {year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit",
+                                           minute: "2-digit"});
+  }
+
+  function whyNoData(collector) {
+    if (!collector) return TEXT.empty;
+    if (collector.state === "not deployed") return TEXT.notDeployed;
+    if (collector.state === "silent") {
+      if (!collector.last_bucket) return TEXT.never;
+      return TEXT.silent + " " + localTime(collector.last_bucket) + " (" + age(collector.age_s) + " " + TEXT.ago + ").";
+    }
+    return TEXT.empty;
+  }
+
+  // --- DOM helpers -----------------------------------------------------------------------------------
+
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (key) {
+      if (key === "text") node.textContent = attrs[key];
+      else if (key === "className") node.className = attrs[key];
+      else node.setAttribute(key, attrs[key]);
+    });
+    (children || []).forEach(function (child) { if (child) node.appendChild(child); });
+    return node;
+  }
+
+  function part(root, name) { return root.querySelector('[data-part="' + name + '"]'); }
+
+  function setStatus(root, message, bad) {
+    var status = part(root, "status");
+    if (!status) return;
+    status.textContent = message || "";
+    status.hidden = !message;
+    status.classList.toggle("bad", !!bad);
+  }
+
+  function getJSON(url) {
+    return fetch(url, {credentials: "same-origin", headers: {"Accept": "application/json"}}).then(function (r) {
+      if (!r.ok) {
+        return r.json().catch(function () { return {}; }).then(function (body) {
+          var message = body && body.error ? body.error.message : "";
+          throw new Error("HTTP " + r.status + (message ? ": " + message : ""));
+        });
+      }
+      return r.json();
+    });
+  }
+
+  // --- time series (uPlot) ---------------------------------------------------------------------------
+
+  var charts = [];
+
+  function chartWidth(body) {
+    return Math.max(200, Math.floor(body.getBoundingClientRect().width) || 300);
+  }
+
+  /* series: [{label, values, format}]; every series of one chart shares a unit (its format). */
+  function lineChart(root, name, t, series, emptyMessage) {
+    var figure = root.querySelector('[data-chart="' + name + '"]');
+    if (!figure) return;
+    var body = figure.querySelector(".chart-body");
+    body.textContent = "";
+    var drawn = series.filter(function (s) { return s.values.some(function (v) { return v !== null && v !== undefined; }); });
+    if (!t.length || !drawn.length || typeof window.uPlot !== "function") {
+      body.appendChild(el("p", {className: "empty chart-empty", "data-testid": "chart-empty", text: emptyMessage}));
+      figure.dataset.state = "empty";
+      return;
+    }
+    var format = drawn[0].format || FORMAT.count;
+    var opts = {
+      width: chartWidth(body),
+      height: 200,
+      scales: {x: {time: true}, y: {range: function (u, min, max) { return [Math.min(0, min), max > 0 ? max * 1.05 : 1]; }}},
+      series: [{}].concat(drawn.map(function (s, i) {
+        return {label: s.label, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: false,
+                value: function (u, v) { return format(v); }};
+      })),
+      axes: [{stroke: "currentColor", grid: {stroke: "rgba(127,127,127,.2)"}, ticks: {stroke: "rgba(127,127,127,.3)"}},
+             {stroke: "currentColor", size: 72, grid: {stroke: "rgba(127,127,127,.2)"}, ticks: {stroke: "rgba(127,127,127,.3)"},
+              values: function (u, values) { return values.map(format); }}],
+      legend: {live: true},
+      cursor: {points: {size: 6}}
+    };
+    var data = [t].concat(drawn.map(function (s) { return s.values; }));
+    var plot = new window.uPlot(opts, data, body);
+    plot.root.setAttribute("role", "img");
+    var last = drawn.map(function (s) {
+      for (var i = s.values.length - 1; i >= 0; i -= 1) if (s.values[i] !== null) return s.label + " " + format(s.values[i]);
+      return s.label + " —";
+    });
+    plot.root.setAttribute("aria-label", figure.querySelector("figcaption").textContent + ": " + last.join(", "));
+    // The newest values, written out: readable without hovering, and by a screen reader.
+    figure.appendChild(el("p", {className: "chart-latest muted", "data-testid": "chart-latest", text: last.join(" · ")}));
+    figure.dataset.state = "drawn";
+    charts.push({plot: plot, body: body});
+  }
+
+  var resizeTimer = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () {
+      charts.forEach(function (c) { c.plot.setSize({width: chartWidth(c.body), height: 200}); });
+    }, 150);
+  });
+
+  // --- heat levels ------------------------------------------------------------------------------------
+
+  function level(util) { return Math.max(0, Math.min(10, Math.round(util / 10))); }
+
+  // Sequential, light to dark; readable in both colour schemes (the canvas has no CSS).
+  var HEAT = ["#eef6ff", "#d6e9fb", "#b6d8f5", "#8fc2ec", "#64a8e0", "#2f6fb0", "#2266a8", "#175ea3",
+              "#0f4a87", "#0a386b", "#062650"];
+
+  function drawHeatmap(container, heatmap, nodeUrl) {
+    container.textContent = "";
+    var rows = heatmap.nodes.length;
+    var cols = heatmap.columns.length;
+    if (!rows) {
+      container.appendChild(el("p", {className: "empty", text: TEXT.noGpus}));
+      return;
+    }
+    var any = heatmap.values.some(function (row) { return row.some(function (v) { return v !== null; }); });
+    if (!any) {
+      container.appendChild(el("p", {className: "empty chart-empty", "data-testid": "chart-empty", text: TEXT.empty}));
+      return;
+    }
+    var width = Math.max(240, Math.floor(container.getBoundingClientRect().width));
+    var label = width < 500 ? 56 : 84;
+    var rowHeight = rows <= 40 ? 16 : Math.max(2, Math.floor(640 / rows));
+    var showLabels = rowHeight >= 10;
+    var plotLeft = showLabels ? label : 0;
+    var cellWidth = (width - plotLeft) / cols;
+    var height = rows * rowHeight + 18;
+    var canvas = el("canvas", {role: "img", "aria-label": TEXT.heatmapLabel, "data-testid": "heatmap-canvas"});
+    var ratio = window.devicePixelRatio || 1;
+    canvas.width = width * ratio;
+    canvas.height = height * ratio;
+    canvas.style.width = width + "px";
+    canvas.style.height = height + "px";
+    var ctx = canvas.getContext("2d");
+    ctx.scale(ratio, ratio);
+    var dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    for (var r = 0; r < rows; r += 1) {
+      if (showLabels) {
+        ctx.fillStyle = dark ? "#e6e9ef" : "#1d2330";
+        ctx.fillText(heatmap.nodes[r].slice(0, 10), 2, r * rowHeight + rowHeight / 2);
+      }
+      for (var c = 0; c < cols; c += 1) {
+        var v = heatmap.values[r][c];
+        ctx.fillStyle = v === null ? (dark ? "#1b222c" : "#f3f4f6") : HEAT[level(v)];
+        ctx.fillRect(plotLeft + c * cellWidth, r * rowHeight, Math.ceil(cellWidth), rowHeight - (rowHeight > 4 ? 1 : 0));
+      }
+    }
+    ctx.fillStyle = dark ? "#a7b0bf" : "#5a6374";
+    var first = new Date(heatmap.columns[0] * 1000);
+    var lastColumn = new Date((heatmap.columns[cols - 1] + heatmap.width_s) * 1000);
+    var opts = {hour: "2-digit", minute: "2-digit"};
+    ctx.fillText(first.toLocaleTimeString(undefined, opts), plotLeft, rows * rowHeight + 9);
+    var end = lastColumn.toLocaleTimeString(undefined, opts);
+    ctx.fillText(end, width - ctx.measureText(end).width - 2, rows * rowHeight + 9);
+    var readout = el("p", {className: "muted heatmap-readout", "aria-live": "polite", text: "\u00a0"});
+    canvas.addEventListener("mousemove", function (event) {
+      var box = canvas.getBoundingClientRect();
+      var x = event.clientX - box.left - plotLeft;
+      var row = Math.floor((event.clientY - box.top) / rowHeight);
+      var col = Math.floor(x / cellWidth);
+      if (row < 0 || row >= rows || col < 0 || col >= cols) return;
+      var value = heatmap.values[row][col];
+      var when = new Date(heatmap.columns[col] * 1000).toLocaleString(undefined, {month: "2-digit", day: "2-digit",
+                                                                                     hour: "2-digit", minute: "2-digit"});
+      readout.textContent = heatmap.nodes[row] + " · " + when + " · " + (value === null ? TEXT.noData : FORMAT.percent(value));
+    });
+    canvas.addEventListener("click", function (event) {
+      var box = canvas.getBoundingClientRect();
+      var row = Math.floor((event.clientY - box.top) / rowHeight);
+      if (nodeUrl && row >= 0 && row < rows) window.location.href = nodeUrl.replace("NODE", encodeURIComponent(heatmap.nodes[row]));
+    });
+    container.appendChild(canvas);
+    container.appendChild(readout);
+    container.appendChild(legend());
+  }
+
+  function legend() {
+    var scale = el("p", {className: "heat-legend muted"});
+    scale.appendChild(document.createTextNode("0 % "));
+    for (var i = 0; i <= 10; i += 1) scale.appendChild(el("span", {className: "heat heat-" + i, "aria-hidden": "true"}));
+    scale.appendChild(document.createTextNode(" 100 %"));
+    return scale;
+  }
+
+  // --- the fleet ----------------------------------------------------------------------------------------
+
+  function summary(root, data) {
+    var list = part(root, "summary");
+    if (!list) return;
+    list.textContent = "";
+    var s = data.summary;
+    var rows = [
+      [TEXT.gpu + " " + TEXT.live, s.gpus_live + " / " + s.gpus],
+      [TEXT.utilization, FORMAT.percent(s.util_mean)],
+      [TEXT.memory, FORMAT.mib(s.fb_used_mib) + " / " + FORMAT.mib(s.fb_total_mib)],
+      [TEXT.power, FORMAT.watts(s.power_w)],
+      [TEXT.collector + " " + TEXT.live, s.collectors_live + " / " + s.nodes]
+    ];
+    rows.forEach(function (row) {
+      list.appendChild(el("dt", {text: row[0]}));
+      list.appendChild(el("dd", {text: row[1], "data-testid": "summary-value"}));
+    });
+  }
+
+  function liveGrid(root, data) {
+    var holder = part(root, "live");
+    if (!holder) return;
+    holder.textContent = "";
+    if (!data.nodes.length) {
+      holder.appendChild(el("p", {className: "empty", text: TEXT.noGpus}));
+      return;
+    }
+    var width = data.nodes.reduce(function (n, node) { return Math.max(n, node.gpus.length); }, 0);
+    var head = el("tr", {}, [el("th", {scope: "col", text: TEXT.node})]);
+    for (var g = 0; g < width; g += 1) head.appendChild(el("th", {scope: "col", text: String(g)}));
+    var body = el("tbody");
+    var nodeUrl = root.dataset.nodeUrl;
+    var gpuUrl = root.dataset.gpuUrl;
+    data.nodes.forEach(function (node) {
+      var name = el("a", {href: nodeUrl.replace("NODE", encodeURIComponent(node.name)), text: node.name});
+      var row = el("tr", {"data-node": node.name}, [el("th", {scope: "row"}, [name])]);
+      var anyLive = node.gpus.some(function (cell) { return cell.state === "live"; });
+      if (!anyLive) {
+        row.appendChild(el("td", {colspan: String(Math.max(1, width)), className: "muted", text: whyNoData(node.collector)}));
+        body.appendChild(row);
+        return;
+      }
+      node.gpus.forEach(function (cell) {
+        var href = gpuUrl.replace("NODE", encodeURIComponent(node.name)).replace(/\/0\/$/, "/" + cell.index + "/");
+        var td;
+        if (cell.state === "live") {
+          var title = TEXT.gpu + " " + cell.index + " · " + TEXT.utilization + " " + FORMAT.percent(cell.util) + " · " +
+              TEXT.memory + " " + FORMAT.mib(cell.fb_used_mib) + " / " + FORMAT.mib(cell.fb_total_mib) + " · " +
+              TEXT.power + " " + FORMAT.watts(cell.power_w) + (cell.job ? " · " + TEXT.job + " " + cell.job : "");
+          td = el("td", {className: "heat heat-" + level(cell.util || 0), "data-gpu": String(cell.index)},
+                  [el("a", {href: href, title: title, "aria-label": title, text: cell.util === null ? "—" : Math.round(cell.util) + "%"})]);
+        } else {
+          td = el("td", {className: "no-data", "data-gpu": String(cell.index)},
+                  [el("a", {href: href, title: TEXT.noData, "aria-label": TEXT.gpu + " " + cell.index + ": " + TEXT.noData, text: "—"})]);
+        }
+        row.appendChild(td);
+      });
+      body.appendChild(row);
+    });
+    var table = el("table", {className: "live compact", "data-testid": "live-grid"}, [el("thead", {}, [head]), body]);
+    holder.appendChild(table);
+  }
+
+  function overview(root, data) {
+    summary(root, data);
+    liveGrid(root, data);
+    drawHeatmap(part(root, "heatmap"), data.heatmap, root.dataset.nodeUrl);
+    lineChart(root, "gpu", data.gpu.t, [{label: TEXT.utilization, values: data.gpu.gpu_util, format: FORMAT.percent}], TEXT.empty);
+    lineChart(root, "power", data.gpu.t, [{label: TEXT.power, values: data.gpu.gpu_power_w, format: FORMAT.watts}], TEXT.empty);
+    lineChart(root, "fabric", data.fabric.t, [{label: "tx", values: data.fabric.ib_tx_bps, format: FORMAT.bytes},
+                                              {label: "rx", values: data.fabric.ib_rx_bps, format: FORMAT.bytes}], TEXT.empty);
+    lineChart(root, "filesystem", data.filesystem.t, [{label: "read", values: data.filesystem.fs_read_bps, format: FORMAT.bytes},
+                                                      {label: "write", values: data.filesystem.fs_write_bps, format: FORMAT.bytes}], TEXT.empty);
+  }
+
+  // --- a node -----------------------------------------------------------------------------------------
+
+  function perGpu(data, field, format) {
+    return data.gpus.filter(function (g) { return g[field]; }).map(function (g) {
+      return {label: TEXT.gpu + " " + g.index, values: g[field], format: format};
+    });
+  }
+
+  function node(root, data) {
+    var s = data.series;
+    var why = s.t.length ? TEXT.empty : whyNoData(data.collector);
+    lineChart(root, "gpu-util", s.t, perGpu(data, "util", FORMAT.percent), why);
+    lineChart(root, "gpu-memory", s.t, perGpu(data, "fb_used_mib", FORMAT.mib), why);
+    lineChart(root, "gpu-power", s.t, perGpu(data, "power_w", FORMAT.watts), why);
+    lineChart(root, "fabric", s.t, [{label: "tx", values: s.ib_tx_bps, format: FORMAT.bytes},
+                                    {label: "rx", values: s.ib_rx_bps, format: FORMAT.bytes}], why);
+    var mounts = [];
+    Object.keys(data.mounts).sort().forEach(function (path) {
+      var m = data.mounts[path];
+      mounts.push({label: path + " read", values: m.read_bps, format: FORMAT.bytes});
+      mounts.push({label: path + " write", values: m.write_bps, format: FORMAT.bytes});
+    });
+    if (!mounts.length) mounts = [{label: "read", values: s.fs_read_bps, format: FORMAT.bytes},
+                                  {label: "write", values: s.fs_write_bps, format: FORMAT.bytes}];
+    lineChart(root, "mounts", s.t, mounts, why);
+    lineChart(root, "cpu", s.t, [{label: "busy", values: s.cpu_busy, format: FORMAT.ratio},
+                                 {label: "iowait", values: s.cpu_iowait, format: FORMAT.ratio}], why);
+    if (!s.t.length) setStatus(root, why);
+  }
+
+  // --- a GPU ------------------------------------------------------------------------------------------
+
+  function gpu(root, data) {
+    var s = data.series;
+    var why = s.t.length ? TEXT.empty : whyNoData(data.collector);
+    lineChart(root, "activity", s.t, [{label: TEXT.utilization, values: s.util.map(function (v) { return v === null ? null : v / 100; }), format: FORMAT.ratio},
+                                      {label: "SM", values: s.sm_active, format: FORMAT.ratio},
+                                      {label: "tensor", values: s.tensor_active, format: FORMAT.ratio},
+                                      {label: "DRAM", values: s.dram_active, format: FORMAT.ratio}], why);
+    lineChart(root, "memory", s.t, [{label: TEXT.memory, values: s.fb_used_mib, format: FORMAT.mib},
+                                    {label: "max", values: s.fb_used_max_mib, format: FORMAT.mib}], why);
+    lineChart(root, "power", s.t, [{label: TEXT.power, values: s.power_w, format: FORMAT.watts},
+                                   {label: "max", values: s.power_max_w, format: FORMAT.watts}], why);
+    lineChart(root, "temperature", s.t, [{label: "°C", values: s.temp_c, format: FORMAT.celsius},
+                                         {label: "max", values: s.temp_max_c, format: FORMAT.celsius}], why);
+    lineChart(root, "links", s.t, [{label: "PCIe tx", values: s.pcie_tx_bps, format: FORMAT.bytes},
+                                   {label: "PCIe rx", values: s.pcie_rx_bps, format: FORMAT.bytes},
+                                   {label: "NVLink", values: s.nvlink_bps, format: FORMAT.bytes}], why);
+    var instances = data.instances;
+    var figure = root.querySelector('[data-chart="instances"]');
+    if (!instances.length) {
+      if (figure) figure.hidden = true;
+    } else {
+      lineChart(root, "instances", instances[0].t, instances.map(function (i) {
+        return {label: "GI " + i.instance + (i.profile ? " (" + i.profile + ")" : ""), values: i.util, format: FORMAT.percent};
+      }), why);
+    }
+    var jobs = part(root, "jobs");
+    if (jobs && data.jobs.length) {
+      jobs.textContent = TEXT.job + ": ";
+      data.jobs.forEach(function (job, i) {
+        if (i) jobs.appendChild(document.createTextNode(", "));
+        jobs.appendChild(el("a", {href: root.dataset.jobUrl.replace("JOB", encodeURIComponent(job)), text: job}));
+      });
+    }
+    if (!s.t.length) setStatus(root, why);
+  }
+
+  // --- a job ------------------------------------------------------------------------------------------
+
+  function job(root, data) {
+    var keys = Object.keys(data.gpu_series).sort();
+    lineChart(root, "gpu-util", data.t, keys.map(function (k) { return {label: k, values: data.gpu_series[k].util, format: FORMAT.percent}; }), TEXT.empty);
+    lineChart(root, "gpu-memory", data.t, keys.map(function (k) { return {label: k, values: data.gpu_series[k].fb_used_mib, format: FORMAT.mib}; }), TEXT.empty);
+    var nodes = Object.keys(data.node_series).sort();
+    lineChart(root, "fs", data.t, nodes.map(function (n) { return {label: n, values: data.node_series[n].fs_read_bps, format: FORMAT.bytes}; }), TEXT.empty);
+    lineChart(root, "fabric", data.t, nodes.map(function (n) { return {label: n, values: data.node_series[n].ib_tx_bps, format: FORMAT.bytes}; }), TEXT.empty);
+    lineChart(root, "iowait", data.t, nodes.map(function (n) { return {label: n, values: data.node_series[n].cpu_iowait, format: FORMAT.ratio}; }), TEXT.empty);
+  }
+
+  var KINDS = {overview: overview, node: node, gpu: gpu, job: job};
+
+  function load(root) {
+    var draw = KINDS[root.dataset.telemetry];
+    if (!draw) return;
+    setStatus(root, TEXT.loading);
+    getJSON(root.dataset.api).then(function (data) {
+      setStatus(root, "");
+      draw(root, data);
+      root.dataset.loaded = "true";
+    }).catch(function (error) {
+      setStatus(root, TEXT.failed + " " + error.message, true);
+      root.dataset.loaded = "error";
+    });
+  }
+
+  function start() {
+    readTexts();
+    document.querySelectorAll("[data-telemetry]").forEach(load);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+}());
