@@ -29,6 +29,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 LABELS = ("busy", "idle-unallocated", "allocated-idle", "input-bound", "communication-bound", "straggler",
           "throttled", "memory-only")
@@ -68,9 +69,9 @@ class Context:
     nvlink_line: Reference = Reference(NOMINAL_NVLINK_BPS, "nominal NVLink bandwidth of the GPU")
 
 
-@dataclass(frozen=True)
-class Check:
-    """One comparison a verdict rests on: `metric` `op` `threshold` was `held`."""
+class Check(NamedTuple):
+    """One comparison a verdict rests on: `metric` `op` `threshold` was `held`. (A named tuple: every
+    bucket makes a dozen of these, and a frozen dataclass costs twice as much to build.)"""
 
     metric: str
     value: float | str | None
