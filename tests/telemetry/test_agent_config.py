@@ -140,3 +140,26 @@ def test_the_command_line_refuses_a_missing_config_without_a_traceback(tmp_path,
     with caplog.at_level(logging.ERROR):
         assert agent_module.main(["--config", str(tmp_path / "absent.json")]) == 2
     assert f"collector not started: --config {tmp_path / 'absent.json'}: No such file or directory" in caplog.text
+
+
+def test_a_node_without_a_gpu_driver_still_reports_its_host(transactional_db, tmp_path, live_server, monkeypatch, caplog):
+    from appliance.inventory.platforms import load_platform
+    from appliance.simulation import hardware
+
+    sysroot = tmp_path / "gpu09"
+    # as the factory delivers it: nouveau loaded, no NVIDIA driver yet
+    node_state.create(sysroot, hardware.factory_state("gpu09", "training", load_platform("hgx-h100-8gpu").spec, {}))
+    monkeypatch.setenv("APPLIANCE_SIM_SYSROOT", str(sysroot))
+    appliance = Appliance.objects.create(name="demo", simulated=True)
+    node = Node.objects.create(appliance=appliance, name="gpu09", role=Node.Role.GPU, management_address="10.0.0.19",
+                               sysroot=str(sysroot))
+    config = write_config(sysroot, f"{live_server.url}/telemetry/ingest", collector_token(node), hostname="gpu09")
+
+    with caplog.at_level(logging.WARNING):
+        run(config, sysroot, 2)
+
+    assert "no GPU is read on this node: gpu09: NVML: Driver Not Loaded (is the NVIDIA driver loaded?)" in caplog.text
+    assert not GpuRollup.objects.exists()
+    rows = NodeRollup.objects.filter(node=node)
+    assert sum(row.samples for row in rows) == 2 and {row.gpus for row in rows} == {0}
+    assert NodeCollector.objects.get(node=node).sweeps == 2
