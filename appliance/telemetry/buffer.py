@@ -2,9 +2,16 @@
 sweep, an SQLite file in WAL mode) and leave only when the sink has taken them, so a sink that is down, a
 network that drops or a collector that restarts loses nothing.
 
-Bounded: past `max_bytes` the oldest raw rows are rolled up into one row of per-minute points (means of
-gauges, last values of counters), then the oldest per-minute rows into per-hour ones. Only when everything
-is already per-hour does the buffer drop its oldest row, and it counts and logs that (never silently).
+At least once: a row the sink took is kept `replay_s` seconds more (marked sent, not deleted), because a sink
+that answered 204 may still lose what it had not flushed when it crashes (VictoriaMetrics keeps about a
+second in memory). After a failure the forwarder calls `replay()` and those rows are sent again; points are
+keyed by series and timestamp, so InfluxDB, VictoriaMetrics (with -dedup.minScrapeInterval) and the
+appliance's ingest overwrite instead of counting twice.
+
+Bounded: past `max_bytes` the sent rows kept for a replay go first (the oldest; counted as released), then
+the oldest raw rows are rolled up into one row of per-minute points (means of gauges, last values of
+counters), then the oldest per-minute rows into per-hour ones. Only when everything is already per-hour does
+the buffer drop its oldest row, and it counts and logs that (never silently).
 Plain Python, no Django: deployed to the nodes with the collector.
 """
 
@@ -14,6 +21,7 @@ import logging
 import re
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from .collector import COUNTER_FIELDS
@@ -25,11 +33,13 @@ _UNESCAPED_COMMA = re.compile(r"(?<!\\),")
 
 
 class Buffer:
-    def __init__(self, path: str | Path, max_bytes: int = 256 * 2**20, roll_fraction: float = 0.1):
+    def __init__(self, path: str | Path, max_bytes: int = 256 * 2**20, roll_fraction: float = 0.1,
+                 replay_s: float = 60.0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.roll_fraction = roll_fraction
+        self.replay_s = replay_s
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -37,6 +47,11 @@ class Buffer:
         self._db.execute("CREATE TABLE IF NOT EXISTS batches (id INTEGER PRIMARY KEY AUTOINCREMENT, created_ns INTEGER,"
                          " level INTEGER, points INTEGER, size INTEGER, body BLOB)")
         self._db.execute("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER)")
+        if "sent_ns" not in {row[1] for row in self._db.execute("PRAGMA table_info(batches)")}:
+            # NULL: waiting for the sink; a time: the sink took it then, kept for a replay
+            self._db.execute("ALTER TABLE batches ADD COLUMN sent_ns INTEGER")
+        self._db.execute("CREATE INDEX IF NOT EXISTS batches_waiting ON batches (id) WHERE sent_ns IS NULL")
+        self._db.execute("CREATE INDEX IF NOT EXISTS batches_sent ON batches (sent_ns) WHERE sent_ns IS NOT NULL")
         self._bytes = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM batches").fetchone()[0]
 
     def close(self) -> None:
@@ -56,33 +71,69 @@ class Buffer:
         """The oldest rows, up to about `max_points` points (at least one row): (id, body, points)."""
         out, total = [], 0
         with self._lock:
-            for row_id, body, points in self._db.execute("SELECT id, body, points FROM batches ORDER BY id LIMIT 2000"):
+            for row_id, body, points in self._db.execute(
+                    "SELECT id, body, points FROM batches WHERE sent_ns IS NULL ORDER BY id LIMIT 2000"):
                 if out and total + points > max_points:
                     break
                 out.append((row_id, body, points))
                 total += points
         return out
 
-    def ack(self, ids: list[int]) -> None:
-        """The sink took these rows."""
+    def ack(self, ids: list[int], now_ns: int | None = None) -> None:
+        """The sink took these rows: kept `replay_s` for a replay, then deleted."""
         if not ids:
             return
+        now_ns = time.time_ns() if now_ns is None else now_ns
         with self._lock:
             placeholders = ",".join("?" * len(ids))
-            size = self._db.execute(f"SELECT COALESCE(SUM(size), 0) FROM batches WHERE id IN ({placeholders})",
-                                    ids).fetchone()[0]
-            self._db.execute(f"DELETE FROM batches WHERE id IN ({placeholders})", ids)
-            self._bytes -= size
+            self._db.execute(f"UPDATE batches SET sent_ns = ? WHERE id IN ({placeholders})", [now_ns, *ids])
             self._count("sent_rows", len(ids))
+            self._forget_sent(now_ns - int(self.replay_s * 1e9))
+
+    def replay(self, now_ns: int | None = None) -> tuple[int, int]:
+        """Send again what the sink took in the last `replay_s` (it may have lost it in a crash): those rows
+        wait again, in their original order, ahead of newer ones. Returns (rows, points)."""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        since = now_ns - int(self.replay_s * 1e9)
+        with self._lock:
+            self._forget_sent(since)
+            rows, points = self._db.execute("SELECT COUNT(*), COALESCE(SUM(points), 0) FROM batches "
+                                            "WHERE sent_ns IS NOT NULL").fetchone()
+            if rows:
+                self._db.execute("UPDATE batches SET sent_ns = NULL WHERE sent_ns IS NOT NULL")
+                self._count("replays", 1)
+                self._count("replayed_rows", rows)
+                self._count("replayed_points", points)
+        return rows, points
+
+    def _forget_sent(self, before_ns: int) -> None:
+        size = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM batches WHERE sent_ns < ?",
+                                (before_ns,)).fetchone()[0]
+        if size:
+            self._db.execute("DELETE FROM batches WHERE sent_ns < ?", (before_ns,))
+            self._bytes -= size
 
     def depth(self) -> dict:
+        """What waits for the sink (rows, points, the oldest's time), the file's bytes, and the bound's counts."""
         with self._lock:
             rows, points, oldest = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(points), 0), MIN(created_ns) FROM batches").fetchone()
+                "SELECT COUNT(*), COALESCE(SUM(points), 0), MIN(created_ns) FROM batches WHERE sent_ns IS NULL"
+            ).fetchone()
             counters = dict(self._db.execute("SELECT name, value FROM counters"))
         return {"rows": rows, "points": points, "bytes": self._bytes, "oldest_ns": oldest,
                 "rolled_up_rows": counters.get("rolled_up_rows", 0), "dropped_rows": counters.get("dropped_rows", 0),
                 "dropped_points": counters.get("dropped_points", 0)}
+
+    def delivery(self) -> dict:
+        """The at-least-once side: rows kept for a replay now, and how many were sent again or released (sent
+        rows deleted before their replay window ended, to keep the bound)."""
+        with self._lock:
+            kept, kept_points = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(points), 0) FROM batches WHERE sent_ns IS NOT NULL").fetchone()
+            counters = dict(self._db.execute("SELECT name, value FROM counters"))
+        return {"replay_rows": kept, "replay_points": kept_points,
+                **{name: counters.get(name, 0) for name in
+                   ("sent_rows", "replays", "replayed_rows", "replayed_points", "released_rows")}}
 
     # ---- the bound ------------------------------------------------------------------------------------
     def _count(self, name: str, by: int) -> None:
@@ -90,12 +141,25 @@ class Buffer:
                          "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (name, by))
 
     def _enforce_bound(self) -> None:
+        # rows the sink already took go before any waiting point is rolled up: they only narrow the replay
+        if self._bytes > self.max_bytes:
+            released, freed = [], 0
+            for row_id, size in self._db.execute("SELECT id, size FROM batches WHERE sent_ns IS NOT NULL "
+                                                 "ORDER BY sent_ns, id"):
+                released.append(row_id)
+                freed += size
+                if self._bytes - freed <= self.max_bytes:
+                    break
+            if released:
+                self._db.execute(f"DELETE FROM batches WHERE id IN ({','.join('?' * len(released))})", released)
+                self._bytes -= freed
+                self._count("released_rows", len(released))
         for level in range(len(LEVELS) - 1):
             while self._bytes > self.max_bytes:
                 if not self._roll_oldest(level):
                     break
         while self._bytes > self.max_bytes:
-            row = self._db.execute("SELECT id, points, size FROM batches ORDER BY id LIMIT 1").fetchone()
+            row = self._db.execute("SELECT id, points, size FROM batches ORDER BY id LIMIT 1").fetchone()  # all waiting
             if row is None or self._db.execute("SELECT COUNT(*) FROM batches").fetchone()[0] <= 1:
                 return
             self._db.execute("DELETE FROM batches WHERE id = ?", (row[0],))
@@ -105,19 +169,29 @@ class Buffer:
             log.error("telemetry buffer %s full at per-hour resolution: dropped its oldest %d points", self.path, row[1])
 
     def _roll_oldest(self, level: int) -> bool:
-        """Roll the oldest rows of `level` (about roll_fraction of the bound) into one row of the next level."""
+        """Roll the oldest rows of `level` (about roll_fraction of the bound, then on to the end of the next
+        level's period, so that a rolled row holds whole minutes or hours and no two rolled rows share one)
+        into one row of the next level. False when that would not make the buffer smaller."""
         budget = max(1, int(self.max_bytes * self.roll_fraction))
+        period_ns = LEVELS[level + 1] * 10**9
         rows, size = [], 0
-        for row in self._db.execute("SELECT id, body, size, created_ns FROM batches WHERE level = ? ORDER BY id",
-                                    (level,)):
+        for row in self._db.execute("SELECT id, body, size, created_ns FROM batches WHERE level = ? AND sent_ns IS NULL"
+                                    " ORDER BY id", (level,)):
+            if size >= budget and len(rows) >= 2 and _stamp(row[1]) // period_ns != _stamp(rows[-1][1]) // period_ns:
+                break
             rows.append(row)
             size += row[2]
-            if size >= budget:
-                break
+        else:  # every waiting row of the level taken: leave the newest period alone while it may still grow
+            newest = _stamp(rows[-1][1]) // period_ns if rows else 0
+            complete = [row for row in rows if _stamp(row[1]) // period_ns != newest]
+            if len(complete) >= 2:
+                rows, size = complete, sum(row[2] for row in complete)
         if len(rows) < 2:
             return False
         body, points = rollup([row[1].decode() for row in rows], LEVELS[level + 1])
         data = body.encode()
+        if len(data) >= size:  # rows of different periods each: nothing to gain
+            return False
         ids = [row[0] for row in rows]
         self._db.execute("BEGIN")
         self._db.execute(f"DELETE FROM batches WHERE id IN ({','.join('?' * len(ids))})", ids)
@@ -129,7 +203,14 @@ class Buffer:
         self._count("rolled_up_rows", len(ids))
         log.warning("telemetry buffer %s over %d bytes: rolled %d rows up to %d s points", self.path,
                     self.max_bytes, len(ids), LEVELS[level + 1])
-        return len(data) < size
+        return True
+
+
+def _stamp(body: bytes) -> int:
+    """The time of a row's first line (a raw row's lines share their sweep's; a rolled row's is its first
+    period's start)."""
+    end = body.find(b"\n")
+    return int(body[:end if end >= 0 else len(body)].rsplit(b" ", 1)[1])
 
 
 def rollup(bodies: list[str], period_s: int) -> tuple[str, int]:

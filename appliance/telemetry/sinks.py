@@ -1,7 +1,10 @@
 """Where a collector's points go: InfluxDB line protocol (formatted once per sweep, straight from the
 samples: no Point objects), an InfluxDB (or VictoriaMetrics) sink through influxdb-client with gzip, and
 the forwarder that drains the disk buffer into it, retrying with backoff until the sink takes every row.
-Plain Python, no Django: deployed to the nodes with the collector."""
+Delivery is at least once: after a failed write, or a write that found the sink had dropped our connection
+(a restart), the rows the sink took in the buffer's replay window are sent again (the buffer's docstring says
+why that overwrites instead of counting twice). Plain Python, no Django: deployed to the nodes with the
+collector."""
 
 from __future__ import annotations
 
@@ -61,6 +64,24 @@ class InfluxSink:
         self.url, self.bucket, self.org = url, bucket, org
         self._client = InfluxDBClient(url=url, token=token or "unused", org=org, timeout=timeout_ms, enable_gzip=gzip)
         self._write = self._client.write_api(write_options=SYNCHRONOUS)
+        self._connects, self._connects_seen = 0, 0
+        self._count_connects()
+
+    def _count_connects(self) -> None:
+        """Count the TCP connections the client opens to the sink: urllib3 reopens a keep-alive connection
+        the server dropped inside the same connection object, silently, so its pool's own count misses it."""
+        try:
+            pool = self._client.api_client.rest_client.pool_manager.connection_from_url(self.url)
+        except AttributeError:  # another influxdb-client: only failed writes trigger a replay
+            return
+        sink, base = self, pool.ConnectionCls
+
+        class CountedConnection(base):
+            def connect(self):
+                super().connect()
+                sink._connects += 1
+
+        pool.ConnectionCls = CountedConnection
 
     def write(self, body: bytes | str) -> None:
         try:
@@ -68,13 +89,22 @@ class InfluxSink:
         except Exception as exc:  # urllib3 connection errors and ApiException alike: the row stays buffered
             raise SinkError(f"{self.url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
+    def reconnected(self) -> bool:
+        """Whether the writes since the last call opened a new connection after an earlier one: the server
+        closed ours, which a crash and quick restart between two writes does without any write failing.
+        A keep-alive timeout looks the same; a replay costs little."""
+        opened = self._connects > self._connects_seen > 0
+        self._connects_seen = self._connects
+        return opened
+
     def close(self) -> None:
         self._client.close()
 
 
 class Forwarder(threading.Thread):
     """Drains the buffer into the sink, oldest rows first, `batch_points` at a time; a failed write keeps
-    the rows and is retried after a backoff (0.2 s doubling to `max_backoff_s`)."""
+    the rows and is retried after a backoff (0.2 s doubling to `max_backoff_s`). The first failure of an
+    outage, and a write that reconnected, put the buffer's replay window back in front (`Buffer.replay`)."""
 
     def __init__(self, buffer: Buffer, sink: InfluxSink, batch_points: int = 50_000, max_backoff_s: float = 5.0):
         super().__init__(name="telemetry-forwarder", daemon=True)
@@ -86,19 +116,41 @@ class Forwarder(threading.Thread):
         self.last_sent_ns = 0
         self.sent_points = 0
         self.failures = 0
+        self.replayed_points = 0
+        self._logged_error = ""
 
     def drain_once(self) -> int:
         """One write of the oldest rows; returns the points sent (0 when the buffer is empty)."""
         rows = self.buffer.peek(self.batch_points)
         if not rows:
             return 0
-        self.sink.write(b"".join(body for _, body, _ in rows))
+        was_down = bool(self.last_error)
+        try:
+            self.sink.write(b"".join(body for _, body, _ in rows))
+        except SinkError as exc:
+            if not self.last_error:  # the first failure of an outage: what the sink took lately may be lost
+                self._replay(f"the sink failed ({exc})")
+            self.last_error, self.failures = str(exc), self.failures + 1
+            raise
         self.buffer.ack([row_id for row_id, _, _ in rows])
         sent = sum(points for _, _, points in rows)
         self.sent_points += sent
         self.last_sent_ns = time.time_ns()
         self.last_error = ""
+        # after an outage the window was put back at its first failure already; a new connection is expected
+        reconnected = self.sink.reconnected() if hasattr(self.sink, "reconnected") else False
+        if was_down:
+            log.warning("telemetry sink back after %d failed write(s): %s", self.failures, self.sink.url)
+            self._logged_error = ""
+        elif reconnected:
+            self._replay("the sink closed our connection since the last write")
         return sent
+
+    def _replay(self, why: str) -> None:
+        rows, points = self.buffer.replay()
+        if rows:
+            self.replayed_points += points
+            log.warning("telemetry sink: sending again the last %d points it took (%s)", points, why)
 
     def run(self) -> None:
         backoff = 0.2
@@ -108,9 +160,9 @@ class Forwarder(threading.Thread):
                     backoff = 0.2
                     continue
             except SinkError as exc:
-                if self.last_error != str(exc):
+                if str(exc) != self._logged_error:
                     log.warning("telemetry sink down, points wait in %s: %s", self.buffer.path, exc)
-                self.last_error, self.failures = str(exc), self.failures + 1
+                    self._logged_error = str(exc)
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
                 continue
@@ -128,6 +180,5 @@ class Forwarder(threading.Thread):
             try:
                 if not self.drain_once():
                     return
-            except SinkError as exc:
-                self.last_error = str(exc)
+            except SinkError:
                 time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))

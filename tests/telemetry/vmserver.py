@@ -1,5 +1,9 @@
 """A real VictoriaMetrics (Debian's victoria-metrics) for the telemetry tests and benchmarks: started in a
-temporary folder on a free port, stopped, restarted on the same port and data, and read back."""
+temporary folder on a free port, stopped, killed, restarted on the same port and data, and read back.
+
+Started as a site should run it behind the collectors' sink: -dedup.minScrapeInterval=1ms keeps one sample
+per series and millisecond, so the forwarder's replays (at-least-once delivery) overwrite instead of being
+stored twice (without it VictoriaMetrics keeps every duplicate)."""
 
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ class VictoriaMetrics:
         self.process = subprocess.Popen(
             [BINARY, f"-storageDataPath={self.data_dir}", f"-httpListenAddr=127.0.0.1:{self.port}",
              "-search.latencyOffset=0s", "-retentionPeriod=100y", "-influxSkipMeasurement",
-             "-loggerLevel=ERROR"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "-dedup.minScrapeInterval=1ms", "-loggerLevel=ERROR"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
