@@ -256,12 +256,13 @@ def collector_status(now: datetime | None = None, nodes=None) -> list[dict]:
     return result
 
 
-def acknowledge(event: HardwareEvent, user) -> HardwareEvent:
-    """Acknowledge an alert (audited) and return it; one acknowledged already stays as it was, with no
-    second record."""
+def acknowledge(event: HardwareEvent, user) -> bool:
+    """Acknowledge an alert (audited); False when it was acknowledged already (nothing changes, no second
+    record). The event passed in shows its acknowledgement afterwards either way."""
     with transaction.atomic():
         current = HardwareEvent.objects.select_for_update().select_related("node").get(pk=event.pk)
-        if current.acknowledged_at is None:
+        changed = current.acknowledged_at is None
+        if changed:
             current.acknowledged_at = timezone.now()
             current.acknowledged_by = user.get_username()
             current.save(update_fields=["acknowledged_at", "acknowledged_by"])
@@ -270,7 +271,7 @@ def acknowledge(event: HardwareEvent, user) -> HardwareEvent:
                                   "device": current.device, "time": current.time.isoformat(),
                                   "message": current.message})
     event.acknowledged_at, event.acknowledged_by = current.acknowledged_at, current.acknowledged_by
-    return event
+    return changed
 
 
 def open_alerts() -> int:

@@ -95,9 +95,9 @@ def test_status_command_as_a_table_and_as_json(fleet, capsys):
 def test_acknowledging_an_alert_is_audited_once(fleet, make_user):
     operator = make_user(Role.OPERATOR, "operator1")
     alert = HardwareEvent.objects.get(kind="xid")
-    assert services.acknowledge(alert, operator) is alert
+    assert services.acknowledge(alert, operator) is True
     first = alert.acknowledged_at
-    services.acknowledge(alert, make_user(Role.OPERATOR, "operator2"))
+    assert services.acknowledge(alert, make_user(Role.OPERATOR, "operator2")) is False
     alert.refresh_from_db()
     assert (alert.acknowledged_by, alert.acknowledged_at) == ("operator1", first)
     records = AuditRecord.objects.filter(event="telemetry.alert.acknowledge")
