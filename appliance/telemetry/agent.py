@@ -182,6 +182,29 @@ def _sink(url: str, token: str, org: str, bucket: str, ca_file: str = "") -> Inf
     return InfluxSink(url, token, org, bucket)
 
 
+class _MountPoints:
+    """A filesystem's mount point from /proc/mounts, read again (at most once a minute) when a filesystem
+    mounted after the collector started shows up."""
+
+    def __init__(self, path: Path):
+        self.path, self.read_at = path, 0.0
+        self.resolve = self._read()
+
+    def _read(self):
+        self.read_at = time.monotonic()
+        try:
+            return mount_resolver(self.path.read_text())
+        except OSError:
+            return mount_resolver("")
+
+    def __call__(self, fstype: str, name: str) -> str:
+        found = self.resolve(fstype, name)
+        if not found.startswith("/") and time.monotonic() - self.read_at > 60:
+            self.resolve = self._read()
+            found = self.resolve(fstype, name)
+        return found
+
+
 def from_config(path: str | os.PathLike, sysroot: str = "/", nvml_library: str | None = None) -> Agent:
     """The deployed collector: collector.json (the telemetry contract) read, its token files read once
     (never logged), its two buffers opened under buffer_dir."""
@@ -216,15 +239,11 @@ def from_config(path: str | os.PathLike, sysroot: str = "/", nvml_library: str |
         token = _read_token(sysroot, str(influx.get("token_file", "")), f"--config {path}: influxdb.token_file")
         sink = _sink(str(influx["url"]), token, str(influx.get("org") or "appliance"),
                      str(influx.get("bucket") or "telemetry"))
-    try:
-        mounts = _under(sysroot, "/proc/mounts").read_text()
-    except OSError:
-        mounts = ""
     port = metrics.get("port")
     agent = Agent(Collector(hostname, sysroot, nvml_library), Buffer(buffer_dir / "influx.sqlite", max_bytes), sink,
                   int(port) if port not in (None, "", 0) else None, str(metrics.get("address") or "127.0.0.1"))
     agent.interval_s = interval
-    agent.rollup = Rollup(hostname, mount_of=mount_resolver(mounts))
+    agent.rollup = Rollup(hostname, mount_of=_MountPoints(_under(sysroot, "/proc/mounts")))
     agent.rollup_buffer = Buffer(buffer_dir / "appliance.sqlite", max_bytes)
     agent.rollup_sink = rollup_sink
     return agent
