@@ -201,22 +201,38 @@ def start(appliance) -> dict[str, int | str]:
     return result
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def stop_processes(pids: dict[str, int]) -> None:
-    """SIGTERM them together (each drains its buffers), then SIGKILL what is left after the grace."""
+    """SIGTERM them together (each drains its buffers), then SIGKILL what is left after the grace. The
+    pids were checked to be this state directory's collectors by the caller; while a process exits its
+    environment can no longer be read, so from here on only whether it is alive counts."""
     for pid in pids.values():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE
-    while time.monotonic() < deadline and any(_ours(pid, name) for name, pid in pids.items()):
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids.values()):
         for pid in pids.values():
             _reap(pid)
         time.sleep(0.05)
     for name, pid in pids.items():
-        if _ours(pid, name):
+        if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
-        _reap(pid)  # started by this process: not left a zombie
+        # started by this process: not left a zombie
+        reaped_by = time.monotonic() + 2.0
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < reaped_by:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    break
+            except ChildProcessError:
+                break  # another process's child (started by an earlier command): its parent reaps it
+            time.sleep(0.02)
         _pid_file(name).unlink(missing_ok=True)
 
 

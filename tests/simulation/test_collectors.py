@@ -3,6 +3,7 @@ and the package the monitoring stage deploys (laid out here as the telemetry con
 writing raw points and per-minute rollups into a real VictoriaMetrics (it speaks InfluxDB's write API),
 stopped with the rest of the simulation."""
 
+import io
 import json
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from appliance.audit.models import AuditRecord
 from appliance.simulation import collectors, ports, services
@@ -100,6 +102,10 @@ def test_a_collector_runs_on_the_node_venv_serves_metrics_sends_rollups_and_stop
     assert (status["deployed"], status["pid"], status["metrics"], status["answering"]) == (
         True, pid, f"127.0.0.1:{port}", True)
     assert services.start_collectors(appliance) == {"gpu01": pid}  # running: not started twice
+    shown = io.StringIO()
+    call_command("simulation", "status", stdout=shown)
+    line = next(line for line in shown.getvalue().splitlines() if line.strip().startswith("gpu01"))
+    assert line.endswith(f"collector pid {pid} /metrics 127.0.0.1:{port} answering"), line
 
     stopped = services.stop_collectors(appliance)
     assert stopped == {"gpu01": pid}
