@@ -121,6 +121,7 @@ def grade(name: str, models: list[tuple[Model, int]], offset_s: int = 0) -> tupl
     confusion: Counter = Counter()
     began = time.perf_counter()
     count = 0
+    attribution_s = 0.0
     late = offset_s / INTERVAL_S
     for model, days in models:
         refs = references(model.nodes, model.training_mount)
@@ -141,7 +142,9 @@ def grade(name: str, models: list[tuple[Model, int]], offset_s: int = 0) -> tupl
             if late:
                 gpu_records = [blend(a, b, late) for a, b in zip(current[0], following[0], strict=True)]
                 node_records = [blend(a, b, late) for a, b in zip(current[1], following[1], strict=True)]
+            attributing = time.perf_counter()
             verdicts = attribution.attribute(gpu_records, node_records, refs)
+            attribution_s += time.perf_counter() - attributing
             for position, verdict in enumerate(verdicts):
                 confusion[(truth[position], verdict.label)] += 1 - late
                 if late:
@@ -151,7 +154,8 @@ def grade(name: str, models: list[tuple[Model, int]], offset_s: int = 0) -> tupl
     right = sum(n for (true, got), n in confusion.items() if true == got)
     accuracy = right / count
     print(f"\n== {name}: {count / 60:,.0f} GPU-hours, accuracy {100 * accuracy:.2f}% of GPU-hours "
-          f"({count:,} GPU-minutes with the model, records and attribution in {seconds:.1f} s)")
+          f"({count:,} GPU-minutes with the model, records and attribution in {seconds:.1f} s; attribution "
+          f"alone {attribution_s:.1f} s, {1e6 * attribution_s / count:.0f} us a GPU-minute)")
     print_matrix(confusion)
     return accuracy, confusion
 
