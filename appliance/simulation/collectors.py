@@ -136,9 +136,12 @@ def _launch(node, config: dict) -> int:
     }
     command = [str(python), "-m", MODULE, "--config", str(sysroot / CONFIG), "--sysroot", str(sysroot),
                "--nvml-library", str(nvml.library_path())]
-    with open(log_path(node.name), "a") as log:
-        process = subprocess.Popen(command, cwd=str(collectors_dir()), env=environment, stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with open(log_path(node.name), "a") as log:
+            process = subprocess.Popen(command, cwd=str(collectors_dir()), env=environment, stdout=log,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        raise CollectorsError(f"{node.name}: {python} could not be run: {exc.strerror}") from None
     _pid_file(node.name).write_text(f"{process.pid}\n")
     return process.pid
 
