@@ -6,6 +6,8 @@ the fleet and the API is the one source of every number. Tables that are read, n
 are rendered here from the same query functions the API answers with.
 """
 
+from datetime import datetime
+
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -103,9 +105,15 @@ class JobView(CapabilityMixin, TemplateView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         try:
-            context["job"] = queries.job(self.kwargs["job"])
+            job = queries.job(self.kwargs["job"])
         except queries.UnknownJob:
-            context["job"] = None
+            job = None
+        else:
+            job.update(first_at=datetime.fromisoformat(job["first"]), end_at=datetime.fromisoformat(job["end"]),
+                       energy_kwh=job["energy_j"] / 3.6e6, minutes=job["duration_s"] // 60)
+            for gpu in job["gpus"]:
+                gpu["fb_used_gib"] = None if gpu["fb_used_mib"] is None else gpu["fb_used_mib"] / 1024
+        context["job"] = job
         context.update(job_id=self.kwargs["job"], api_url=reverse("telemetry-api-job", args=[self.kwargs["job"]]))
         return context
 

@@ -163,6 +163,8 @@ def test_the_pages_name_their_api_and_list_jobs(client_for, telemetry):
     job = client.get("/telemetry/jobs/4242/").content.decode()
     assert '<dd data-testid="job-gpu-count">2</dd>' in job
     assert '<dd data-testid="job-util">32.5 %</dd>' in job
+    assert "(2 minutes)" in job and "0.011 kWh" in job  # 15000 + 18000 + 7200 J
+    assert "1.5 GiB" in job  # GPU 0 of gpu-01: (1000 + 2000) / 2 MiB
 
 
 def test_bad_range_unknown_node_and_unknown_job_pages(client_for, telemetry):

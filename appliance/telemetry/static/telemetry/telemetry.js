@@ -257,11 +257,11 @@
     list.textContent = "";
     var s = data.summary;
     var rows = [
-      [TEXT.gpu + " " + TEXT.live, s.gpus_live + " / " + s.gpus],
-      [TEXT.utilization, FORMAT.percent(s.util_mean)],
-      [TEXT.memory, FORMAT.mib(s.fb_used_mib) + " / " + FORMAT.mib(s.fb_total_mib)],
-      [TEXT.power, FORMAT.watts(s.power_w)],
-      [TEXT.collector + " " + TEXT.live, s.collectors_live + " / " + s.nodes]
+      [TEXT.summaryGpus, s.gpus_live + " / " + s.gpus],
+      [TEXT.summaryUtil, FORMAT.percent(s.util_mean)],
+      [TEXT.summaryMemory, FORMAT.mib(s.fb_used_mib) + " / " + FORMAT.mib(s.fb_total_mib)],
+      [TEXT.summaryPower, FORMAT.watts(s.power_w)],
+      [TEXT.summaryCollectors, s.collectors_live + " / " + s.nodes]
     ];
     rows.forEach(function (row) {
       list.appendChild(el("dt", {text: row[0]}));
@@ -368,7 +368,7 @@
                                     {label: "max", values: s.fb_used_max_mib, format: FORMAT.mib}], why);
     lineChart(root, "power", s.t, [{label: TEXT.power, values: s.power_w, format: FORMAT.watts},
                                    {label: "max", values: s.power_max_w, format: FORMAT.watts}], why);
-    lineChart(root, "temperature", s.t, [{label: "°C", values: s.temp_c, format: FORMAT.celsius},
+    lineChart(root, "temperature", s.t, [{label: TEXT.temperature, values: s.temp_c, format: FORMAT.celsius},
                                          {label: "max", values: s.temp_max_c, format: FORMAT.celsius}], why);
     lineChart(root, "links", s.t, [{label: "PCIe tx", values: s.pcie_tx_bps, format: FORMAT.bytes},
                                    {label: "PCIe rx", values: s.pcie_rx_bps, format: FORMAT.bytes},
