@@ -158,8 +158,9 @@ def authenticate(header: str) -> NodeCollector:
     if len(token) > MAX_TOKEN_CHARS:
         raise IngestError(401, "unauthorized", "unknown token")
     digest = token_digest(token)
-    # The token itself stays unread: it is encrypted at rest, and decrypting it would cost more than the check.
-    collector = NodeCollector.objects.select_related("node").defer("token").filter(token_digest=digest).first()
+    # Only what a write needs: the token itself stays unread (decrypting it would cost more than the check).
+    collector = (NodeCollector.objects.select_related("node")
+                 .only("token_digest", "last_bucket", "last_sweep", "node__name").filter(token_digest=digest).first())
     # The lookup is by digest (an index); the comparison that decides is constant-time all the same.
     if collector is None or not hmac.compare_digest(collector.token_digest, digest):
         raise IngestError(401, "unauthorized", "unknown token")
