@@ -117,14 +117,58 @@ def traversable_tmp_path(tmp_path):
     traversable(tmp_path)
 
 
-# Tests here drive playbooks, simulated tools and emulators; the database backend changes nothing
-# in what they prove, so the PostgreSQL pass does not repeat their minutes of work.
+# Tests here drive playbooks, simulated tools and emulators: the rows some of them write are their set-up,
+# and the database backend changes nothing in what they prove, so the PostgreSQL pass does not repeat
+# their minutes of work.
 BACKEND_AGNOSTIC_DIRS = ("playbooks", "simulation", "workloads")
+# What pytest-django gives a test that touches the database (django_db_setup: a module's or session's
+# fixture that opens the database itself, as tests/playbooks/conftest.py does).
+DATABASE_FIXTURES = frozenset({"db", "transactional_db", "live_server", "django_db_setup",
+                               "django_db_reset_sequences", "django_db_serialized_rollback"})
+# Files whose work takes minutes, with their seconds measured alone on a quiet 2-core machine (the
+# bootstrap's file, test_lint.py, ...). With `--dist loadfile` a file runs whole on one worker: the costly
+# ones are handed out first, so that no worker is left with minutes of work while the other has none.
+# A file not listed counts a second a test; a rough figure is enough to order the work.
+COSTLY_FILES = {
+    "tests/provisioning/test_bootstrap_demo.py": 900,
+    "tests/provisioning/test_bootstrap_postgresql.py": 400,
+    "tests/core/test_production.py": 155,
+    "tests/provisioning/test_repository.py": 92,
+    "tests/playbooks/test_node_python.py": 69,
+    "tests/simulation/test_ssh.py": 62,
+    "tests/playbooks/test_lint.py": 42,
+}
+
+
+def uses_the_database(item) -> bool:
+    """The django_db mark, or a fixture that pulls the database in, however indirectly."""
+    return (item.get_closest_marker("django_db") is not None
+            or not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
+
+
+def _backend_independent_reason(item) -> str | None:
+    """Why `item` proves nothing more on PostgreSQL than on SQLite, or None when it depends on the backend."""
+    if item.get_closest_marker("sqlite_only"):
+        return "sqlite_only (independent of DATABASE_URL, or runs manage.py on the embedded SQLite database)"
+    if item.get_closest_marker("postgres") or uses_the_database(item):
+        return None
+    return "uses no database"
+
+
+def _costliest_files_first(items, tests_root: Path) -> list:
+    """The items, file by file in descending order of their file's cost; the order inside a file is kept."""
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(Path(str(item.path)).resolve().relative_to(tests_root).as_posix(), []).append(item)
+    order = sorted(by_file, key=lambda name: -COSTLY_FILES.get(f"tests/{name}", len(by_file[name])))
+    return [item for name in order for item in by_file[name]]
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test marked sqlite_only (or living in a backend-agnostic folder) proves nothing more on
-    PostgreSQL: the PostgreSQL pass skips it instead of repeating minutes of work."""
+    """The PostgreSQL pass runs the tests that depend on the database backend: those that use the database
+    (found from their marks and fixtures, so a new one is picked up without anyone marking it) and those
+    marked postgres. The others ran in the SQLite pass; they are deselected here, and the summary says
+    how many and why (pytest_terminal_summary). The costliest files go first (COSTLY_FILES)."""
     from django.db import connection
 
     tests_root = Path(__file__).resolve().parent
@@ -132,12 +176,50 @@ def pytest_collection_modifyitems(config, items):
         relative = Path(str(item.path)).resolve().relative_to(tests_root)
         if relative.parts and relative.parts[0] in BACKEND_AGNOSTIC_DIRS:
             item.add_marker(pytest.mark.sqlite_only)
+    items[:] = _costliest_files_first(items, tests_root)
     if connection.vendor != "postgresql":
         return
-    skip = pytest.mark.skip(reason="sqlite_only: independent of DATABASE_URL, run in the SQLite pass")
+    kept, left_out, deselected = [], [], {}
     for item in items:
-        if item.get_closest_marker("sqlite_only"):
-            item.add_marker(skip)
+        reason = _backend_independent_reason(item)
+        if reason is None:
+            kept.append(item)
+        else:
+            left_out.append(item)
+            deselected.setdefault(reason, []).append(item.nodeid)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+    summary = {reason: sorted(nodeids) for reason, nodeids in deselected.items()}
+    config.stash[BACKEND_DESELECTED] = summary
+    if hasattr(config, "workeroutput"):
+        config.workeroutput["backend_deselected"] = summary
+
+
+BACKEND_DESELECTED = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller collects nothing itself: it takes the workers' account of what they deselected."""
+    summary = getattr(node, "workeroutput", {}).get("backend_deselected")
+    if summary is not None:
+        node.config.stash[BACKEND_DESELECTED] = summary
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    summary = config.stash.get(BACKEND_DESELECTED, None)
+    if not summary:
+        return
+    total = sum(len(nodeids) for nodeids in summary.values())
+    terminalreporter.section("deselected in the PostgreSQL pass (they ran in the SQLite pass)")
+    terminalreporter.write_line(f"{total} tests proving nothing that depends on the database backend:")
+    for reason, nodeids in sorted(summary.items()):
+        files: dict[str, int] = {}
+        for nodeid in nodeids:
+            files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0) + 1
+        terminalreporter.write_line(f"  {len(nodeids)} {reason}: "
+                                    + ", ".join(f"{name} ({count})" for name, count in sorted(files.items())))
 
 
 @pytest.fixture(autouse=True)
