@@ -51,6 +51,14 @@ def policy_reports(page):
     return reports
 
 
+def axe_violations(page) -> list[str]:
+    """axe-core on the page as drawn (tests/e2e/test_accessibility.py checks every page before any chart)."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    return [f"{v['id']}: {v['help']} {[n['html'][:120] for n in v['nodes'][:3]]}"
+            for v in Axe().run(page).response["violations"]]
+
+
 def _logged_in(page, log_in, role=Role.VIEWER):
     log_in(role)
     page.wait_for_url(re.compile(r"/$"))
@@ -77,6 +85,7 @@ def test_the_fleet_page_draws_from_the_api(page, log_in, telemetry, policy_repor
     expect(page.get_by_test_id("chart-filesystem").get_by_test_id("chart-latest")).to_contain_text("read 4.5 GB/s")
     expect(page.get_by_test_id("open-alerts")).to_contain_text("1 open hardware alert")
     screenshot(page, "D-telemetry")
+    assert axe_violations(page) == []
     page.get_by_role("link", name="24 hours").click()
     page.wait_for_url(re.compile(r"range=24h"))
     page.wait_for_selector(LOADED)
@@ -94,6 +103,7 @@ def test_a_node_a_gpu_and_a_node_without_collector(page, log_in, telemetry, poli
         "/mnt/scratch read 4 GB/s")
     expect(page.get_by_test_id("chart-cpu").get_by_test_id("chart-latest")).to_contain_text("iowait 25 %")
     screenshot(page, "D-node")
+    assert axe_violations(page) == []
     page.get_by_role("link", name="GPU 0", exact=True).click()
     page.wait_for_url(re.compile(r"/telemetry/nodes/gpu-01/gpus/0/"))
     page.wait_for_selector(LOADED)
@@ -125,6 +135,7 @@ def test_the_job_page_shows_its_gpus_their_use_and_its_io(page, log_in, telemetr
         expect(page.get_by_test_id(f"chart-{chart}")).to_have_attribute("data-state", "drawn")
     expect(page.get_by_test_id("chart-gpu-util").get_by_test_id("chart-latest")).to_contain_text("gpu-02/3 10 %")
     screenshot(page, "D-job")
+    assert axe_violations(page) == []
     assert policy_reports == []
 
 
