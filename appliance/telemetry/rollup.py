@@ -29,6 +29,9 @@ STEP_S = 60
 MESSAGE_CHARS = 2000
 DETAIL_BYTES = 16 * 1024
 JOB_CHARS = 100
+# A power cap engages and lets go within seconds under a changing load: one throttling event per GPU in this
+# long is an alert a person can act on; how much it throttled is each minute's throttled_share.
+THROTTLING_QUIET_S = 600
 THROTTLE_MASK = sum(THROTTLE_REASONS.values())
 WHOLE_GPU = "-1"
 
@@ -136,6 +139,7 @@ class Rollup:
         self.series: dict[tuple, _Series] = {}
         # (series key, counter) -> (time_ns, value) of the sweep before
         self._previous: dict[tuple[tuple, str], tuple[int, float]] = {}
+        self._throttling_sent: dict[object, int] = {}  # GPU -> time of its last throttling event sent
 
     # ---- input ------------------------------------------------------------------------------------------
     def add(self, sweep: Sweep) -> list[str]:
@@ -210,6 +214,11 @@ class Rollup:
             device = f"{event['device']}/{event.get('port', 1)}" if event.get("device") else ""
             # two events of one kind on one GPU in one sweep keep apart: the appliance keys an event by its time
             time_ns = int(event.get("time_ns", sweep.time_ns))
+            if kind == "throttling":
+                last = self._throttling_sent.get(gpu)
+                if last is not None and time_ns - last < THROTTLING_QUIET_S * 10**9:
+                    continue
+                self._throttling_sent[gpu] = time_ns
             time_ns += seen[(kind, gpu, device)]
             seen[(kind, gpu, device)] += 1
             if kind == "xid" and gpu is not None:

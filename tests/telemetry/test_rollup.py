@@ -182,3 +182,18 @@ def test_the_collector_report_is_one_line_with_its_strings_quoted():
                     'sink_error="http://influx:8086: \\"refused\\" retry",version="1" 1800000000000000000')
     assert json.loads('"' + text.split('sink_error="', 1)[1].split('",version', 1)[0] + '"') == \
         'http://influx:8086: "refused" retry'
+
+
+def test_a_throttling_gpu_raises_one_event_in_ten_minutes_however_often_its_power_cap_flaps():
+    rollup = Rollup("gpu01")
+
+    def throttled(at_s: int, index: str = "0") -> list[str]:
+        lines = rollup.add(Sweep(MINUTE + at_s * S, [], events=[
+            {"kind": "throttling", "gpu": int(index), "reasons": ["sw_power_cap"], "time_ns": MINUTE + at_s * S}]))
+        return [line.split(" ")[0] for line in lines if line.startswith("event,")]
+
+    assert throttled(0) == ["event,Hostname=gpu01,kind=throttling,gpu=0"]
+    assert throttled(5) == []
+    assert throttled(30, "1") == ["event,Hostname=gpu01,kind=throttling,gpu=1"]  # another GPU has its own
+    assert throttled(599) == []
+    assert throttled(600) == ["event,Hostname=gpu01,kind=throttling,gpu=0"]
