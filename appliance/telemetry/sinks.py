@@ -159,8 +159,12 @@ class Forwarder(threading.Thread):
                 if self.drain_once():
                     backoff = 0.2
                     continue
-            except SinkError as exc:
-                if str(exc) != self._logged_error:
+            except Exception as exc:
+                if self.stopping.is_set():  # the buffer may be closed under a forwarder told to stop: done
+                    return
+                if not isinstance(exc, SinkError):  # the buffer's disk, say: logged, retried, the thread lives on
+                    log.exception("telemetry forwarder of %s failed; retrying", self.buffer.path)
+                elif str(exc) != self._logged_error:
                     log.warning("telemetry sink down, points wait in %s: %s", self.buffer.path, exc)
                     self._logged_error = str(exc)
                 self.stopping.wait(backoff)
@@ -174,8 +178,8 @@ class Forwarder(threading.Thread):
         deadline = time.monotonic() + flush_s
         self.stopping.set()
         self.wake.set()
-        if self.is_alive():
-            self.join(timeout=flush_s)
+        if self.is_alive():  # a write under way ends within the sink's timeout; not waited for past 1 s
+            self.join(timeout=max(flush_s, 1.0))
         while time.monotonic() < deadline:
             try:
                 if not self.drain_once():
