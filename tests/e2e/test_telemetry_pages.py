@@ -93,6 +93,18 @@ def test_the_fleet_page_draws_from_the_api(page, log_in, telemetry, policy_repor
     assert policy_reports == []
 
 
+def test_the_fleet_page_refreshes_each_minute(page, log_in, telemetry):
+    page.clock.install()
+    _logged_in(page, log_in)
+    page.goto("/telemetry/")
+    page.wait_for_selector(LOADED)
+    cell = page.get_by_test_id("live-grid").locator('tr[data-node="gpu-01"] td[data-gpu="2"]')
+    expect(cell).to_have_text("—")
+    gpu_row(telemetry.gpu_node, 2, minutes_before(timezone.now(), 1), util=55, fb_used_mib=100, power_w=200)
+    page.clock.fast_forward(61_000)
+    expect(cell).to_have_text("55%")
+
+
 def test_a_node_a_gpu_and_a_node_without_collector(page, log_in, telemetry, policy_reports):
     _logged_in(page, log_in, Role.ML_ENGINEER)
     page.goto("/telemetry/nodes/gpu-01/")

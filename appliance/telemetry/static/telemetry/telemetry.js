@@ -118,6 +118,13 @@
     var figure = root.querySelector('[data-chart="' + name + '"]');
     if (!figure) return;
     var body = figure.querySelector(".chart-body");
+    var previous = figure.querySelector(".chart-latest");
+    if (previous) previous.remove();
+    if (body.uplot) {  // a refresh: the old chart goes, with its resize entry
+      body.uplot.destroy();
+      charts = charts.filter(function (c) { return c.body !== body; });
+      body.uplot = null;
+    }
     body.textContent = "";
     var drawn = series.filter(function (s) { return s.values.some(function (v) { return v !== null && v !== undefined; }); });
     if (!t.length || !drawn.length || typeof window.uPlot !== "function") {
@@ -151,6 +158,7 @@
     // The newest values, written out: readable without hovering, and by a screen reader.
     figure.appendChild(el("p", {className: "chart-latest muted", "data-testid": "chart-latest", text: last.join(" · ")}));
     figure.dataset.state = "drawn";
+    body.uplot = plot;
     charts.push({plot: plot, body: body});
   }
 
@@ -407,18 +415,30 @@
 
   var KINDS = {overview: overview, node: node, gpu: gpu, job: job};
 
+  /* A container with data-refresh="SECONDS" reloads its data that often while the page is visible (a new
+   * per-minute bucket arrives once a minute), keeping what it shows until the new answer is in. */
+  function scheduleRefresh(root) {
+    var every = Number(root.dataset.refresh || 0);
+    if (!every) return;
+    setTimeout(function again() {
+      if (document.hidden) { setTimeout(again, 5000); return; }
+      load(root);
+    }, every * 1000);
+  }
+
   function load(root) {
     var draw = KINDS[root.dataset.telemetry];
     if (!draw) return;
-    setStatus(root, TEXT.loading);
+    if (!root.dataset.loaded) setStatus(root, TEXT.loading);
     getJSON(root.dataset.api).then(function (data) {
       setStatus(root, "");
       draw(root, data);
       root.dataset.loaded = "true";
+      root.dataset.loadedAt = String(Date.now());
     }).catch(function (error) {
       setStatus(root, TEXT.failed + " " + error.message, true);
       root.dataset.loaded = "error";
-    });
+    }).then(function () { scheduleRefresh(root); });
   }
 
   function start() {
