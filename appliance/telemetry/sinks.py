@@ -64,7 +64,7 @@ class InfluxSink:
         self.url, self.bucket, self.org = url, bucket, org
         self._client = InfluxDBClient(url=url, token=token or "unused", org=org, timeout=timeout_ms, enable_gzip=gzip)
         self._write = self._client.write_api(write_options=SYNCHRONOUS)
-        self._connects, self._connects_seen = 0, 0
+        self._connects, self._connects_seen, self._kept_alive = 0, 0, False
         self._count_connects()
 
     def _count_connects(self) -> None:
@@ -90,12 +90,14 @@ class InfluxSink:
             raise SinkError(f"{self.url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
     def reconnected(self) -> bool:
-        """Whether the writes since the last call opened a new connection after an earlier one: the server
-        closed ours, which a crash and quick restart between two writes does without any write failing.
-        A keep-alive timeout looks the same; a replay costs little."""
-        opened = self._connects > self._connects_seen > 0
+        """Whether the writes since the last call had to open a new connection although the one before had
+        been kept alive: the server dropped it, which a crash and quick restart between two writes does
+        without any write failing. A server that closes every connection (no keep-alive) never counts, or
+        every write would replay; a keep-alive timeout looks like a restart and costs one replay."""
+        opened = self._connects - self._connects_seen
         self._connects_seen = self._connects
-        return opened
+        dropped, self._kept_alive = opened > 0 and self._kept_alive, opened == 0
+        return dropped
 
     def close(self) -> None:
         self._client.close()

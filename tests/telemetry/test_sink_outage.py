@@ -227,3 +227,28 @@ def test_a_buffer_with_nothing_left_to_roll_up_drops_its_oldest_row_and_says_so(
     assert [record.getMessage() for record in caplog.records] == [
         f"telemetry buffer {buffer.path} full at per-hour resolution: dropped its oldest 2 points"] * 2
     buffer.close()
+
+
+@pytest.mark.slow
+def test_a_sink_that_closes_idle_connections_at_once_gets_no_replays(tmp_path):
+    """A server without keep-alive (VictoriaMetrics closing idle connections after 10 ms here; a WSGI server
+    that closes each one) makes every write open a new connection: that is no restart, and the window is
+    not sent again, or every write would carry a minute of points with it."""
+    server = VictoriaMetrics(tmp_path / "vm", flags=("-http.idleConnTimeout=10ms",)).start()
+    buffer = Buffer(tmp_path / "buffer.sqlite")
+    forwarder = Forwarder(buffer, InfluxSink(server.url))
+    start = (time.time_ns() - 60 * SECOND) // SECOND * SECOND
+    try:
+        for second in range(20):
+            buffer.append(f"gpu,Hostname=gpu01,gpu=0 DCGM_FI_DEV_GPU_UTIL={second}.0 {start + second * SECOND}\n", 1,
+                          start + second * SECOND)
+            assert forwarder.drain_once() == 1
+            time.sleep(0.1)
+        delivery = buffer.delivery()
+        [series] = exported_utilization(server, 20)
+    finally:
+        server.stop()
+    assert forwarder.sink._connects == 20  # every write found its connection closed
+    assert (delivery["replays"], delivery["sent_rows"]) == (0, 20)
+    assert series["values"] == [float(second) for second in range(20)]
+    buffer.close()

@@ -29,8 +29,8 @@ def free_port() -> int:
 
 
 class VictoriaMetrics:
-    def __init__(self, data_dir: Path, port: int | None = None):
-        self.data_dir, self.port = Path(data_dir), port or free_port()
+    def __init__(self, data_dir: Path, port: int | None = None, flags: tuple[str, ...] = ()):
+        self.data_dir, self.port, self.flags = Path(data_dir), port or free_port(), tuple(flags)
         self.process: subprocess.Popen | None = None
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -40,7 +40,7 @@ class VictoriaMetrics:
         self.process = subprocess.Popen(
             [BINARY, f"-storageDataPath={self.data_dir}", f"-httpListenAddr=127.0.0.1:{self.port}",
              "-search.latencyOffset=0s", "-retentionPeriod=100y", "-influxSkipMeasurement",
-             "-dedup.minScrapeInterval=1ms", "-loggerLevel=ERROR"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "-dedup.minScrapeInterval=1ms", "-loggerLevel=ERROR", *self.flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
