@@ -81,7 +81,8 @@ class Agent:
         self.sweeps += 1
         self.last_sweep_ns = sweep.time_ns
         for event in sweep.events:
-            log.warning("telemetry event: %s", event)
+            # a power cap can engage every few seconds: the appliance hears of it (rollup.py), the log need not
+            log.log(logging.DEBUG if event.get("kind") == "throttling" else logging.WARNING, "telemetry event: %s", event)
         if self.forwarder is not None:
             self.forwarder.wake.set()
         if self.rollup is not None:
