@@ -215,3 +215,18 @@ def test_alerts_open_and_all(inventory):
     assert every["alerts"][1]["acknowledged_by"] == "operator-user"
     with pytest.raises(ValueError, match="state: 'new' is not one of open, all"):
         queries.alerts("new")
+
+
+def test_a_job_longer_than_a_day_reads_its_hourly_rows(inventory):
+    node = inventory.gpu_node
+    gpu_row(node, 0, at(10, 0, day=1), util=20, job="777")
+    gpu_row(node, 0, at(11, 0, day=2), util=90, job="777")
+    gpu_row(node, 0, at(10, 0, day=1), step=HOUR, util=25, job="777")
+    gpu_row(node, 0, at(11, 0, day=2), step=HOUR, util=85, job="777")
+    data = queries.job("777")
+    assert data["step"] == 3600
+    assert data["gpu_series"]["gpu-01/0"]["util"] == [25.0, 85.0]
+    gpu_row(node, 1, at(11, 0), util=50, job="888")
+    gpu_row(node, 1, at(11, 0), step=HOUR, util=40, job="888")
+    assert queries.job("888")["step"] == 60  # a short job keeps its minutes
+

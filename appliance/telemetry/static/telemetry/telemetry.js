@@ -108,6 +108,8 @@
   // --- time series (uPlot) ---------------------------------------------------------------------------
 
   var charts = [];
+  var MIB_STEPS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512].map(function (m) { return m * 1024; })
+    .concat([1, 2, 4, 8, 16].map(function (m) { return m * 1024 * 1024; }));
 
   function chartWidth(body) {
     return Math.max(200, Math.floor(body.getBoundingClientRect().width) || 300);
@@ -147,6 +149,7 @@
       legend: {live: true},
       cursor: {points: {size: 6}}
     };
+    if (format === FORMAT.mib) opts.axes[1].incrs = MIB_STEPS;  // 8, 16, 32 GiB rather than 9.77 GiB
     var data = [t].concat(drawn.map(function (s) { return s.values; }));
     var plot = new window.uPlot(opts, data, body);
     plot.root.setAttribute("role", "img");
