@@ -18,7 +18,6 @@ Plain Python, no Django: deployed to the nodes with the collector.
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import threading
 import time
@@ -28,8 +27,6 @@ from .collector import COUNTER_FIELDS
 
 log = logging.getLogger(__name__)
 LEVELS = (0, 60, 3600)  # seconds a point of a row stands for: raw, per minute, per hour
-_UNESCAPED_SPACE = re.compile(r"(?<!\\) ")
-_UNESCAPED_COMMA = re.compile(r"(?<!\\),")
 
 
 class Buffer:
@@ -156,7 +153,8 @@ class Buffer:
                 self._count("released_rows", len(released))
         for level in range(len(LEVELS) - 1):
             while self._bytes > self.max_bytes:
-                if not self._roll_oldest(level):
+                # per-minute lines (the appliance's buffer) gain nothing from a per-minute roll: per hour then
+                if not any(self._roll_oldest(level, target) for target in range(level + 1, len(LEVELS))):
                     break
         while self._bytes > self.max_bytes:
             row = self._db.execute("SELECT id, points, size FROM batches ORDER BY id LIMIT 1").fetchone()  # all waiting
@@ -168,12 +166,12 @@ class Buffer:
             self._count("dropped_points", row[1])
             log.error("telemetry buffer %s full at per-hour resolution: dropped its oldest %d points", self.path, row[1])
 
-    def _roll_oldest(self, level: int) -> bool:
-        """Roll the oldest rows of `level` (about roll_fraction of the bound, then on to the end of the next
+    def _roll_oldest(self, level: int, target: int) -> bool:
+        """Roll the oldest rows of `level` (about roll_fraction of the bound, then on to the end of the target
         level's period, so that a rolled row holds whole minutes or hours and no two rolled rows share one)
-        into one row of the next level. False when that would not make the buffer smaller."""
+        into one row of the `target` level. False when that would not make the buffer smaller."""
         budget = max(1, int(self.max_bytes * self.roll_fraction))
-        period_ns = LEVELS[level + 1] * 10**9
+        period_ns = LEVELS[target] * 10**9
         rows, size = [], 0
         for row in self._db.execute("SELECT id, body, size, created_ns FROM batches WHERE level = ? AND sent_ns IS NULL"
                                     " ORDER BY id", (level,)):
@@ -188,7 +186,7 @@ class Buffer:
                 rows, size = complete, sum(row[2] for row in complete)
         if len(rows) < 2:
             return False
-        body, points = rollup([row[1].decode() for row in rows], LEVELS[level + 1])
+        body, points = rollup([row[1].decode() for row in rows], LEVELS[target])
         data = body.encode()
         if len(data) >= size:  # rows of different periods each: nothing to gain
             return False
@@ -197,12 +195,12 @@ class Buffer:
         self._db.execute(f"DELETE FROM batches WHERE id IN ({','.join('?' * len(ids))})", ids)
         # the rolled row keeps the place of the oldest one it replaces, so it is still sent first
         self._db.execute("INSERT INTO batches (id, created_ns, level, points, size, body) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", (ids[0], rows[0][3], level + 1, points, len(data), data))
+                         "VALUES (?, ?, ?, ?, ?, ?)", (ids[0], rows[0][3], target, points, len(data), data))
         self._db.execute("COMMIT")
         self._bytes += len(data) - size
         self._count("rolled_up_rows", len(ids))
         log.warning("telemetry buffer %s over %d bytes: rolled %d rows up to %d s points", self.path,
-                    self.max_bytes, len(ids), LEVELS[level + 1])
+                    self.max_bytes, len(ids), LEVELS[target])
         return True
 
 
@@ -210,25 +208,63 @@ def _stamp(body: bytes) -> int:
     """The time of a row's first line (a raw row's lines share their sweep's; a rolled row's is its first
     period's start)."""
     end = body.find(b"\n")
-    return int(body[:end if end >= 0 else len(body)].rsplit(b" ", 1)[1])
+    try:
+        return int(body[:end if end >= 0 else len(body)].rsplit(b" ", 1)[-1])
+    except ValueError:  # no timestamp: the line is kept, it only does not start a period
+        return 0
+
+
+def _split(line: str) -> tuple[str, list[tuple[str, str]], str]:
+    """A line's series key, its fields (name, raw value) and timestamp; a string field's quoted value may
+    hold spaces, commas and escaped quotes."""
+    at, escaped = 0, False
+    while at < len(line):  # the key ends at the first unescaped space
+        char = line[at]
+        if char == " " and not escaped:
+            break
+        escaped = char == "\\" and not escaped
+        at += 1
+    key, rest = line[:at], line[at + 1:]
+    fields, item, quoted, escaped = [], [], False, False
+    for index, char in enumerate(rest):
+        if not escaped and char == '"':
+            quoted = not quoted
+        if not quoted and not escaped and char in ", ":
+            name, _, value = "".join(item).partition("=")
+            fields.append((name, value))
+            item = []
+            if char == " ":
+                return key, fields, rest[index + 1:].strip()
+            continue
+        escaped = char == "\\" and not escaped
+        item.append(char)
+    raise ValueError(f"no timestamp: {line[:80]}")
 
 
 def rollup(bodies: list[str], period_s: int) -> tuple[str, int]:
     """Line protocol rolled up to one point per series and `period_s`: the mean of a gauge, the last value
-    of a counter (COUNTER_FIELDS, by the name before any ':'), at the start of the period."""
+    of a counter (COUNTER_FIELDS, by the name before any ':'), at the start of the period. A line with a
+    field that is no float (an event's message, a collector's version) is kept as it is."""
     period_ns = period_s * 10**9
     groups: dict[tuple[str, int], dict[str, list[float]]] = {}
+    kept, points = [], 0
     for body in bodies:
         for line in body.splitlines():
             if not line:
                 continue
-            key, fields, stamp = _UNESCAPED_SPACE.split(line)
-            bucket = int(stamp) // period_ns * period_ns
+            fields = []
+            try:
+                key, fields, stamp = _split(line)
+                bucket = int(stamp) // period_ns * period_ns
+                values = [(name, float(value)) for name, value in fields]
+            except ValueError:
+                kept.append(line)
+                points += max(1, len(fields))
+                continue
             group = groups.setdefault((key, bucket), {})
-            for item in _UNESCAPED_COMMA.split(fields):
-                name, _, value = item.rpartition("=")
-                group.setdefault(name, []).append(float(value))
-    lines, points = [], 0
+            for name, value in values:
+                group.setdefault(name, []).append(value)
+    lines = []
     for (key, bucket), fields in groups.items():
         values = []
         for name, seen in fields.items():
@@ -236,4 +272,4 @@ def rollup(bodies: list[str], period_s: int) -> tuple[str, int]:
             values.append(f"{name}={value!r}")
         points += len(values)
         lines.append(f"{key} {','.join(values)} {bucket}")
-    return "\n".join(lines) + "\n", points
+    return "\n".join(lines + kept) + "\n", points

@@ -57,12 +57,14 @@ class InfluxSink:
     forwarder decides about retries, so the client never drops a batch on its own."""
 
     def __init__(self, url: str, token: str = "", org: str = "appliance", bucket: str = "telemetry",
-                 timeout_ms: int = 10_000, gzip: bool = True):
+                 timeout_ms: int = 10_000, gzip: bool = True, ca_file: str = ""):
         from influxdb_client import InfluxDBClient
         from influxdb_client.client.write_api import SYNCHRONOUS
 
         self.url, self.bucket, self.org = url, bucket, org
-        self._client = InfluxDBClient(url=url, token=token or "unused", org=org, timeout=timeout_ms, enable_gzip=gzip)
+        # ca_file: the CA that signed an https sink's certificate (the appliance's own, say); else the system's
+        self._client = InfluxDBClient(url=url, token=token or "unused", org=org, timeout=timeout_ms, enable_gzip=gzip,
+                                      ssl_ca_cert=ca_file or None)
         self._write = self._client.write_api(write_options=SYNCHRONOUS)
         self._connects, self._connects_seen, self._kept_alive = 0, 0, False
         self._count_connects()

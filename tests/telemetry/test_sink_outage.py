@@ -252,3 +252,24 @@ def test_a_sink_that_closes_idle_connections_at_once_gets_no_replays(tmp_path):
     assert (delivery["replays"], delivery["sent_rows"]) == (0, 20)
     assert series["values"] == [float(second) for second in range(20)]
     buffer.close()
+
+
+def test_the_appliances_buffer_rolls_its_rollups_up_and_keeps_events_and_collector_lines_as_they_are(tmp_path):
+    """The appliance's buffer holds the contract's per-minute lines, with string fields (an event's message
+    and detail, the collector's version) that hold spaces, commas and quotes: past the bound the numbers
+    are rolled up, the other lines are kept whole, and nothing raises."""
+    event = ('event,Hostname=gpu01,kind=xid,gpu=3 message="Xid 79: GPU has fallen off the bus, \\"again\\"",'
+             'detail="{\\"xid\\": 79, \\"pci\\": \\"0000:5D:00.0\\"}" 7230500000000')
+    collector = 'collector,Hostname=gpu01 sweeps=60.0,sink_error="",version="1.0 (demo)" 7260000000000'
+    rows = [f"gpu_rollup,Hostname=gpu01,gpu=0 step=60.0,util={util}.0 {minute * 60 * SECOND}\n"
+            for minute, util in ((120, 10), (121, 30))]
+    rows.insert(1, event + "\n" + collector + "\n")
+    buffer = Buffer(tmp_path / "appliance.sqlite", max_bytes=sum(len(row) for row in rows) - 1, roll_fraction=0.5)
+    for index, row in enumerate(rows):
+        buffer.append(row, 2 if row.startswith("gpu") else 6, index)
+    assert buffer.depth()["rolled_up_rows"] == 3 and buffer.depth()["dropped_rows"] == 0
+    [(_, body, points)] = buffer.peek(100)
+    assert body.decode().splitlines() == [
+        "gpu_rollup,Hostname=gpu01,gpu=0 step=60.0,util=20.0 7200000000000", event, collector]
+    assert points == 7
+    buffer.close()
