@@ -52,8 +52,8 @@ from appliance import audit
 # controller is tested with, and the SHA-256 of its wheel as PyPI publishes it. Pinned here, as a lock file
 # pins: a rebuild next week gives the nodes the same bytes, and a repository that serves other bytes is
 # refused by the build and by pip on the node.
-# The telemetry collector (the monitoring stage) adds its sink's client and /metrics library with every
-# package they need at run time, each pinned as the controller's lock (.requirements/runtime.txt) pins it,
+# The telemetry collector (the monitoring stage) adds its sink's client with every package it needs at
+# run time, each pinned as the controller's lock (.requirements/runtime.txt) pins it,
 # names spelled as `pip freeze` prints them (the node_python role compares its output with these). One
 # exception: reactivex 6 needs Python 3.11 and the nodes run 3.10, so they get 5.1.0, the newest release
 # for 3.10 that influxdb-client (reactivex>=4.0.4) accepts.
@@ -66,7 +66,6 @@ NODE_PYTHON_REQUIREMENTS = {
     "python-dateutil": ("2.9.0.post0", ("a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427",)),
     "six": ("1.17.0", ("4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274",)),
     "urllib3": ("2.8.0", ("0cf3cae568d36aa9576b28dfb35f11328f1cb974ca7647d9475ebb86c75ac6e3",)),
-    "prometheus_client": ("0.26.0", ("fa93d06737aa02bacd05794768508bb97d2fbee28cb3bca04eaae92f0ca953d6",)),
 }
 # Ubuntu 22.04, the OS of the appliance's nodes, has Python 3.10. The simulated nodes run the host's
 # /usr/bin/python3, whose version `build` adds by default.

@@ -25,7 +25,7 @@ CONFIG_FILE = "/etc/appliance/collector.json"
 TOKEN_FILE = "/etc/appliance/collector.token"
 BUFFER_DIR = "/var/lib/appliance/collector"
 UNIT_NAME = "appliance-collector.service"
-# The modules of appliance/telemetry a node runs (stdlib, pynvml, influxdb-client and prometheus-client only).
+# The modules of appliance/telemetry a node runs (the standard library, pynvml and influxdb-client only).
 PACKAGE_MODULES = ("__init__", "agent", "collector", "buffer", "sinks", "exposition", "rollup")
 # The appliance's portal (and ingest endpoint) on a real management node (README "Telemetry").
 PORTAL_PORT = 8000

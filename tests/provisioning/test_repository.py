@@ -18,11 +18,11 @@ from appliance.provisioning import repository
 
 WHEEL = "nvidia_ml_py-13.615.71-py3-none-any.whl"
 WHEEL_SHA256 = "959bf4adf6fe1308e4bd739e722236b0d1ec8392e2cefad33ff70c311380b9b6"
-# The node venv's pins: the NVML binding, and the collector's InfluxDB client and /metrics library with
-# what they need at run time (as `pip freeze` spells them).
+# The node venv's pins: the NVML binding, and the collector's InfluxDB client with what it needs at run
+# time (as `pip freeze` spells them).
 PINS = {"nvidia-ml-py": "13.615.71", "influxdb-client": "1.50.0", "reactivex": "5.1.0",
         "typing_extensions": "4.16.0", "certifi": "2026.10.19.post1", "python-dateutil": "2.9.0.post0",
-        "six": "1.17.0", "urllib3": "2.8.0", "prometheus_client": "0.26.0"}
+        "six": "1.17.0", "urllib3": "2.8.0"}
 
 
 @pytest.fixture(scope="session")
