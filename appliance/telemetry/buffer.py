@@ -49,6 +49,9 @@ class Buffer:
             self._db.execute("ALTER TABLE batches ADD COLUMN sent_ns INTEGER")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_waiting ON batches (id) WHERE sent_ns IS NULL")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_sent ON batches (sent_ns) WHERE sent_ns IS NOT NULL")
+        # rows the sink refused for good (400/403/413): kept for a look, not sent, bounded apart
+        self._db.execute("CREATE TABLE IF NOT EXISTS parked (id INTEGER PRIMARY KEY, created_ns INTEGER, parked_ns INTEGER,"
+                         " points INTEGER, size INTEGER, reason TEXT, body BLOB)")
         self._bytes = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM batches").fetchone()[0]
 
     def close(self) -> None:
@@ -103,6 +106,40 @@ class Buffer:
                 self._count("replayed_points", points)
         return rows, points
 
+    def park(self, ids: list[int], reason: str, now_ns: int | None = None) -> None:
+        """The sink refused these rows for good: out of the waiting list into `parked` (at most a sixteenth
+        of the bound, 1 MiB at least; past it the oldest parked rows are dropped, counted and logged)."""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        placeholders = ",".join("?" * len(ids))
+        with self._lock:
+            moved = self._db.execute(f"SELECT COUNT(*), COALESCE(SUM(points), 0), COALESCE(SUM(size), 0) FROM batches "
+                                     f"WHERE id IN ({placeholders})", ids).fetchone()
+            self._db.execute("BEGIN")
+            self._db.execute(f"INSERT INTO parked (id, created_ns, parked_ns, points, size, reason, body) "
+                             f"SELECT id, created_ns, ?, points, size, ?, body FROM batches WHERE id IN ({placeholders})",
+                             [now_ns, reason[:1000], *ids])
+            self._db.execute(f"DELETE FROM batches WHERE id IN ({placeholders})", ids)
+            self._db.execute("COMMIT")
+            self._bytes -= moved[2]
+            self._count("parked_rows", moved[0])
+            self._count("parked_points", moved[1])
+            limit = max(2**20, self.max_bytes // 16)
+            while (self._db.execute("SELECT COALESCE(SUM(size), 0) FROM parked").fetchone()[0] > limit
+                   and self._db.execute("SELECT COUNT(*) FROM parked").fetchone()[0] > 1):
+                row_id, points = self._db.execute("SELECT id, points FROM parked ORDER BY parked_ns, id LIMIT 1").fetchone()
+                self._db.execute("DELETE FROM parked WHERE id = ?", (row_id,))
+                self._count("dropped_rows", 1)
+                self._count("dropped_points", points)
+                log.error("telemetry buffer %s: too many refused rows parked, dropped the oldest (%d points)",
+                          self.path, points)
+
+    def parked(self) -> list[dict]:
+        """The rows the sink refused, oldest first: when, why, how many points (not their bodies)."""
+        with self._lock:
+            return [{"id": row_id, "created_ns": created, "parked_ns": parked, "points": points, "reason": reason}
+                    for row_id, created, parked, points, reason in self._db.execute(
+                        "SELECT id, created_ns, parked_ns, points, reason FROM parked ORDER BY parked_ns, id")]
+
     def _forget_sent(self, before_ns: int) -> None:
         size = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM batches WHERE sent_ns < ?",
                                 (before_ns,)).fetchone()[0]
@@ -122,15 +159,16 @@ class Buffer:
                 "dropped_points": counters.get("dropped_points", 0)}
 
     def delivery(self) -> dict:
-        """The at-least-once side: rows kept for a replay now, and how many were sent again or released (sent
-        rows deleted before their replay window ended, to keep the bound)."""
+        """The at-least-once side: rows kept for a replay now, and how many were sent again, released (sent
+        rows deleted before their replay window ended, to keep the bound) or parked (refused by the sink)."""
         with self._lock:
             kept, kept_points = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(points), 0) FROM batches WHERE sent_ns IS NOT NULL").fetchone()
             counters = dict(self._db.execute("SELECT name, value FROM counters"))
         return {"replay_rows": kept, "replay_points": kept_points,
                 **{name: counters.get(name, 0) for name in
-                   ("sent_rows", "replays", "replayed_rows", "replayed_points", "released_rows")}}
+                   ("sent_rows", "replays", "replayed_rows", "replayed_points", "released_rows", "parked_rows",
+                    "parked_points")}}
 
     # ---- the bound ------------------------------------------------------------------------------------
     def _count(self, name: str, by: int) -> None:

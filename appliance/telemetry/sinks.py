@@ -52,6 +52,14 @@ class SinkError(Exception):
     pass
 
 
+class SinkRefused(SinkError):
+    """The sink answered that it will never take this body (400 malformed, 403 not this node's, 413 too big):
+    sending it again cannot help, so the forwarder parks it instead of blocking everything behind it."""
+
+
+REFUSALS = {400, 403, 413}
+
+
 class InfluxSink:
     """An InfluxDB v2 write endpoint (or VictoriaMetrics' /api/v2/write), gzip-compressed, synchronous: the
     forwarder decides about retries, so the client never drops a batch on its own."""
@@ -89,6 +97,10 @@ class InfluxSink:
         try:
             self._write.write(bucket=self.bucket, org=self.org, record=body, write_precision="ns")
         except Exception as exc:  # urllib3 connection errors and ApiException alike: the row stays buffered
+            status = getattr(exc, "status", None)
+            if status in REFUSALS:
+                reason = (getattr(exc, "body", "") or getattr(exc, "reason", "") or "").strip().splitlines()
+                raise SinkRefused(f"{self.url}: {status} {reason[0][:500] if reason else ''}".rstrip()) from None
             raise SinkError(f"{self.url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
     def reconnected(self) -> bool:
@@ -124,13 +136,16 @@ class Forwarder(threading.Thread):
         self._logged_error = ""
 
     def drain_once(self) -> int:
-        """One write of the oldest rows; returns the points sent (0 when the buffer is empty)."""
+        """One write of the oldest rows; returns the points taken off the buffer's waiting list: sent, or
+        parked because the sink refused them for good (0 when the buffer is empty)."""
         rows = self.buffer.peek(self.batch_points)
         if not rows:
             return 0
         was_down = bool(self.last_error)
         try:
             self.sink.write(b"".join(body for _, body, _ in rows))
+        except SinkRefused as exc:
+            return self._isolate_refused(rows, exc)
         except SinkError as exc:
             if not self.last_error:  # the first failure of an outage: what the sink took lately may be lost
                 self._replay(f"the sink failed ({exc})")
@@ -149,6 +164,27 @@ class Forwarder(threading.Thread):
         elif reconnected:
             self._replay("the sink closed our connection since the last write")
         return sent
+
+    def _isolate_refused(self, rows: list, refusal: SinkRefused) -> int:
+        """The sink refused a batch: send its rows one at a time, park each one it refuses (counted, logged:
+        never silently), keep the others flowing. A transient failure on the way stops here as any does."""
+        handled = 0
+        for row_id, body, points in rows:
+            try:
+                if len(rows) > 1:
+                    self.sink.write(body)
+                else:
+                    raise refusal
+            except SinkRefused as exc:
+                self.buffer.park([row_id], str(exc))
+                log.error("telemetry sink refused %d points for good, parked in %s: %s", points, self.buffer.path, exc)
+                handled += points
+                continue
+            self.buffer.ack([row_id])
+            self.sent_points += points
+            handled += points
+        self.last_sent_ns, self.last_error = time.time_ns(), ""
+        return handled
 
     def _replay(self, why: str) -> None:
         rows, points = self.buffer.replay()

@@ -151,7 +151,8 @@ def test_a_replay_sends_again_what_the_sink_took_in_its_window_first(tmp_path):
         "gpu,gpu=0 DCGM_FI_DEV_GPU_UTIL=1.0 1000000000\n", "gpu,gpu=0 DCGM_FI_DEV_GPU_UTIL=2.0 2000000000\n",
         "gpu,gpu=0 DCGM_FI_DEV_GPU_UTIL=3.0 3000000000\n"]
     assert buffer.delivery() == {"replay_rows": 0, "replay_points": 0, "sent_rows": 2, "replays": 1,
-                                 "replayed_rows": 1, "replayed_points": 1, "released_rows": 0}
+                                 "replayed_rows": 1, "replayed_points": 1, "released_rows": 0, "parked_rows": 0,
+                                 "parked_points": 0}
     assert buffer.replay(now_ns=1101 * SECOND) == (0, 0)
     buffer.close()
 
@@ -272,4 +273,35 @@ def test_the_appliances_buffer_rolls_its_rollups_up_and_keeps_events_and_collect
     assert body.decode().splitlines() == [
         "gpu_rollup,Hostname=gpu01,gpu=0 step=60.0,util=20.0 7200000000000", event, collector]
     assert points == 7
+    buffer.close()
+
+
+@pytest.mark.slow
+def test_a_row_the_sink_refuses_for_good_is_parked_and_the_rows_behind_it_still_go(tmp_path, caplog):
+    """VictoriaMetrics answers 400 to a line over its 256 KiB limit: sending it again would block the buffer
+    forever, so that row is parked (counted, logged, kept apart) and the rows around it are delivered."""
+    server = VictoriaMetrics(tmp_path / "vm").start()
+    buffer = Buffer(tmp_path / "buffer.sqlite")
+    forwarder = Forwarder(buffer, InfluxSink(server.url))
+    start = (time.time_ns() - 60 * SECOND) // SECOND * SECOND
+    rows = [f"gpu,Hostname=gpu01,gpu=0 DCGM_FI_DEV_GPU_UTIL=1.0 {start}\n",
+            f"gpu,Hostname=gpu01,gpu=0,hpc_job={'x' * 300_000} DCGM_FI_DEV_GPU_UTIL=2.0 {start + SECOND}\n",
+            f"gpu,Hostname=gpu01,gpu=0 DCGM_FI_DEV_GPU_UTIL=3.0 {start + 2 * SECOND}\n"]
+    try:
+        for index, row in enumerate(rows):
+            buffer.append(row, 1, start + index * SECOND)
+        with caplog.at_level(logging.ERROR, logger="appliance.telemetry"):
+            assert forwarder.drain_once() == 3
+            assert forwarder.drain_once() == 0
+        [series] = exported_utilization(server, 2)
+    finally:
+        server.stop()
+    assert series["values"] == [1.0, 3.0]
+    assert buffer.depth()["rows"] == 0 and forwarder.sent_points == 2 and forwarder.last_error == ""
+    assert (buffer.delivery()["parked_rows"], buffer.delivery()["parked_points"]) == (1, 1)
+    [parked] = buffer.parked()
+    assert (parked["id"], parked["created_ns"], parked["points"]) == (2, start + SECOND, 1)
+    assert parked["reason"].startswith(f"{server.url}: 400")
+    assert [record.getMessage().split(": 400")[0] for record in caplog.records] == [
+        f"telemetry sink refused 1 points for good, parked in {buffer.path}: {server.url}"]
     buffer.close()
