@@ -125,18 +125,23 @@ BACKEND_AGNOSTIC_DIRS = ("playbooks", "simulation", "workloads")
 # fixture that opens the database itself, as tests/playbooks/conftest.py does).
 DATABASE_FIXTURES = frozenset({"db", "transactional_db", "live_server", "django_db_setup",
                                "django_db_reset_sequences", "django_db_serialized_rollback"})
-# Files whose work takes minutes, with their seconds measured alone on a quiet 2-core machine (the
-# bootstrap's file, test_lint.py, ...). With `--dist loadfile` a file runs whole on one worker: the costly
-# ones are handed out first, so that no worker is left with minutes of work while the other has none.
-# A file not listed counts a second a test; a rough figure is enough to order the work.
+# Files whose work takes minutes, in seconds on a quiet 2-core machine (measured alone, or scaled from
+# runs under load; test_bootstrap_demo.py is about four bootstraps' worth of stages). With `--dist loadfile`
+# a file runs whole on one worker: the costly ones are handed out first, so that no worker is left with
+# minutes of work while the other has none. A file not listed counts a quarter of a second a test; a rough
+# figure is enough to order the work.
 COSTLY_FILES = {
     "tests/provisioning/test_bootstrap_demo.py": 900,
-    "tests/provisioning/test_bootstrap_postgresql.py": 400,
-    "tests/core/test_production.py": 155,
-    "tests/provisioning/test_repository.py": 92,
-    "tests/playbooks/test_node_python.py": 69,
-    "tests/simulation/test_ssh.py": 62,
+    "tests/provisioning/test_bootstrap_postgresql.py": 300,
+    "tests/provisioning/test_bootstrap_cli.py": 150,
+    "tests/api/test_schemathesis.py": 150,
+    "tests/playbooks/test_stages.py": 120,
+    "tests/core/test_production.py": 90,
+    "tests/e2e/test_accessibility.py": 90,
+    "tests/provisioning/test_repository.py": 50,
     "tests/playbooks/test_lint.py": 42,
+    "tests/playbooks/test_node_python.py": 40,
+    "tests/simulation/test_ssh.py": 35,
 }
 
 
@@ -160,7 +165,7 @@ def _costliest_files_first(items, tests_root: Path) -> list:
     by_file: dict[str, list] = {}
     for item in items:
         by_file.setdefault(Path(str(item.path)).resolve().relative_to(tests_root).as_posix(), []).append(item)
-    order = sorted(by_file, key=lambda name: -COSTLY_FILES.get(f"tests/{name}", len(by_file[name])))
+    order = sorted(by_file, key=lambda name: -COSTLY_FILES.get(f"tests/{name}", len(by_file[name]) / 4))
     return [item for name in order for item in by_file[name]]
 
 
