@@ -166,12 +166,16 @@ def overview(appliance=None, range: str | None = None, now: datetime | None = No
     columns = list(range_steps(first, last, width))
     column_index = {start: i for i, start in enumerate(columns)}
     heat = {n["id"]: [None] * len(columns) for n in node_rows}
-    for row in (NodeRollup.objects.filter(node__in=nodes, step=rng.step, start__gte=first, start__lte=last)
-                .annotate(column=Epoch("start") / width * width).values("node", "column")
-                .annotate(util=Avg("gpu_util")).order_by()):
-        i = column_index.get(row["column"])
-        if i is not None and row["node"] in heat:
-            heat[row["node"]][i] = _round(row["util"])
+    rows = NodeRollup.objects.filter(node__in=nodes, step=rng.step, start__gte=first, start__lte=last).order_by()
+    if width == rng.step:  # a column is a bucket: the rows as they are, no grouping (the hour view)
+        cells = rows.annotate(column=Epoch("start")).values_list("node", "column", "gpu_util")
+    else:
+        cells = (rows.annotate(column=Epoch("start") / width * width).values("node", "column")
+                 .annotate(util=Avg("gpu_util")).values_list("node", "column", "util"))
+    for node_id, column, util in cells:
+        i = column_index.get(column)
+        if i is not None and node_id in heat:
+            heat[node_id][i] = None if util is None else round(util, 1)
 
     totals = list(NodeRollup.objects.filter(node__in=nodes, step=rng.step, start__gte=first, start__lte=last)
                   .values("start").annotate(ib_tx_bps=Sum("ib_tx_bps"), ib_rx_bps=Sum("ib_rx_bps"),
