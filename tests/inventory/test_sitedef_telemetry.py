@@ -33,7 +33,9 @@ telemetry:
 
 
 def line_of(text: str, needle: str) -> int:
-    return next(number for number, line in enumerate(text.splitlines(), start=1) if needle in line)
+    # The demo's comment block names the keys too: the line of the value, not of its description.
+    return next(number for number, line in enumerate(text.splitlines(), start=1)
+                if needle in line and not line.lstrip().startswith("#"))
 
 
 def with_telemetry(demo_text: str, section: str) -> str:
