@@ -8,7 +8,11 @@
   password, a BMC down) fails its stage or check with a message naming node, check, expected and
   measured, and a rerun after clearing it completes;
 - kill -9 during a stage, then rerun: it resumes, finishes, the inventory is right and the audit
-  log verifies.
+  log verifies;
+- node health as an operator meets it: GPU 5 of gpu02 taken off the bus, the gpu stage marks it missing
+  (the other seven ok) and gpu02 is not Ready; rerunning only the `os` stage (which does not look at
+  GPUs) leaves it failed with a short reason naming GPU 5, while every other node returns to Ready; once
+  the GPU is back, the gpu stage clears it.
 
 The tests of this module share one bootstrapped appliance (a full bootstrap is the costly part) and
 run in file order; each leaves it converged. They drive the appliance as it is installed: the `appliance`
@@ -131,7 +135,12 @@ def demo(tmp_path_factory):
     state = traversable(tmp_path_factory.mktemp("demo")) / "state"
     state.mkdir()
     before = snapshot()
-    first = manage(state, "bootstrap", "--no-input", timeout=900)
+    try:
+        first = manage(state, "bootstrap", "--no-input", timeout=900)
+    except subprocess.TimeoutExpired:
+        # Killed at its time limit, the command leaves its emulators and sshd servers running.
+        manage(state, "simulation", "stop", timeout=60)
+        raise
     after = snapshot()
     yield {"state": state, "first": first, "before": before, "after": after}
     manage(state, "simulation", "stop", timeout=60)
@@ -170,6 +179,61 @@ def test_bootstrap_the_demo_appliance(demo):
     assert second.returncode == 0, second.stdout[-3000:]
     summary = [line for line in second.stdout.splitlines() if ": succeeded · " in line]
     assert summary and " 0 changed, 0 failed" in summary[-1], second.stdout[-2000:]
+
+
+NODES_AND_HEALTH = """
+import json
+from appliance.inventory import health
+from appliance.inventory.models import HealthCheck, Node
+print(json.dumps({
+    "nodes": {n.name: [n.state, n.state_reason] for n in Node.objects.all()},
+    "failures": {n.name: health.open_failures(n) for n in Node.objects.all()},
+    "gpu02": {row.component_id: [row.status, row.evidence] for row in HealthCheck.objects.filter(
+        node__name="gpu02", component_kind="gpu", name="present")},
+}))
+"""
+
+
+def observe(state_dir: Path) -> dict:
+    result = manage(state_dir, "shell", "-c", NODES_AND_HEALTH)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_missing_gpu_keeps_its_node_from_ready_until_a_stage_sees_it_again(converged):
+    seen = observe(converged)
+    assert {name: state for name, (state, _) in seen["nodes"].items()} == {
+        "gpu01": "ready", "gpu02": "ready", "gpu03": "ready", "gpu04": "ready", "mgmt01": "ready",
+        "stor01": "ready", "stor02": "ready"}
+    assert {index: status for index, (status, _) in seen["gpu02"].items()} == {str(i): "ok" for i in range(8)}
+
+    simulation(converged, "fault", "inject", "gpu02", "gpu_missing", "index=5")
+    gpu = manage(converged, "bootstrap", "--no-input", "--only", "gpu")
+    assert gpu.returncode != 0
+    seen = observe(converged)
+    assert seen["gpu02"]["5"] == ["failing", "GPU 5 (0000:ab:00.0) missing: NVML does not list it"]
+    assert {index: status for index, (status, _) in seen["gpu02"].items() if index != "5"} == {
+        str(i): "ok" for i in range(8) if i != 5}
+    assert seen["nodes"]["gpu02"][0] == "failed"
+    assert seen["failures"]["gpu02"] == ["GPU 5 (0000:ab:00.0) missing: NVML does not list it"]
+
+    # The os stage does not look at GPUs: it cannot clear GPU 5, and gpu02 stays failed, saying why.
+    os_rerun = manage(converged, "bootstrap", "--no-input", "--only", "os")
+    assert os_rerun.returncode == 0, os_rerun.stdout + os_rerun.stderr
+    seen = observe(converged)
+    state, reason = seen["nodes"]["gpu02"]
+    assert state == "failed"
+    assert "GPU 5 (0000:ab:00.0) missing: NVML does not list it" in reason and len(reason) < 300
+    assert {name: state for name, (state, _) in seen["nodes"].items() if name != "gpu02"} == {
+        "gpu01": "ready", "gpu03": "ready", "gpu04": "ready", "mgmt01": "ready", "stor01": "ready",
+        "stor02": "ready"}
+
+    simulation(converged, "fault", "clear", "gpu02")
+    again = manage(converged, "bootstrap", "--no-input", "--only", "gpu")
+    assert again.returncode == 0, again.stdout + again.stderr
+    seen = observe(converged)
+    assert seen["gpu02"]["5"][0] == "ok" and seen["nodes"]["gpu02"][0] == "ready"
+    assert seen["failures"]["gpu02"] == []
 
 
 # stage -> faults injected together (node, kind, params) -> what each failed host's message must hold
