@@ -159,10 +159,12 @@ def test_bootstrap_the_demo_appliance(demo):
     assert "Acceptance: PASSED" in first.stdout
     assert "Administrator 'admin' created. Password: " in first.stdout
     assert str(fresh_state / "keys" / "admin-password") in first.stdout
-    assert "http://127.0.0.1:8000/provisioning/" in first.stdout
+    # The demo's portal listens on this state directory's own port: the one its collectors send to.
+    portal_port = json.loads((fresh_state / "simulation" / "ports.json").read_text())["portal"]["portal"]
+    assert f"http://127.0.0.1:{portal_port}/provisioning/" in first.stdout
     # Installing collected the portal's static files: a production server (DEBUG off) serves them from there.
     assert (fresh_state / "static" / "css" / "appliance.css").is_file()
-    for stage in ("firmware", "os", "gpu", "fabric", "gpudirect", "storage", "workloads", "acceptance"):
+    for stage in ("firmware", "os", "gpu", "fabric", "gpudirect", "storage", "workloads", "monitoring", "acceptance"):
         assert any(line.strip().startswith(f"{stage} ") and " ok · " in line for line in first.stdout.splitlines()), stage
 
     site = yaml.safe_load((ROOT / "appliance/inventory/sites/demo.yml").read_text())
@@ -179,6 +181,99 @@ def test_bootstrap_the_demo_appliance(demo):
     assert second.returncode == 0, second.stdout[-3000:]
     summary = [line for line in second.stdout.splitlines() if ": succeeded · " in line]
     assert summary and " 0 changed, 0 failed" in summary[-1], second.stdout[-2000:]
+
+
+LIVE_STATE = """
+import json
+from appliance.inventory.models import Appliance
+from appliance.simulation import collectors, slurm, workload
+appliance = Appliance.objects.get()
+print(json.dumps({"collectors": collectors.status(appliance), "slurm": slurm.status(appliance),
+                  "workload": workload.status(appliance)}, default=str))
+"""
+
+
+def test_the_demo_runs_live(demo):
+    """What the bootstrap leaves running (issue: telemetry, done when): the training pool's real Slurm with
+    every GPU node's slurmd, a collector answering /metrics on every node, the demo workload; and a portal
+    started on the demo's port shows live per-GPU use within a minute and a Slurm job's GPUs."""
+    state = converged(demo)
+    result = manage(state, "shell", "-c", LIVE_STATE)
+    assert result.returncode == 0, result.stderr
+    live = json.loads(result.stdout.strip().splitlines()[-1])
+    site = yaml.safe_load((ROOT / "appliance/inventory/sites/demo.yml").read_text())
+    training = next(pool for pool in site["pools"] if pool["kind"] == "training")
+    assert live["slurm"]["controller"]["pid"], live["slurm"]
+    assert sorted(live["slurm"]["nodes"]) == sorted(training["nodes"])
+    assert all(node["pid"] and node["state"] for node in live["slurm"]["nodes"].values()), live["slurm"]
+    assert sorted(live["collectors"]) == sorted(node["name"] for node in site["nodes"])
+    assert all(c["deployed"] and c["pid"] and c["answering"] for c in live["collectors"].values()), live["collectors"]
+    assert live["workload"]["running"] and live["workload"]["profile"] == "demo", live["workload"]
+
+    port = json.loads((state / "simulation" / "ports.json").read_text())["portal"]["portal"]
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "APPLIANCE_STATE_DIR": str(state)}
+    env.pop("DATABASE_URL", None)
+    installed = INSTALLED["appliance"]
+    log = (state / "portal.log").open("w")
+    portal = subprocess.Popen([str(installed.command), "runserver", f"127.0.0.1:{port}", "--noreload"],
+                              cwd=installed.cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        started = time.monotonic()
+        session = requests.Session()
+
+        def get(path):
+            try:
+                return session.get(base + path, timeout=20)
+            except requests.ConnectionError:
+                return None
+
+        while (answer := get("/health/")) is None or answer.status_code != 200:
+            assert portal.poll() is None and time.monotonic() - started < 120, (state / "portal.log").read_text()[-3000:]
+            time.sleep(1)
+        login = session.get(f"{base}/accounts/login/", timeout=20)
+        password = (state / "keys" / "admin-password").read_text().strip()
+        signed_in = session.post(f"{base}/accounts/login/", timeout=20, headers={"Referer": f"{base}/accounts/login/"},
+                                 data={"username": "admin", "password": password,
+                                       "csrfmiddlewaretoken": session.cookies["csrftoken"]})
+        assert login.status_code == 200 and signed_in.status_code == 200, signed_in.text[:500]
+        # Within a minute of the portal answering, every GPU of the demo shows live (the collectors' buffered
+        # minutes arrive at once, the next ones as they close).
+        answered = time.monotonic()
+        gpus = sum(int(node.get("gpus", 8)) for node in site["nodes"] if node["role"] == "gpu")
+        while True:
+            summary = session.get(f"{base}/api/v1/telemetry/live/", timeout=20).json()
+            if summary["gpus_live"] == gpus:
+                break
+            assert time.monotonic() - answered < 90, summary
+            time.sleep(3)
+        assert summary["collectors_live"] == len(site["nodes"]), summary
+        assert summary["util_mean"] is not None and summary["power_w"] > 0, summary
+        overview = session.get(f"{base}/", timeout=20)
+        assert overview.status_code == 200 and 'href="/telemetry/"' in overview.text
+
+        # A job page shows a running Slurm job's GPUs: a job the workload submitted with sbatch.
+        submitted = [json.loads(line) for line in
+                     (state / "simulation" / "workload" / "jobs.jsonl").read_text().splitlines() if line.strip()]
+        slurm_jobs = {entry["job"]: entry for entry in submitted if entry["job"]}
+        while True:
+            held = [job for job in session.get(f"{base}/api/v1/telemetry/jobs/?range=1h", timeout=20).json()
+                    if job["job"] in slurm_jobs]
+            if held:
+                break
+            assert time.monotonic() - answered < 180, (slurm_jobs, submitted)
+            time.sleep(5)
+        job = held[0]
+        entry = slurm_jobs[job["job"]]
+        assert job["nodes"] == [entry["node"]]
+        page = session.get(f"{base}/telemetry/jobs/{job['job']}/", timeout=20)
+        assert page.status_code == 200 and entry["node"] in page.text
+        detail = session.get(f"{base}/api/v1/telemetry/jobs/{job['job']}/", timeout=20).json()
+        assert detail["gpus"], detail
+    finally:
+        portal.terminate()
+        portal.wait(timeout=30)
+        log.close()
 
 
 NODES_AND_HEALTH = """
