@@ -351,6 +351,11 @@ TELEMETRY_RETENTION = {
     "minute_days": env_int("APPLIANCE_TELEMETRY_MINUTE_DAYS", 14),
     "hour_days": env_int("APPLIANCE_TELEMETRY_HOUR_DAYS", 365),
 }
+# Where the nodes' collectors send their rollups, and the CA (a PEM file) they trust for it when it is https:
+# `appliance install --production` writes the portal's own URL and certificate here. Unset: the monitoring
+# stage derives the URL (README "The monitoring stage") and the collectors trust the system's CAs.
+TELEMETRY_INGEST_URL = os.environ.get("APPLIANCE_TELEMETRY_INGEST_URL", "")
+TELEMETRY_INGEST_CA_FILE = os.environ.get("APPLIANCE_TELEMETRY_INGEST_CA_FILE", "")
 
 # Audit log: signed checkpoints every N records or T seconds. The retention floor is not here: it is
 # the appliance's setting in its database (appliance.audit.retention), whatever a caller exports.

@@ -101,7 +101,10 @@ class InfluxSink:
             if status in REFUSALS:
                 reason = (getattr(exc, "body", "") or getattr(exc, "reason", "") or "").strip().splitlines()
                 raise SinkRefused(f"{self.url}: {status} {reason[0][:500] if reason else ''}".rstrip()) from None
-            raise SinkError(f"{self.url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            text = str(exc)
+            if status == 0:  # influxdb-client's wrapping of a TLS failure: "(0)" first, the cause in its reason
+                text = " ".join(str(getattr(exc, "reason", "") or "").splitlines()[:2])
+            raise SinkError(f"{self.url}: {text.splitlines()[0] if text else type(exc).__name__}") from None
 
     def reconnected(self) -> bool:
         """Whether the writes since the last call had to open a new connection although the one before had

@@ -4,13 +4,18 @@ this app.
 
 The token is a secret of the run (the secrets provider), never one of these variables: the engine writes
 it to the run's private vars file only and masks it everywhere else, as it does the BMC passwords.
-The InfluxDB section carries no token: the credential store has no kind for an API token yet, so a
+The CA an https ingest URL is verified with (settings.TELEMETRY_INGEST_CA_FILE: the portal's own certificate
+on a production install) is no secret: its PEM travels in these variables and lands on each node beside
+collector.json. The InfluxDB section carries no token: the credential store has no kind for an API token yet, so a
 site's InfluxDB is written to without one (README "Telemetry").
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -23,12 +28,14 @@ COLLECTOR_DIR = "/opt/appliance/collector"
 PACKAGE_NAME = "appliance_collector"
 CONFIG_FILE = "/etc/appliance/collector.json"
 TOKEN_FILE = "/etc/appliance/collector.token"
+CA_FILE = "/etc/appliance/ingest-ca.pem"
 BUFFER_DIR = "/var/lib/appliance/collector"
 UNIT_NAME = "appliance-collector.service"
 # The modules of appliance/telemetry a node runs (the standard library, pynvml and influxdb-client only).
 PACKAGE_MODULES = ("__init__", "agent", "collector", "buffer", "sinks", "exposition", "rollup")
-# The appliance's portal (and ingest endpoint) on a real management node (README "Telemetry").
-PORTAL_PORT = 8000
+# The appliance's portal (and ingest endpoint) on a real management node: `appliance install --production`
+# serves it over TLS on this port unless told otherwise (README "Production install").
+PORTAL_PORT = 8443
 INGEST_PATH = "/telemetry/ingest"
 
 DEFAULTS = {"interval_s": 1.0, "metrics_port": 9400, "buffer_max_mib": 256}
@@ -47,8 +54,11 @@ def _host(address: str) -> str:
 
 
 def default_ingest_url(appliance) -> str:
-    """The appliance's ingest endpoint as nodes reach it: the demo's portal port on a simulated appliance,
-    else port 8000 of the first management node's management address; "" when there is none."""
+    """The appliance's ingest endpoint as nodes reach it when the site names none: the installed portal's
+    (settings.TELEMETRY_INGEST_URL), else the demo's portal port on a simulated appliance, else https on port
+    8443 of the first management node's management address; "" when there is none."""
+    if settings.TELEMETRY_INGEST_URL:
+        return settings.TELEMETRY_INGEST_URL
     if appliance.simulated:
         from appliance.simulation import ports
 
@@ -57,7 +67,47 @@ def default_ingest_url(appliance) -> str:
                   .order_by("name").first())
     if management is None:
         return ""
-    return f"http://{_host(management.management_address)}:{PORTAL_PORT}{INGEST_PATH}"
+    return f"https://{_host(management.management_address)}:{PORTAL_PORT}{INGEST_PATH}"
+
+
+_PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----")
+
+
+def ingest_ca(ingest_url: str) -> str:
+    """The PEM certificates the collectors trust for an https ingest URL (settings.TELEMETRY_INGEST_CA_FILE),
+    "" for http or when none is set (the nodes' system CAs then). Only the certificate blocks are taken: a
+    file that also holds a private key must not carry it onto every node."""
+    path = settings.TELEMETRY_INGEST_CA_FILE
+    if not path or urlsplit(ingest_url).scheme != "https":
+        return ""
+    where = f"APPLIANCE_TELEMETRY_INGEST_CA_FILE {path}"
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except OSError as exc:
+        raise RenderError(f"{where}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise RenderError(f"{where}: not a PEM file") from None
+    certificates = _PEM_CERTIFICATE.findall(text)
+    if not certificates:
+        raise RenderError(f"{where}: no PEM certificate in it")
+    return "\n".join(certificate.replace("\r\n", "\n") for certificate in certificates) + "\n"
+
+
+def cleartext_warning(ingest_url: str) -> str:
+    """A warning when the collectors would send their tokens unencrypted over the network (an http URL to
+    anything but this host): allowed, since the site chose it, but said."""
+    parts = urlsplit(ingest_url)
+    if parts.scheme != "http":
+        return ""
+    host = parts.hostname or ""
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return ""
+    except ValueError:
+        if host == "localhost":
+            return ""
+    return (f"The collectors send their ingest tokens unencrypted to {parts.scheme}://{parts.netloc}: "
+            "an https ingest URL protects them")
 
 
 def metrics_endpoints(appliance, nodes) -> dict[str, tuple[str, int]]:
@@ -73,7 +123,7 @@ def metrics_endpoints(appliance, nodes) -> dict[str, tuple[str, int]]:
     return {node.name: (sshd.address_of(node.name), allocated[node.name]) for node in nodes}
 
 
-def collector_config(node, *, ingest_url: str, metrics: tuple[str, int], configured: dict) -> dict:
+def collector_config(node, *, ingest_url: str, ca_file: str, metrics: tuple[str, int], configured: dict) -> dict:
     influxdb = {**INFLUXDB_DEFAULTS, **{k: v for k, v in (configured.get("influxdb") or {}).items()
                                         if k in INFLUXDB_DEFAULTS}}
     return {
@@ -81,7 +131,7 @@ def collector_config(node, *, ingest_url: str, metrics: tuple[str, int], configu
         "interval_s": float(configured.get("interval_s", DEFAULTS["interval_s"])),
         "buffer_dir": BUFFER_DIR,
         "buffer_max_mib": int(configured.get("buffer_max_mib", DEFAULTS["buffer_max_mib"])),
-        "appliance": {"url": ingest_url, "token_file": TOKEN_FILE, "ca_file": ""},
+        "appliance": {"url": ingest_url, "token_file": TOKEN_FILE, "ca_file": ca_file},
         "influxdb": {**influxdb, "token_file": ""},
         "metrics": {"address": metrics[0], "port": metrics[1]},
     }
@@ -93,13 +143,18 @@ def monitoring_vars(appliance, nodes) -> dict:
     if not ingest_url:
         raise RenderError(f"appliance {appliance.name}: no ingest URL for the collectors (the site sets none in "
                           "telemetry.ingest_url and has no management node with a management address)")
+    ca = ingest_ca(ingest_url)
     endpoints = metrics_endpoints(appliance, nodes)
     return {"appliance_collector": {
         # This package's own files, wherever it is installed (a checkout or a wheel): what the nodes run.
         "package_source": str(Path(__file__).resolve().parent),
         "package_modules": list(PACKAGE_MODULES),
-        "configs": {node.name: collector_config(node, ingest_url=ingest_url, metrics=endpoints[node.name],
-                                                configured=configured) for node in nodes},
+        # The collector role writes this to CA_FILE when it is set.
+        "ingest_ca": ca,
+        "ingest_warning": cleartext_warning(ingest_url),
+        "configs": {node.name: collector_config(node, ingest_url=ingest_url, ca_file=CA_FILE if ca else "",
+                                                metrics=endpoints[node.name], configured=configured)
+                    for node in nodes},
     }}
 
 

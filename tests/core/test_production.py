@@ -124,6 +124,10 @@ def test_install_writes_units_env_file_and_certificate_once(installed):
     state = installed["root"] / "state"
     assert env["CELERY_BROKER_URL"] == f"sqla+sqlite:///{state}/appliance.sqlite3"
     assert len(env["DJANGO_SECRET_KEY"]) >= 50
+    # The nodes' collectors post to this portal over its TLS, trusting its certificate.
+    port = installed["port"]
+    assert env["APPLIANCE_TELEMETRY_INGEST_URL"] == f"https://appliance.example:{port}/telemetry/ingest"
+    assert env["APPLIANCE_TELEMETRY_INGEST_CA_FILE"] == f"{config}/tls/cert.pem"
     portal = unit_settings(units / "appliance-portal.service")
     assert portal["User"] == "root" and portal["EnvironmentFile"] == str(config / "appliance.env")
     assert f"--certfile {config}/tls/cert.pem --keyfile {config}/tls/key.pem" in portal["ExecStart"]
@@ -146,9 +150,12 @@ def test_install_writes_units_env_file_and_certificate_once(installed):
 def test_dry_run_writes_nothing_and_bad_bind_is_named(tmp_path):
     out = io.StringIO()
     call_command("install", "--production", "--dry-run", "--prefix", str(tmp_path / "p"), "--user", "root",
-                 stdout=out)
+                 "--address", "10.0.0.5", stdout=out)
     assert f"--- {tmp_path}/p/etc/systemd/system/appliance-portal.service (0644)" in out.getvalue()
     assert "DJANGO_SECRET_KEY=********" in out.getvalue()
+    # The default bind's port at the address the nodes reach the portal by, and the certificate to trust.
+    assert "\nAPPLIANCE_TELEMETRY_INGEST_URL=https://10.0.0.5:8443/telemetry/ingest\n" in out.getvalue()
+    assert f"\nAPPLIANCE_TELEMETRY_INGEST_CA_FILE={tmp_path}/p/etc/appliance/tls/cert.pem\n" in out.getvalue()
     assert not (tmp_path / "p").exists()
     with pytest.raises(CommandError, match=r"^--bind example.com:99999: expected address:port"):
         call_command("install", "--production", "--prefix", str(tmp_path / "p"), "--user", "root",

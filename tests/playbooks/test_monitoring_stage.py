@@ -163,3 +163,57 @@ def test_acceptance_fails_naming_the_collector_that_does_not_answer(simulated_ap
     assert f"http://{address}:{port}/metrics" in checks["collector.metrics"]["message"]
     assert (checks["collector.gpu_util_series"]["measured"], checks["collector.gpu_util_series"]["passed"]) == (
         None, False)
+
+
+def test_an_https_ingest_url_gets_its_ca_on_the_node_and_an_http_one_a_warning(simulated_appliance, settings,
+                                                                                tmp_path):
+    from appliance.core.management.commands.install import self_signed_certificate
+    from appliance.telemetry import stage_vars as monitoring
+
+    sim = simulated_appliance
+    appliance = sim.node.appliance
+    cert, key = self_signed_certificate(["appliance.example"], ["127.0.0.1"])
+    (tmp_path / "cert.pem").write_bytes(cert + key)
+    # What `appliance install --production` writes into the services' environment.
+    settings.TELEMETRY_INGEST_URL = "https://appliance.example:8443/telemetry/ingest"
+    settings.TELEMETRY_INGEST_CA_FILE = str(tmp_path / "cert.pem")
+    tls_vars = {**sim.stage_vars, **monitoring.monitoring_vars(appliance, [sim.node])}
+    ca = sim.sysroot / "etc/appliance/ingest-ca.pem"
+    collector_json = sim.sysroot / "etc/appliance/collector.json"
+    token = NodeCollector.objects.get(node=sim.node).token
+
+    run = sim.run("stages/monitoring.yml", extra_vars=tls_vars)
+
+    assert run.returncode == 0, run.output
+    assert ca.read_bytes() == cert
+    assert mode(ca) == 0o644
+    assert json.loads(collector_json.read_text())["appliance"] == {
+        "url": "https://appliance.example:8443/telemetry/ingest", "token_file": "/etc/appliance/collector.token",
+        "ca_file": "/etc/appliance/ingest-ca.pem"}
+    assert "ingest tokens unencrypted to" not in run.output
+    again = sim.run("stages/monitoring.yml", extra_vars=tls_vars)
+    assert again.returncode == 0, again.output
+    assert again.changed() == 0, again.output
+
+    # The site's own http URL to another host: allowed, said, and the token still printed nowhere.
+    site_settings = appliance.settings
+    appliance.settings = {**site_settings, "telemetry": {"ingest_url": "http://10.0.0.5:8000/telemetry/ingest"}}
+    try:
+        http_vars = {**sim.stage_vars, **monitoring.monitoring_vars(appliance, [sim.node])}
+    finally:
+        appliance.settings = site_settings
+    run = sim.run("stages/monitoring.yml", extra_vars=http_vars)
+
+    assert run.returncode == 0, run.output
+    assert not ca.exists()
+    assert json.loads(collector_json.read_text())["appliance"] == {
+        "url": "http://10.0.0.5:8000/telemetry/ingest", "token_file": "/etc/appliance/collector.token",
+        "ca_file": ""}
+    assert ("The collectors send their ingest tokens unencrypted to http://10.0.0.5:8000: an https ingest URL "
+            "protects them") in run.output
+    assert token not in run.output
+
+    # Back to what the module started with (the demo portal on this host).
+    back = sim.run("stages/monitoring.yml", extra_vars=sim.stage_vars)
+    assert back.returncode == 0, back.output
+    assert "ingest tokens unencrypted to" not in back.output

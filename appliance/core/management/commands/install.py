@@ -2,7 +2,8 @@
 
 Writes, under --prefix (default /):
 - etc/appliance/appliance.env (0600): the production environment of every service (APPLIANCE_ENV=production,
-  the secret key, the database, the broker, the state directory, the allowed host names);
+  the secret key, the database, the broker, the state directory, the allowed host names, and the portal's
+  telemetry ingest URL and certificate for the nodes' collectors);
 - etc/appliance/tls/cert.pem and key.pem: a self-signed certificate for the host's names and addresses,
   made once (replace both files with your own and restart the portal: the install keeps them);
 - three systemd units (--unit-dir, default etc/systemd/system): appliance-portal (gunicorn serving TLS
@@ -140,6 +141,8 @@ class Command(BaseCommand):
         say(f"Installed: {len(changed)} file(s) written, the rest unchanged; `check --deploy` passed.")
         say(f"Start the services: systemctl daemon-reload && systemctl enable --now {' '.join(UNITS)}")
         say(f"The portal: https://{plan['url_host']}:{plan['port']}/ (certificate {plan['certfile']}).")
+        say(f"The nodes' collectors send to {plan['environment']['APPLIANCE_TELEMETRY_INGEST_URL']} (from the next "
+            "monitoring stage).")
 
     # ----------------------------------------------------------------------------------------------
     def _plan(self, options) -> dict:
@@ -170,6 +173,13 @@ class Command(BaseCommand):
             if any(ch.isspace() for ch in str(path)):
                 raise CommandError(f"{path}: a path with white space cannot go into a unit's command line")
         environment = self._environment(hosts, addresses)
+        url_host = hosts[0] if options["hosts"] else addresses[-1] if len(addresses) > 1 else hosts[0]
+        # The nodes' collectors post to this portal over its TLS and trust its certificate (the monitoring
+        # stage hands the PEM to them); a URL or CA file this shell set wins (a proxy in front, say).
+        if "APPLIANCE_TELEMETRY_INGEST_URL" not in environment:
+            environment["APPLIANCE_TELEMETRY_INGEST_URL"] = (
+                f"https://{f'[{url_host}]' if ':' in url_host else url_host}:{port}/telemetry/ingest")
+            environment.setdefault("APPLIANCE_TELEMETRY_INGEST_CA_FILE", str(certfile))
         python = Path(sys.executable)
         values = {
             "user": user, "group": grp.getgrgid(account.pw_gid).gr_name, "env_file": env_file,
@@ -186,7 +196,7 @@ class Command(BaseCommand):
                 "env_text": env_text, "environment": environment, "certfile": certfile, "keyfile": keyfile,
                 "hosts": hosts, "addresses": addresses, "allowed_hosts": environment["DJANGO_ALLOWED_HOSTS"],
                 "user": user, "uid": account.pw_uid, "gid": account.pw_gid, "bind": values["bind"], "port": port,
-                "url_host": hosts[0] if options["hosts"] else addresses[-1] if len(addresses) > 1 else hosts[0],
+                "url_host": url_host,
                 "new_certificate": not (certfile.exists() and keyfile.exists())}
 
     @staticmethod
@@ -233,7 +243,8 @@ class Command(BaseCommand):
         for name in ("DATABASE_MIGRATE_URL", "CACHE_URL", "CELERY_RESULT_BACKEND", "DJANGO_STATIC_ROOT",
                      "APPLIANCE_SECRETS_KEY_FILE", "AUDIT_SIGNING_KEY_FILE", "AUDIT_WITNESS_FILE",
                      "AUDIT_WITNESS_SYSLOG", "INFLUXDB_URL", "INFLUXDB_TOKEN", "INFLUXDB_ORG", "INFLUXDB_BUCKET",
-                     "APPLIANCE_TRUSTED_PROXIES", "APPLIANCE_TIME_ZONE", "DJANGO_HSTS_SECONDS"):
+                     "APPLIANCE_TRUSTED_PROXIES", "APPLIANCE_TIME_ZONE", "DJANGO_HSTS_SECONDS",
+                     "APPLIANCE_TELEMETRY_INGEST_URL", "APPLIANCE_TELEMETRY_INGEST_CA_FILE"):
             if os.environ.get(name):
                 environment[name] = os.environ[name]
         # A checkout that is not installed into this interpreter: the services find the package here.

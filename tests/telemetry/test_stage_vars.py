@@ -1,0 +1,125 @@
+"""Where the monitoring stage sends the collectors and which CA they trust: the site's telemetry.ingest_url,
+else the installed portal's (APPLIANCE_TELEMETRY_INGEST_URL), else the demo portal on a simulated appliance,
+else https on port 8443 of the first management node; the CA file's certificates (never a key beside them)
+travel to the nodes for an https URL only. (The role writing them: tests/playbooks/test_monitoring_stage.py.)"""
+
+import pytest
+from django.conf import settings as django_settings
+
+from appliance.core.management.commands.install import self_signed_certificate
+from appliance.inventory.models import Appliance, Node
+from appliance.partitioning.renderers.site import RenderError
+from appliance.simulation import ports
+from appliance.telemetry import stage_vars
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def unset(settings):
+    # Whatever the developer's shell exported, these tests start from an appliance that was not installed.
+    settings.TELEMETRY_INGEST_URL = ""
+    settings.TELEMETRY_INGEST_CA_FILE = ""
+
+
+def make(simulated=False, telemetry=None, management="10.0.0.5"):
+    appliance = Appliance.objects.create(name="site1", simulated=simulated,
+                                         settings={"telemetry": telemetry} if telemetry else {})
+    if management is not None:
+        Node.objects.create(appliance=appliance, name="mgmt02", role="management", management_address="10.0.0.9")
+        Node.objects.create(appliance=appliance, name="mgmt01", role="management", management_address=management)
+    node = Node.objects.create(appliance=appliance, name="gpu01", role="gpu", management_address="10.0.0.11")
+    return appliance, node
+
+
+def rendered(appliance, node) -> dict:
+    return stage_vars.monitoring_vars(appliance, [node])["appliance_collector"]
+
+
+def appliance_section(appliance, node) -> dict:
+    return rendered(appliance, node)["configs"]["gpu01"]["appliance"]
+
+
+def test_a_real_appliance_defaults_to_the_first_management_nodes_tls_portal():
+    appliance, node = make()
+    assert appliance_section(appliance, node) == {"url": "https://10.0.0.5:8443/telemetry/ingest",
+                                                  "token_file": "/etc/appliance/collector.token", "ca_file": ""}
+
+
+def test_an_ipv6_management_address_is_bracketed():
+    appliance, node = make(management="fd00::5")
+    assert appliance_section(appliance, node)["url"] == "https://[fd00::5]:8443/telemetry/ingest"
+
+
+def test_the_installed_portals_url_comes_before_the_derived_one(settings):
+    settings.TELEMETRY_INGEST_URL = "https://appliance.example:443/telemetry/ingest"
+    appliance, node = make()
+    assert appliance_section(appliance, node)["url"] == "https://appliance.example:443/telemetry/ingest"
+    # ... and before the demo portal: a simulated appliance managed by an installed portal sends there too.
+    simulated = Appliance.objects.create(name="demo", simulated=True)
+    assert stage_vars.default_ingest_url(simulated) == "https://appliance.example:443/telemetry/ingest"
+
+
+def test_the_sites_url_comes_first(settings):
+    settings.TELEMETRY_INGEST_URL = "https://appliance.example:443/telemetry/ingest"
+    appliance, node = make(telemetry={"ingest_url": "https://ingest.site.example/telemetry/ingest/"})
+    assert appliance_section(appliance, node)["url"] == "https://ingest.site.example/telemetry/ingest"
+
+
+def test_a_simulated_appliance_without_an_installed_portal_sends_to_the_demo_portal():
+    appliance = Appliance.objects.create(name="demo", simulated=True)
+    port = ports.portal_port(django_settings.SIMULATION_DIR)
+    assert stage_vars.default_ingest_url(appliance) == f"http://127.0.0.1:{port}/telemetry/ingest"
+    # The collectors' own host: nothing to warn about.
+    assert stage_vars.cleartext_warning(f"http://127.0.0.1:{port}/telemetry/ingest") == ""
+    assert stage_vars.cleartext_warning("http://localhost:8000/telemetry/ingest") == ""
+
+
+def test_no_url_at_all_is_refused_naming_the_appliance():
+    appliance, node = make(management=None)
+    with pytest.raises(RenderError, match=r"^appliance site1: no ingest URL for the collectors"):
+        stage_vars.monitoring_vars(appliance, [node])
+
+
+@pytest.fixture
+def ca_file(tmp_path, settings):
+    cert, key = self_signed_certificate(["appliance.example"], ["127.0.0.1"])
+    path = tmp_path / "cert.pem"
+    # A file holding the key too (a combined PEM): only the certificate may leave the appliance.
+    path.write_bytes(cert + key)
+    settings.TELEMETRY_INGEST_CA_FILE = str(path)
+    return cert.decode(), key.decode()
+
+
+def test_the_ca_travels_for_an_https_url_and_collector_json_names_it(ca_file):
+    cert, key = ca_file
+    appliance, node = make()
+    values = rendered(appliance, node)
+    assert values["ingest_ca"] == cert
+    assert "PRIVATE KEY" not in str(values)
+    assert values["configs"]["gpu01"]["appliance"] == {"url": "https://10.0.0.5:8443/telemetry/ingest",
+                                                       "token_file": "/etc/appliance/collector.token",
+                                                       "ca_file": "/etc/appliance/ingest-ca.pem"}
+    assert values["ingest_warning"] == ""
+
+
+def test_an_http_url_takes_no_ca_and_is_warned_about_without_a_token(ca_file):
+    appliance, node = make(telemetry={"ingest_url": "http://10.0.0.5:8000/telemetry/ingest"})
+    values = rendered(appliance, node)
+    assert values["ingest_ca"] == ""
+    assert values["configs"]["gpu01"]["appliance"]["ca_file"] == ""
+    assert values["ingest_warning"] == ("The collectors send their ingest tokens unencrypted to "
+                                        "http://10.0.0.5:8000: an https ingest URL protects them")
+
+
+def test_a_ca_file_that_cannot_be_read_or_holds_no_certificate_is_named(tmp_path, settings):
+    appliance, node = make()
+    settings.TELEMETRY_INGEST_CA_FILE = str(tmp_path / "missing.pem")
+    with pytest.raises(RenderError, match=rf"^APPLIANCE_TELEMETRY_INGEST_CA_FILE {tmp_path}/missing.pem: "
+                                          "No such file or directory$"):
+        stage_vars.monitoring_vars(appliance, [node])
+    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\nMIGHAgEA\n-----END PRIVATE KEY-----\n")
+    settings.TELEMETRY_INGEST_CA_FILE = str(tmp_path / "key.pem")
+    with pytest.raises(RenderError, match=rf"^APPLIANCE_TELEMETRY_INGEST_CA_FILE {tmp_path}/key.pem: "
+                                          "no PEM certificate in it$"):
+        stage_vars.monitoring_vars(appliance, [node])
