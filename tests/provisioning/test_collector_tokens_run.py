@@ -41,11 +41,12 @@ def test_a_run_gives_each_node_its_token_and_stores_it_nowhere(state_dir, applia
         assert token_file.read_text() == issued[node.name]
         assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
         config = json.loads((Path(node.sysroot) / "etc/appliance-collector.json").read_text())
-        # A real appliance: the first management node's portal, the site's /metrics port on every address.
+        # A real appliance: the first management node's portal (https, the production install's port), the
+        # site's /metrics port on every address.
         assert config == {
             "hostname": node.name, "interval_s": 1.0, "buffer_dir": "/var/lib/appliance/collector",
             "buffer_max_mib": 256,
-            "appliance": {"url": "http://192.168.50.3:8000/telemetry/ingest",
+            "appliance": {"url": "https://192.168.50.3:8443/telemetry/ingest",
                           "token_file": "/etc/appliance/collector.token", "ca_file": ""},
             "influxdb": {"url": "", "org": "appliance", "bucket": "telemetry", "token_file": ""},
             "metrics": {"address": "0.0.0.0", "port": 9400}}
