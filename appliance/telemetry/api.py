@@ -97,7 +97,7 @@ class GpuSeriesAPIView(TelemetryView):
 class JobListAPIView(TelemetryView):
     """Jobs (Slurm job ids, inference services) that held a GPU in the range, newest first."""
 
-    @extend_schema(parameters=[RANGE], responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="telemetry_jobs_list", parameters=[RANGE], responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
         rng, error = self.range_or_error(request)
         if error:
