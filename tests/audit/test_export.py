@@ -382,7 +382,8 @@ def test_datastore_activities_use_the_ocsf_1_1_0_activity_ids():
     expected = {"audit.view": 1, "audit.search": 4, "audit.export": 1, "audit.verify": 1, "audit.checkpoint": 6,
                 "audit.key.rotate": 2, "audit.triggers.install": 6, "audit.dbroles.grant": 2,
                 "audit.retention.floor": 2, "audit.retention.request": 6, "audit.retention.approve": 2,
-                "audit.retention.archive": 7, "provisioning.acceptance.export": 1, "repository.verify": 1}
+                "audit.retention.archive": 7, "provisioning.acceptance.export": 1, "repository.verify": 1,
+                "telemetry.rollup.prune": 7}
     datastore = {name: e.ocsf_activity for name, e in catalogue.CATALOGUE.items() if e.ocsf_class == 6005}
     assert datastore == expected
 
