@@ -7,7 +7,7 @@ from . import ingest_views
 app_name = "telemetry-ingest"
 
 urlpatterns = [
-    path("api/v2/write", ingest_views.write, name="write"),
-    path("health", ingest_views.health, name="health"),
-    path("ping", ingest_views.ping, name="ping"),
+    path("api/v2/write", ingest_views.write, name="ingest-write"),
+    path("health", ingest_views.health, name="ingest-health"),
+    path("ping", ingest_views.ping, name="ingest-ping"),
 ]

@@ -24,6 +24,10 @@ OPEN_ROUTES = {
     "health": "the load balancer's probe, answers no data",
     "api-index": "GET /api/: the API's versions and where each begins, no data",
     "set_language": "Django's language switch: sets the caller's language cookie, nothing on the server",
+    "ingest-write": "a node collector's write: authenticated by that node's ingest token, not by a role "
+                    "(tests/telemetry/test_ingest.py; a session is refused with 401)",
+    "ingest-health": "InfluxDB's /health for the collectors' client: answers no data",
+    "ingest-ping": "InfluxDB's /ping for the collectors' client: answers no data",
 }
 HANDLERS = ("get", "post", "put", "patch", "delete")
 

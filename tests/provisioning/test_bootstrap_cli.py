@@ -109,7 +109,7 @@ def two(tmp_path_factory):
     yield {"first": first, "second": second, "piped": (piped_status, log.read_text()),
            "terminal": (terminal_status, terminal_output)}
     for state in (first, second):
-        manage(state, "simulation", "stop", timeout=60)
+        manage(state, "simulation", "stop", timeout=240)
 
 
 def test_two_simulated_appliances_bootstrap_at_once_on_one_machine(two):

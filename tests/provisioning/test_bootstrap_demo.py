@@ -139,11 +139,11 @@ def demo(tmp_path_factory):
         first = manage(state, "bootstrap", "--no-input", timeout=900)
     except subprocess.TimeoutExpired:
         # Killed at its time limit, the command leaves its emulators and sshd servers running.
-        manage(state, "simulation", "stop", timeout=60)
+        manage(state, "simulation", "stop", timeout=240)
         raise
     after = snapshot()
     yield {"state": state, "first": first, "before": before, "after": after}
-    manage(state, "simulation", "stop", timeout=60)
+    manage(state, "simulation", "stop", timeout=240)
 
 
 @pytest.fixture
