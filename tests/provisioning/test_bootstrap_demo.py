@@ -193,11 +193,11 @@ print(json.dumps({"collectors": collectors.status(appliance), "slurm": slurm.sta
 """
 
 
-def test_the_demo_runs_live(demo):
+def test_the_demo_runs_live(converged):
     """What the bootstrap leaves running (issue: telemetry, done when): the training pool's real Slurm with
     every GPU node's slurmd, a collector answering /metrics on every node, the demo workload; and a portal
     started on the demo's port shows live per-GPU use within a minute and a Slurm job's GPUs."""
-    state = converged(demo)
+    state = converged
     result = manage(state, "shell", "-c", LIVE_STATE)
     assert result.returncode == 0, result.stderr
     live = json.loads(result.stdout.strip().splitlines()[-1])
@@ -257,7 +257,7 @@ def test_the_demo_runs_live(demo):
                      (state / "simulation" / "workload" / "jobs.jsonl").read_text().splitlines() if line.strip()]
         slurm_jobs = {entry["job"]: entry for entry in submitted if entry["job"]}
         while True:
-            held = [job for job in session.get(f"{base}/api/v1/telemetry/jobs/?range=1h", timeout=20).json()
+            held = [job for job in session.get(f"{base}/api/v1/telemetry/jobs/?range=1h", timeout=20).json()["jobs"]
                     if job["job"] in slurm_jobs]
             if held:
                 break
