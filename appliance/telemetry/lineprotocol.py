@@ -75,9 +75,10 @@ def _split_escaped(text: str, separator: str) -> list[str]:
     return pieces
 
 
-def _split_fields(text: str) -> list[str]:
-    """Split the field set at commas outside quoted string values (pieces still escaped)."""
-    pieces, start, i, end, quoted, after_equals = [], 0, 0, len(text), False, False
+def _unquoted(text: str, i: int, separator: str) -> int:
+    """Index of the next unescaped `separator` from i that is outside a quoted string field value (a quote
+    opens one only right after an unescaped `=`), or len(text)."""
+    end, quoted, after_equals = len(text), False, False
     while i < end:
         char = text[i]
         if quoted:
@@ -94,15 +95,24 @@ def _split_fields(text: str) -> list[str]:
             continue
         if char == '"' and after_equals:
             quoted = True
-        elif char == ",":
-            pieces.append(text[start:i])
-            start = i + 1
+        elif char == separator:
+            return i
         after_equals = char == "="
         i += 1
     if quoted:
         raise LineError("a string field value has no closing quote")
-    pieces.append(text[start:])
-    return pieces
+    return end
+
+
+def _split_fields(text: str) -> list[str]:
+    """Split the field set at commas outside quoted string values (pieces still escaped)."""
+    pieces, start = [], 0
+    while True:
+        i = _unquoted(text, start, ",")
+        pieces.append(text[start:i])
+        if i >= len(text):
+            return pieces
+        start = i + 1
 
 
 def _sections(line: str) -> tuple[str, str, str | None]:
@@ -119,30 +129,8 @@ def _sections(line: str) -> tuple[str, str, str | None]:
         i += 1
     if i >= end:
         raise LineError("no field set (expected a space after the measurement and tags)")
-    key, i = line[:i], i + 1
-    start, quoted, after_equals = i, False, False
-    while i < end:
-        char = line[i]
-        if quoted:
-            if char == "\\":
-                i += 2
-                continue
-            if char == '"':
-                quoted = False
-            i += 1
-            continue
-        if char == "\\":
-            i += 2
-            after_equals = False
-            continue
-        if char == '"' and after_equals:
-            quoted = True
-        elif char == " ":
-            break
-        after_equals = char == "="
-        i += 1
-    if quoted:
-        raise LineError("a string field value has no closing quote")
+    key, start = line[:i], i + 1
+    i = _unquoted(line, start, " ")
     fields = line[start:i]
     timestamp = line[i + 1:] if i < end else None
     return key, fields, timestamp
