@@ -92,6 +92,8 @@ INSTALLED_APPS = [
     "appliance.provisioning",
     "appliance.telemetry",
     "appliance.analytics",
+    "appliance.lending",
+    "appliance.traces",
     "appliance.partitioning",
     "appliance.portal",
 ]

@@ -15,6 +15,8 @@ api_v1_patterns = [
     path("audit/", include("appliance.audit.api_urls")),
     path("provisioning/", include("appliance.provisioning.api_urls")),
     path("telemetry/", include("appliance.telemetry.api_urls")),
+    path("analytics/", include("appliance.analytics.api_urls")),
+    path("lending/", include("appliance.lending.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's start script as a file: the Content-Security-Policy forbids inline scripts.
     path("schema/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="schema-docs"),
@@ -30,6 +32,8 @@ urlpatterns = [
     # The collectors' write endpoint (InfluxDB v2's write API; token per node, no session, no CSRF).
     path("telemetry/ingest/", include("appliance.telemetry.ingest_urls")),
     path("telemetry/", include("appliance.telemetry.urls")),
+    path("analytics/", include("appliance.analytics.urls")),
+    path("lending/", include("appliance.lending.urls")),
     # GET /api/ names the versions; anything else under /api/ outside a version is a 404 whose message
     # points to /api/v1/ (core_views.page_not_found), not a redirect: see appliance.core.api_root.
     path("api/", api_root.api_index, name="api-index"),

@@ -31,6 +31,11 @@ CAPABILITIES: dict[str, frozenset[Role]] = {
     "partitioning.view": _ALL,
     "partitioning.change": frozenset({_A, _O}),
     "telemetry.view": _ALL,
+    # Where the GPU-hours went, findings and lending plans (reading); acting on a finding, proposing a plan.
+    "analytics.view": _ALL,
+    "analytics.change": frozenset({_A, _O}),
+    # Approving (or rolling back) a plan that moves nodes between pools.
+    "pools.approve": frozenset({_A}),
     "models.view": _ALL,
     "models.change": frozenset({_A, _M}),
     "audit.view": frozenset({_A, _U}),
