@@ -119,6 +119,10 @@ _BASE = [
               "at most one record per node (or source address) and minute.", 6003, 99, _ACCESS),
     EventType("telemetry.rollup.prune", "telemetry", "low", "Telemetry rollups and hardware events older than the retention were deleted (counts kept).", 6005, 7, _OPERATION),
     EventType("telemetry.alert.acknowledge", "telemetry", "low", "A hardware alert (XID, ECC, link down, throttling) was acknowledged.", 3004, 3, _OPERATION),
+    # Analytics findings (recommendations): a refresh that opened or resolved some, and what a person decided.
+    EventType("analytics.findings.refresh", "analytics", "low", "Findings were refreshed from the attributed GPU-hours: some were opened, updated or resolved (counts kept).", 3004, 99, _OPERATION),
+    EventType("analytics.finding.accept", "analytics", "medium", "A finding (recommendation) was accepted; a pool-idle finding's lending plan was proposed.", 3004, 3, _CHANGE),
+    EventType("analytics.finding.dismiss", "analytics", "low", "A finding (recommendation) was dismissed, with the reason.", 3004, 3, _CHANGE),
     EventType("audit.view", "audit", "low", "The audit log was viewed.", 6005, 1, _AUDIT_READ),
     EventType("audit.search", "audit", "low", "The audit log was searched.", 6005, 4, _AUDIT_READ),
     EventType("audit.export", "audit", "medium", "The audit log was exported.", 6005, 1, _AUDIT_READ),
