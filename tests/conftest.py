@@ -212,7 +212,24 @@ def pytest_testnodedown(node, error):
         node.config.stash[BACKEND_DESELECTED] = summary
 
 
+# Seconds each test file took (set-up, call and tear-down of its tests, on whichever worker ran it): the
+# session's summary lists the costliest, so that a slow suite says where its minutes went (and
+# COSTLY_FILES can follow).
+_FILE_SECONDS: dict[str, float] = {}
+SLOWEST_FILES_SHOWN = 25
+
+
+def pytest_runtest_logreport(report):
+    name = report.nodeid.split("::")[0]
+    _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + (report.duration or 0.0)
+
+
 def pytest_terminal_summary(terminalreporter, config):
+    if _FILE_SECONDS and not hasattr(config, "workerinput"):
+        slowest = sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:SLOWEST_FILES_SHOWN]
+        terminalreporter.section("slowest test files (seconds, all workers together)")
+        terminalreporter.write_line(f"{sum(_FILE_SECONDS.values()):.0f} s in {len(_FILE_SECONDS)} files; "
+                                    + ", ".join(f"{name} {seconds:.0f}" for name, seconds in slowest))
     summary = config.stash.get(BACKEND_DESELECTED, None)
     if not summary:
         return
