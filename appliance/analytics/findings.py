@@ -1,0 +1,671 @@
+"""Findings: what the attributed GPU-hours say a person should do, with the figures each rests on.
+
+Each detector reads one window of CauseHour rows (and, for its evidence, the rollups and the inventory's
+measured references) and returns `Candidate`s; `refresh` turns them into `Finding` rows, one per subject
+(`key`): a subject found again while open is updated, a resolved one that comes back is opened again, one a
+person accepted or dismissed keeps its decision. An open finding whose subject was measured in the window
+and no longer meets its detector's threshold is resolved. A refresh that opens or resolves findings is
+audited (`analytics.findings.refresh`); every decision of a person is audited too (`accept`, `dismiss`).
+
+Thresholds are named constants below; each says what it compares. Shares are of the GPU-seconds the
+subject held (a job's) or measured (a GPU's, a pool's) in the window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from appliance import audit
+
+from . import profiling, rules
+from .models import CauseHour, Finding
+
+# ---- thresholds -------------------------------------------------------------------------------------------
+# A job's (or GPU's) share of its held GPU-seconds below which nothing is said: too little to act on.
+MIN_SUBJECT_GPU_HOURS = 0.25
+# input-bound: a job whose GPUs waited on input at least this share of the GPU-seconds it held.
+INPUT_BOUND_MIN_SHARE = 0.20
+# Reads at or above this share of the mount's measured (smoke test) throughput: the mount is the limit.
+MOUNT_SATURATED_SHARE = 0.80
+# Node CPUs busy at or above this share: the data loaders are CPU-bound. iowait at or above: reads block.
+CPU_SATURATED = 0.90
+IOWAIT_HIGH = 0.20
+# straggler: a GPU judged straggler at least this share of the seconds it held for its jobs.
+STRAGGLER_MIN_SHARE = 0.20
+# throttled: a GPU slowed by power or thermal limits at least this share of the seconds it was measured.
+THROTTLED_MIN_SHARE = 0.10
+# allocated-idle: a job that held GPUs idle at least this share of its GPU-seconds, and at least this much.
+ALLOCATED_IDLE_MIN_SHARE = 0.50
+ALLOCATED_IDLE_MIN_GPU_HOURS = 1.0
+# memory-only: a job or service holding memory with compute near zero at least this share of its time.
+MEMORY_ONLY_MIN_SHARE = 0.50
+# pool-idle: an hour of the day in which the pool's GPUs were unallocated at least this share, on average
+# over at least POOL_IDLE_MIN_DAYS days measured, in a run of at least POOL_IDLE_MIN_HOURS hours of the day.
+POOL_IDLE_MIN_SHARE = 0.40
+POOL_IDLE_MIN_DAYS = 3
+POOL_IDLE_MIN_HOURS = 2
+# The window refresh reads by default: the job-level detectors look at a day, the pool one at 14 days.
+DEFAULT_WINDOW = timedelta(hours=24)
+POOL_WINDOW = timedelta(days=14)
+
+THRESHOLDS = {name: value for name, value in globals().items() if name.isupper() and isinstance(value, int | float)}
+
+SLOWDOWN_NAMES = {"sw_power_cap": "power", "hw_power_brake": "power", "sw_thermal": "thermal",
+                  "hw_thermal": "thermal", "hw_slowdown": "hardware slowdown"}
+DETECTED_KINDS = (Finding.Kind.INPUT_BOUND, Finding.Kind.STRAGGLER, Finding.Kind.ALLOCATED_IDLE,
+                  Finding.Kind.MEMORY_ONLY, Finding.Kind.THROTTLED, Finding.Kind.POOL_IDLE)
+
+
+class FindingError(ValueError):
+    """A decision that cannot be taken; the message names the field or the state."""
+
+
+@dataclass
+class Candidate:
+    kind: str
+    subject: str
+    summary: str
+    proposal: str
+    severity: float
+    evidence: dict = field(default_factory=dict)
+    node_id: int | None = None
+    job: str = ""
+    pool: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.subject}"[:200]
+
+
+@dataclass
+class Result:
+    """What detectors found, and every subject they measured (an open finding of a measured subject that
+    was not found again is resolved)."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    measured: set[str] = field(default_factory=set)
+
+
+def _pct(value: float) -> str:
+    return f"{round(value * 100):.0f}%"
+
+
+def _gbps(value: float) -> str:
+    return f"{value / 1e9:.1f} GB/s"
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 2)
+
+
+def _rows(since: datetime, until: datetime):
+    return list(CauseHour.objects.filter(hour__gte=since, hour__lt=until).values(
+        "hour", "node_id", "node__name", "gpu", "instance", "job", "pool", "user", "gpu_seconds", "used_seconds",
+        "memory_held_mib_s", "memory_used_mib_s", *rules_columns()))
+
+
+def rules_columns() -> list[str]:
+    from .models import CAUSE_FIELDS
+
+    return list(CAUSE_FIELDS.values())
+
+
+def _sum(rows, *columns) -> dict[str, float]:
+    totals = dict.fromkeys(columns, 0.0)
+    for row in rows:
+        for column in columns:
+            totals[column] += row[column] or 0.0
+    return totals
+
+
+# ---- detectors --------------------------------------------------------------------------------------------
+
+def _by_job(rows) -> dict[str, list[dict]]:
+    jobs: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        if row["job"]:
+            jobs[row["job"]].append(row)
+    return jobs
+
+
+def _node_io(node_ids, hours) -> dict:
+    """Per node, over the given hours: mean reads per mount, mean CPU busy and iowait (NodeRollup, the
+    per-minute rows where there are, else the per-hour ones)."""
+    from appliance.telemetry.models import NodeRollup
+
+    if not node_ids or not hours:
+        return {}
+    first, last = min(hours), max(hours) + timedelta(hours=1)
+    query = NodeRollup.objects.filter(node_id__in=node_ids, start__gte=first, start__lt=last)
+    rows = [r for r in query.values("node_id", "step", "start", "mounts", "fs_read_bps", "cpu_busy", "cpu_iowait")
+            if r["start"].replace(minute=0, second=0, microsecond=0) in hours]
+    steps = {r["step"] for r in rows}
+    step = 60 if 60 in steps else 3600
+    result: dict[int, dict] = {}
+    for node_id in node_ids:
+        mine = [r for r in rows if r["node_id"] == node_id and r["step"] == step]
+        if not mine:
+            continue
+        reads: dict[str, list[float]] = defaultdict(list)
+        for r in mine:
+            for mount, figures in (r["mounts"] or {}).items():
+                if isinstance(figures, dict) and isinstance(figures.get("read_bps"), int | float):
+                    reads[mount].append(float(figures["read_bps"]))
+        busy = [r["cpu_busy"] for r in mine if r["cpu_busy"] is not None]
+        iowait = [r["cpu_iowait"] for r in mine if r["cpu_iowait"] is not None]
+        result[node_id] = {"reads": {m: sum(v) / len(v) for m, v in reads.items()},
+                           "cpu_busy": sum(busy) / len(busy) if busy else None,
+                           "cpu_iowait": sum(iowait) / len(iowait) if iowait else None}
+    return result
+
+
+def _nodes(node_ids):
+    from appliance.inventory.models import Node
+
+    return {n.pk: n for n in Node.objects.filter(pk__in=list(node_ids)).select_related("platform")}
+
+
+def _measured_mounts(node) -> dict[str, float]:
+    """The read throughput (bytes/s) the node's storage smoke test measured per mount."""
+    results = ((node.facts or {}).get("storage") or {}).get("results") or []
+    found = {}
+    for entry in results if isinstance(results, list) else []:
+        if isinstance(entry, dict) and entry.get("mount_point") and isinstance(entry.get("read_mbps"), int | float) \
+                and entry["read_mbps"] > 0:
+            found[str(entry["mount_point"])] = float(entry["read_mbps"]) * 1e6
+    return found
+
+
+def _gds_verified(node) -> bool:
+    return bool(((node.facts or {}).get("gds") or {}).get("verified"))
+
+
+def detect_input_bound(rows) -> Result:
+    """A job whose GPUs waited on input for INPUT_BOUND_MIN_SHARE of its GPU-seconds or more. Evidence: the
+    reads on each mount of its nodes in the hours it waited against what that mount delivered in the
+    node's storage smoke test, CPU busy and iowait, whether gdscheck passed on its nodes."""
+    result = Result()
+    for job, mine in _by_job(rows).items():
+        result.measured.add(f"{Finding.Kind.INPUT_BOUND}:{job}")
+        totals = _sum(mine, "gpu_seconds", "input_bound_s")
+        if totals["gpu_seconds"] < MIN_SUBJECT_GPU_HOURS * 3600 or not totals["gpu_seconds"]:
+            continue
+        share = totals["input_bound_s"] / totals["gpu_seconds"]
+        if share < INPUT_BOUND_MIN_SHARE:
+            continue
+        node_ids = sorted({r["node_id"] for r in mine})
+        hours = {r["hour"] for r in mine if r["input_bound_s"]}
+        io = _node_io(node_ids, hours)
+        nodes = _nodes(node_ids)
+        mounts, cpu_busy, iowait, gds = [], [], [], []
+        for node_id in node_ids:
+            node, figures = nodes.get(node_id), io.get(node_id) or {}
+            measured = _measured_mounts(node) if node else {}
+            for mount, read in sorted((figures.get("reads") or {}).items()):
+                reference = measured.get(mount)
+                source = "smoke test" if reference else "nominal"
+                reference = reference or rules.NOMINAL_STORAGE_READ_BPS
+                mounts.append({"node": node.name if node else str(node_id), "mount": mount, "read_bps": round(read),
+                               "measured_bps": round(reference), "reference": source,
+                               "share": round(read / reference, 4)})
+            if figures.get("cpu_busy") is not None:
+                cpu_busy.append(figures["cpu_busy"])
+            if figures.get("cpu_iowait") is not None:
+                iowait.append(figures["cpu_iowait"])
+            if node and _gds_verified(node):
+                gds.append(node.name)
+        busiest = max(mounts, key=lambda m: m["share"], default=None)
+        busy = max(cpu_busy) if cpu_busy else None
+        wait = max(iowait) if iowait else None
+        summary = _("job %(job)s was input-bound %(share)s of its time (%(hours)s of %(total)s GPU-hours)") % {
+            "job": job, "share": _pct(share), "hours": _hours(totals["input_bound_s"]),
+            "total": _hours(totals["gpu_seconds"])}
+        if busiest:
+            summary += _(": reads on %(mount)s at %(read_share)s of the mount's measured %(measured)s") % {
+                "mount": busiest["mount"], "read_share": _pct(busiest["share"]),
+                "measured": _gbps(busiest["measured_bps"])}
+        if busy is not None:
+            summary += _(", CPU at %(busy)s, iowait %(wait)s") % {"busy": _pct(busy),
+                                                                  "wait": _pct(wait or 0.0)}
+        proposals = []
+        if busiest and busiest["share"] >= MOUNT_SATURATED_SHARE:
+            proposals.append(_("stage the dataset to local NVMe (%(mount)s delivers no more)") % {
+                "mount": busiest["mount"]})
+        if busy is not None and busy >= CPU_SATURATED:
+            proposals.append(_("move preprocessing off the CPUs or pre-process the dataset once (CPU was at "
+                               "%(busy)s: more data-loader workers cannot help)") % {"busy": _pct(busy)})
+        elif busy is not None or (wait is not None and wait >= IOWAIT_HIGH):
+            proposals.append(_("raise data-loader workers and prefetching (CPU at %(busy)s, iowait %(wait)s)") % {
+                "busy": _pct(busy or 0.0), "wait": _pct(wait or 0.0)})
+        if gds:
+            proposals.append(_("enable GPUDirect Storage (gdscheck passes on %(nodes)s)") % {"nodes": ", ".join(gds)})
+        if not proposals:
+            proposals.append(_("profile the input pipeline (the GPUs waited, no mount or CPU figure explains it)"))
+        result.candidates.append(Candidate(
+            Finding.Kind.INPUT_BOUND, job, summary, "; ".join(proposals), _hours(totals["input_bound_s"]),
+            {"share": round(share, 4), "input_bound_gpu_hours": _hours(totals["input_bound_s"]),
+             "gpu_hours": _hours(totals["gpu_seconds"]), "mounts": mounts,
+             "cpu_busy": None if busy is None else round(busy, 4), "cpu_iowait": None if wait is None else round(wait, 4),
+             "gds_verified_nodes": gds, "nodes": [nodes[n].name for n in node_ids if n in nodes]},
+            job=job, pool=mine[0]["pool"], node_id=node_ids[0] if len(node_ids) == 1 else None))
+    return result
+
+
+def _gpu_rollups(node_id, gpu, since, until) -> dict:
+    """A GPU's slowdown reasons, mean clock, temperature and power over the window (per-hour rollups where
+    there are, else per-minute)."""
+    from appliance.telemetry.models import GpuRollup
+
+    rows = list(GpuRollup.objects.filter(node_id=node_id, gpu=gpu, instance=-1, start__gte=since, start__lt=until)
+                .values("step", "throttle_reasons", "throttled_share", "sm_clock_mhz", "temp_c", "power_w"))
+    step = 3600 if any(r["step"] == 3600 for r in rows) else 60
+    rows = [r for r in rows if r["step"] == step]
+    reasons = 0
+    for r in rows:
+        reasons |= int(r["throttle_reasons"] or 0)
+
+    def mean(name):
+        values = [r[name] for r in rows if r[name] is not None]
+        return round(sum(values) / len(values), 1) if values else None
+
+    names = sorted({SLOWDOWN_NAMES[name] for name, bit in rules.SLOWDOWN_REASONS.items() if reasons & bit})
+    return {"reasons": names, "sm_clock_mhz": mean("sm_clock_mhz"), "temp_c": mean("temp_c"),
+            "power_w": mean("power_w")}
+
+
+def _cause_proposal(reasons: list[str]) -> str:
+    if "thermal" in reasons:
+        return _("check cooling: airflow, fans, inlet temperature and the heatsink of this GPU")
+    if "power" in reasons:
+        return _("check power: the power cap, the PSUs and the power brake of this node")
+    if reasons:
+        return _("check the board: a hardware slowdown is reported (power supply or thermal sensor)")
+    return _("check cooling and power of this GPU")
+
+
+def detect_stragglers(rows, since, until) -> Result:
+    """A GPU judged a straggler for STRAGGLER_MIN_SHARE or more of the seconds it held for its jobs: how much
+    slower than its peers (the share of each step its peers wait: 1 - peers' utilization / its own), in how
+    many jobs, and the slowdown reason its rollups report."""
+    result = Result()
+    per_gpu: dict[tuple, list[dict]] = defaultdict(list)
+    per_job_hour: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        if row["job"]:
+            per_gpu[(row["node_id"], row["node__name"], row["gpu"], row["instance"])].append(row)
+            per_job_hour[(row["job"], row["hour"])].append(row)
+    for (node_id, node_name, gpu, instance), mine in sorted(per_gpu.items(), key=lambda item: item[0][1:]):
+        subject = f"{node_name}/gpu{gpu}" + (f"/gi{instance}" if instance != -1 else "")
+        result.measured.add(f"{Finding.Kind.STRAGGLER}:{subject}")
+        totals = _sum(mine, "gpu_seconds", "straggler_s", "used_seconds")
+        if totals["gpu_seconds"] < MIN_SUBJECT_GPU_HOURS * 3600:
+            continue
+        share = totals["straggler_s"] / totals["gpu_seconds"]
+        if share < STRAGGLER_MIN_SHARE:
+            continue
+        jobs = sorted({r["job"] for r in mine})
+        straggled = sorted({r["job"] for r in mine if r["straggler_s"]})
+        peers_used = peers_seconds = 0.0
+        for r in mine:
+            for peer in per_job_hour[(r["job"], r["hour"])]:
+                if (peer["node_id"], peer["gpu"], peer["instance"]) != (node_id, gpu, instance):
+                    peers_used += peer["used_seconds"]
+                    peers_seconds += peer["gpu_seconds"]
+        own = totals["used_seconds"] / totals["gpu_seconds"]
+        peers = peers_used / peers_seconds if peers_seconds else None
+        slower = 1 - peers / own if peers is not None and own else None
+        clocks = _gpu_rollups(node_id, gpu, since, until)
+        cause = "/".join(clocks["reasons"]) or _("no slowdown reason reported")
+        summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its time)") % {
+            "gpu": gpu, "node": node_name, "jobs": len(straggled), "all": len(jobs), "share": _pct(share)}
+        if slower is not None:
+            summary += _(": it runs %(slower)s slower than its peers (utilization %(own)s vs %(peers)s)") % {
+                "slower": _pct(slower), "own": _pct(own), "peers": _pct(peers)}
+        summary += _(" (throttled: %(cause)s)") % {"cause": cause}
+        result.candidates.append(Candidate(
+            Finding.Kind.STRAGGLER, subject, summary, _cause_proposal(clocks["reasons"]),
+            _hours(totals["straggler_s"]),
+            {"share": round(share, 4), "straggler_gpu_hours": _hours(totals["straggler_s"]), "jobs": jobs,
+             "jobs_held_back": straggled, "utilization": round(own, 4),
+             "peers_utilization": None if peers is None else round(peers, 4),
+             "slower": None if slower is None else round(slower, 4)} | clocks,
+            node_id=node_id, pool=mine[0]["pool"]))
+    return result
+
+
+def detect_throttled(rows, since, until) -> Result:
+    """A GPU slowed by power or thermal limits for THROTTLED_MIN_SHARE or more of the seconds it was measured,
+    with the reasons, mean SM clock and temperature its rollups report."""
+    result = Result()
+    per_gpu: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        per_gpu[(row["node_id"], row["node__name"], row["gpu"], row["instance"])].append(row)
+    for (node_id, node_name, gpu, instance), mine in sorted(per_gpu.items(), key=lambda item: item[0][1:]):
+        subject = f"{node_name}/gpu{gpu}" + (f"/gi{instance}" if instance != -1 else "")
+        result.measured.add(f"{Finding.Kind.THROTTLED}:{subject}")
+        totals = _sum(mine, "gpu_seconds", "throttled_s")
+        if totals["gpu_seconds"] < MIN_SUBJECT_GPU_HOURS * 3600:
+            continue
+        share = totals["throttled_s"] / totals["gpu_seconds"]
+        if share < THROTTLED_MIN_SHARE:
+            continue
+        clocks = _gpu_rollups(node_id, gpu, since, until)
+        summary = _("GPU %(gpu)s of %(node)s was throttled %(share)s of its time (%(hours)s GPU-hours; reason: "
+                    "%(cause)s; SM clock %(clock)s MHz of %(max)s, %(temp)s °C)") % {
+            "gpu": gpu, "node": node_name, "share": _pct(share), "hours": _hours(totals["throttled_s"]),
+            "cause": "/".join(clocks["reasons"]) or "-", "clock": clocks["sm_clock_mhz"] or "-",
+            "max": rules.NOMINAL_MAX_SM_CLOCK_MHZ, "temp": clocks["temp_c"] or "-"}
+        result.candidates.append(Candidate(
+            Finding.Kind.THROTTLED, subject, summary, _cause_proposal(clocks["reasons"]), _hours(totals["throttled_s"]),
+            {"share": round(share, 4), "throttled_gpu_hours": _hours(totals["throttled_s"]),
+             "gpu_hours": _hours(totals["gpu_seconds"])} | clocks, node_id=node_id, pool=mine[0]["pool"]))
+    return result
+
+
+def detect_allocated_idle(rows) -> Result:
+    """A job that held its GPUs idle ALLOCATED_IDLE_MIN_SHARE or more of its GPU-seconds, and at least
+    ALLOCATED_IDLE_MIN_GPU_HOURS GPU-hours: release them, or give such jobs a time limit."""
+    result = Result()
+    for job, mine in _by_job(rows).items():
+        result.measured.add(f"{Finding.Kind.ALLOCATED_IDLE}:{job}")
+        totals = _sum(mine, "gpu_seconds", "allocated_idle_s")
+        if not totals["gpu_seconds"]:
+            continue
+        share = totals["allocated_idle_s"] / totals["gpu_seconds"]
+        if share < ALLOCATED_IDLE_MIN_SHARE or totals["allocated_idle_s"] < ALLOCATED_IDLE_MIN_GPU_HOURS * 3600:
+            continue
+        gpus = sorted({f"{r['node__name']}/gpu{r['gpu']}" for r in mine})
+        user = next((r["user"] for r in mine if r["user"]), "")
+        summary = _("job %(job)s held %(gpus)s GPU(s) idle %(share)s of its time: %(hours)s GPU-hours held "
+                    "doing nothing") % {"job": job, "gpus": len(gpus), "share": _pct(share),
+                                        "hours": _hours(totals["allocated_idle_s"])}
+        if user:
+            summary += _(" (user %(user)s)") % {"user": user}
+        proposal = _("release the GPUs (end the job or session), and give interactive jobs a time limit "
+                     "(Slurm --time, or the partition's DefaultTime/MaxTime) so idle allocations end by themselves")
+        result.candidates.append(Candidate(
+            Finding.Kind.ALLOCATED_IDLE, job, summary, proposal, _hours(totals["allocated_idle_s"]),
+            {"share": round(share, 4), "idle_gpu_hours": _hours(totals["allocated_idle_s"]),
+             "gpu_hours": _hours(totals["gpu_seconds"]), "gpus": gpus, "user": user},
+            job=job, pool=mine[0]["pool"]))
+    return result
+
+
+def detect_memory_only(rows) -> Result:
+    """A job or service holding memory while computing near zero MEMORY_ONLY_MIN_SHARE or more of its time:
+    the memory it fills against the GPU's, its compute share, the smallest MIG profile that fits it and the
+    compute slices that frees (profiling.mig_fit)."""
+    from appliance.inventory.models import GPU
+
+    result = Result()
+    for job, mine in _by_job(rows).items():
+        result.measured.add(f"{Finding.Kind.MEMORY_ONLY}:{job}")
+        totals = _sum(mine, "gpu_seconds", "memory_only_s", "used_seconds", "memory_used_mib_s", "memory_held_mib_s")
+        if totals["gpu_seconds"] < MIN_SUBJECT_GPU_HOURS * 3600:
+            continue
+        share = totals["memory_only_s"] / totals["gpu_seconds"]
+        if share < MEMORY_ONLY_MIN_SHARE:
+            continue
+        whole = {(r["node_id"], r["gpu"]) for r in mine}
+        used_mib = totals["memory_used_mib_s"] / totals["gpu_seconds"]
+        held_mib = totals["memory_held_mib_s"] / totals["gpu_seconds"]
+        sizes = GPU.objects.filter(node_id__in={n for n, _g in whole}).values_list("node_id", "index", "memory_mib")
+        sizes = [m for n, g, m in sizes if (n, g) in whole and m]
+        gpu_mib = max(sizes) if sizes else held_mib
+        compute = totals["used_seconds"] / totals["gpu_seconds"]
+        fit = profiling.mig_fit(used_mib, gpu_mib)
+        summary = _("service %(job)s uses %(used)s GB and %(compute)s of a %(total)s GB GPU (memory only "
+                    "%(share)s of its time)") % {"job": job, "used": round(used_mib / 1024, 1),
+                                                 "compute": _pct(compute), "total": round(gpu_mib / 1024),
+                                                 "share": _pct(share)}
+        if fit:
+            proposal = _("a %(profile)s MIG slice would serve it, freeing %(freed)s slices") % {
+                "profile": fit["profile"], "freed": fit["freed_slices"] * len(whole)}
+        else:
+            proposal = _("share the GPU by time-slicing: it needs more memory than the largest MIG slice gives")
+        result.candidates.append(Candidate(
+            Finding.Kind.MEMORY_ONLY, job, summary, proposal, _hours(totals["memory_only_s"]),
+            {"share": round(share, 4), "memory_used_mib": round(used_mib), "memory_held_mib": round(held_mib),
+             "gpu_memory_mib": round(gpu_mib), "compute_share": round(compute, 4), "gpus": len(whole),
+             "mig": fit}, job=job, pool=mine[0]["pool"]))
+    return result
+
+
+def _runs(hours: list[int]) -> list[list[int]]:
+    """Runs of consecutive hours of the day, wrapping at midnight (22, 23, 0 .. 6 is one run)."""
+    chosen = set(hours)
+    if len(chosen) == 24:
+        return [list(range(24))]
+    runs = []
+    for hour in range(24):
+        if hour in chosen and (hour - 1) % 24 not in chosen:
+            run, h = [], hour
+            while h in chosen:
+                run.append(h)
+                h = (h + 1) % 24
+            runs.append(run)
+    return runs
+
+
+def detect_pool_idle(rows) -> Result:
+    """A pool whose GPUs were unallocated POOL_IDLE_MIN_SHARE or more in the same hours of the day, on
+    average over POOL_IDLE_MIN_DAYS days or more: lend the nodes that stay idle through that window (the
+    fewest idle GPUs of any hour in it, in whole nodes) to a pool of the other kind in that window."""
+    from appliance.inventory.models import Pool
+
+    result = Result()
+    per_pool: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        if row["pool"]:
+            per_pool[row["pool"]].append(row)
+    pools = {p.name: p for p in Pool.objects.prefetch_related("memberships__node__platform")}
+    for pool_name, mine in sorted(per_pool.items()):
+        result.measured.add(f"{Finding.Kind.POOL_IDLE}:{pool_name}")
+        pool = pools.get(pool_name)
+        if pool is None:
+            continue
+        by_hour: dict[int, dict] = defaultdict(lambda: {"days": set(), "gpu_s": 0.0, "idle_s": 0.0})
+        per_slot: dict[tuple, float] = defaultdict(float)
+        per_node: dict[tuple, float] = defaultdict(float)
+        for r in mine:
+            slot = by_hour[r["hour"].hour]
+            slot["days"].add(r["hour"].date())
+            slot["gpu_s"] += r["gpu_seconds"]
+            slot["idle_s"] += r["idle_unallocated_s"]
+            per_slot[r["hour"]] += r["idle_unallocated_s"]
+            per_node[(r["node__name"], r["hour"].hour)] += r["idle_unallocated_s"]
+        idle_hours = [h for h, s in by_hour.items() if s["gpu_s"] and s["idle_s"] / s["gpu_s"] >= POOL_IDLE_MIN_SHARE
+                      and len(s["days"]) >= POOL_IDLE_MIN_DAYS]
+        runs = [run for run in _runs(sorted(idle_hours)) if len(run) >= POOL_IDLE_MIN_HOURS]
+        if not runs:
+            continue
+        run = max(runs, key=len)
+        days = min(len(by_hour[h]["days"]) for h in run)
+        share = sum(by_hour[h]["idle_s"] for h in run) / sum(by_hour[h]["gpu_s"] for h in run)
+        # The fewest GPUs idle in any hour of the window on any day measured: what can go for the whole window.
+        fewest = min(seconds for moment, seconds in per_slot.items() if moment.hour in run) / 3600
+        members = [m.node for m in pool.memberships.all()]
+        per_node_gpus = max([(m.platform.gpu_count if m.platform else 0) for m in members] + [1]) or 1
+        lendable = int(math.floor(fewest / per_node_gpus + 1e-9))
+        lendable = min(lendable, max(len(members) - 1, 0))
+        if lendable < 1:
+            continue
+        idlest = sorted({name for name, _hour in per_node}, key=lambda name: (
+            -sum(per_node[(name, h)] for h in run), name))[:lendable]
+        other = Pool.Kind.INFERENCE if pool.kind == Pool.Kind.TRAINING else Pool.Kind.TRAINING
+        target = next((p for p in pools.values() if p.kind == other and p.appliance_id == pool.appliance_id), None)
+        start, end = run[0], (run[-1] + 1) % 24
+        summary = _("%(pool)s pool idle %(share)s between %(start)02d:00 and %(end)02d:00 for %(days)s days") % {
+            "pool": pool_name, "share": _pct(share), "start": start, "end": end, "days": days}
+        proposal = _("lend %(count)s node(s) (%(nodes)s) to the %(target)s pool in that window") % {
+            "count": lendable, "nodes": ", ".join(idlest), "target": target.name if target else other}
+        result.candidates.append(Candidate(
+            Finding.Kind.POOL_IDLE, pool_name, summary, proposal,
+            round(sum(by_hour[h]["idle_s"] for h in run) / 3600 / max(days, 1), 2),
+            {"share": round(share, 4), "window_hours": [start, end], "days": days, "fewest_idle_gpus": round(fewest, 2),
+             "gpus_per_node": per_node_gpus, "nodes": idlest, "from_pool": pool_name,
+             "to_pool": target.name if target else "",
+             "hours": {f"{h:02d}": round(by_hour[h]["idle_s"] / by_hour[h]["gpu_s"], 4) for h in sorted(by_hour)}},
+            pool=pool_name))
+    return result
+
+
+def detect(since: datetime, until: datetime, *, pool_since: datetime | None = None) -> Result:
+    """Every detector over the window (the pool-idle one over [pool_since, until), 14 days by default)."""
+    rows = _rows(since, until)
+    pool_rows = rows if pool_since is None or pool_since >= since else _rows(pool_since, until)
+    combined = Result()
+    for part in (detect_input_bound(rows), detect_stragglers(rows, since, until), detect_throttled(rows, since, until),
+                 detect_allocated_idle(rows), detect_memory_only(rows), detect_pool_idle(pool_rows)):
+        combined.candidates += part.candidates
+        combined.measured |= part.measured
+    return combined
+
+
+# ---- refresh and decisions --------------------------------------------------------------------------------
+
+def _check_window(since, until) -> None:
+    if since.tzinfo is None or until.tzinfo is None:
+        raise FindingError("since/until: give times with a time zone (UTC)")
+    if until <= since:
+        raise FindingError(f"until {until.isoformat()} is not after since {since.isoformat()}")
+
+
+def refresh(since: datetime | None = None, until: datetime | None = None) -> dict:
+    """Run the detectors over [since, until) (the last day by default; pool idleness over 14 days) and
+    bring the findings up to date. Returns the counts and the keys opened and resolved."""
+    until = until or timezone.now().replace(minute=0, second=0, microsecond=0)
+    since = since or until - DEFAULT_WINDOW
+    _check_window(since, until)
+    found = detect(since, until, pool_since=min(since, until - POOL_WINDOW))
+    now = timezone.now()
+    opened, updated, resolved, reopened = [], [], [], []
+    with transaction.atomic():
+        existing = {f.key: f for f in Finding.objects.select_for_update().filter(
+            key__in=[c.key for c in found.candidates])}
+        for candidate in found.candidates:
+            values = {"kind": candidate.kind, "subject": candidate.subject, "summary": candidate.summary,
+                      "proposal": candidate.proposal, "severity": candidate.severity, "evidence": candidate.evidence,
+                      "node_id": candidate.node_id, "job": candidate.job, "pool": candidate.pool,
+                      "window_start": since, "window_end": until, "last_seen": now}
+            finding = existing.get(candidate.key)
+            if finding is None:
+                Finding.objects.create(key=candidate.key, first_seen=now, **values)
+                opened.append(candidate.key)
+                continue
+            if finding.state == Finding.State.RESOLVED:
+                values |= {"state": Finding.State.OPEN, "decided_by": "", "decided_at": None, "reason": ""}
+                reopened.append(candidate.key)
+            elif finding.state != Finding.State.OPEN:
+                continue  # a person decided: the decision stands, with the figures it was taken on
+            for name, value in values.items():
+                setattr(finding, name, value)
+            finding.save()
+            if finding.state == Finding.State.OPEN and candidate.key not in reopened:
+                updated.append(candidate.key)
+        keys = {c.key for c in found.candidates}
+        stale = Finding.objects.select_for_update().filter(state=Finding.State.OPEN, kind__in=DETECTED_KINDS,
+                                                           key__in=list(found.measured - keys))
+        for finding in stale:
+            finding.state = Finding.State.RESOLVED
+            finding.last_seen = now
+            finding.save(update_fields=["state", "last_seen"])
+            resolved.append(finding.key)
+        summary = {"since": since.isoformat(), "until": until.isoformat(), "found": len(found.candidates),
+                   "opened": sorted(opened + reopened), "updated": len(updated), "resolved": sorted(resolved)}
+        if opened or reopened or resolved:
+            audit.record("analytics.findings.refresh", target_type="analytics.finding", target_name="findings",
+                         details={"since": summary["since"], "until": summary["until"],
+                                  "opened": summary["opened"][:50], "resolved": summary["resolved"][:50],
+                                  "opened_count": len(summary["opened"]), "resolved_count": len(resolved),
+                                  "updated_count": len(updated)})
+    return summary
+
+
+def _decidable(finding: Finding) -> Finding:
+    current = Finding.objects.select_for_update().get(pk=finding.pk)
+    if current.state != Finding.State.OPEN:
+        raise FindingError(_("finding %(id)s is %(state)s already: only an open finding can be decided") % {
+            "id": current.pk, "state": current.state})
+    return current
+
+
+def _next_window(hours: list[int], now: datetime) -> tuple[datetime, datetime]:
+    """The next occurrence of the daily window [start:00, end:00) (UTC), or the current one if inside it."""
+    start_hour, end_hour = hours
+    today = now.replace(hour=start_hour, minute=0, second=0, microsecond=0)
+    length = timedelta(hours=(end_hour - start_hour) % 24 or 24)
+    for start in (today - timedelta(days=1), today, today + timedelta(days=1)):
+        if now < start + length:
+            return max(start, now.replace(second=0, microsecond=0)), start + length
+    return today + timedelta(days=1), today + timedelta(days=1) + length  # pragma: no cover (loop returns)
+
+
+def accept(finding: Finding, user, *, note: str = "") -> dict:
+    """Accept an open finding (audited). A pool-idle finding proposes its lending plan (lending.services
+    .propose) for the next occurrence of its window, and the plan is linked in the result and the record."""
+    note = (note or "").strip()
+    if len(note) > 2000:
+        raise FindingError("reason: at most 2000 characters")
+    plan = None
+    with transaction.atomic():
+        current = _decidable(finding)
+        if current.kind == Finding.Kind.POOL_IDLE:
+            from appliance.lending import services as lending
+
+            evidence = current.evidence or {}
+            if not evidence.get("to_pool"):
+                raise FindingError(_("pool %(pool)s: no pool of the other kind to lend to") % {"pool": current.pool})
+            start, end = _next_window(evidence["window_hours"], timezone.now())
+            plan = lending.propose(nodes=list(evidence["nodes"]), from_pool=evidence["from_pool"],
+                                   to_pool=evidence["to_pool"], window_start=start, window_end=end,
+                                   reason=note or current.summary, actor=user, finding=current)
+        current.state = Finding.State.ACCEPTED
+        current.decided_by = user.get_username()
+        current.decided_at = timezone.now()
+        current.reason = note
+        current.save(update_fields=["state", "decided_by", "decided_at", "reason"])
+        details = {"kind": current.kind, "subject": current.subject, "note": note}
+        if plan is not None:
+            details["plan"] = plan.pk
+        audit.record("analytics.finding.accept", target=current, actor=user, details=details)
+    finding.refresh_from_db()
+    return {"id": current.pk, "state": current.state, "plan": plan.pk if plan is not None else None}
+
+
+def dismiss(finding: Finding, user, *, reason: str) -> dict:
+    """Dismiss an open finding; the reason is required (and audited)."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise FindingError(_("reason: say why the finding is dismissed"))
+    if len(reason) > 2000:
+        raise FindingError("reason: at most 2000 characters")
+    with transaction.atomic():
+        current = _decidable(finding)
+        current.state = Finding.State.DISMISSED
+        current.decided_by = user.get_username()
+        current.decided_at = timezone.now()
+        current.reason = reason
+        current.save(update_fields=["state", "decided_by", "decided_at", "reason"])
+        audit.record("analytics.finding.dismiss", target=current, actor=user, reason=reason,
+                     details={"kind": current.kind, "subject": current.subject})
+    finding.refresh_from_db()
+    return {"id": current.pk, "state": current.state}
+
+
+def as_dict(finding: Finding) -> dict:
+    return {"id": finding.pk, "key": finding.key, "kind": finding.kind, "state": finding.state,
+            "subject": finding.subject, "node": finding.node.name if finding.node_id and finding.node else "",
+            "job": finding.job, "pool": finding.pool, "severity_gpu_hours": finding.severity,
+            "summary": finding.summary, "proposal": finding.proposal, "evidence": finding.evidence,
+            "window_start": finding.window_start.isoformat(), "window_end": finding.window_end.isoformat(),
+            "first_seen": finding.first_seen.isoformat(), "last_seen": finding.last_seen.isoformat(),
+            "decided_by": finding.decided_by,
+            "decided_at": finding.decided_at.isoformat() if finding.decided_at else None, "reason": finding.reason}
