@@ -44,6 +44,11 @@ def beat_schedule() -> dict:
             "task": "telemetry.fold_and_prune",
             "schedule": 300,
         },
+        # Findings (recommendations) follow the attributed GPU-hours.
+        "analytics-findings": {
+            "task": "analytics.refresh_findings",
+            "schedule": 900,
+        },
         # The database queue keeps the rows of the messages workers took: delete them.
         "queue-cleanup": {
             "task": "core.queue_cleanup",
