@@ -1,3 +1,5 @@
 from django.urls import path  # noqa: F401
 
-urlpatterns = []
+from . import findings_api_urls
+
+urlpatterns = [] + findings_api_urls.urlpatterns

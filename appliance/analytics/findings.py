@@ -624,9 +624,12 @@ def accept(finding: Finding, user, *, note: str = "") -> dict:
             if not evidence.get("to_pool"):
                 raise FindingError(_("pool %(pool)s: no pool of the other kind to lend to") % {"pool": current.pool})
             start, end = _next_window(evidence["window_hours"], timezone.now())
-            plan = lending.propose(nodes=list(evidence["nodes"]), from_pool=evidence["from_pool"],
-                                   to_pool=evidence["to_pool"], window_start=start, window_end=end,
-                                   reason=note or current.summary, actor=user, finding=current)
+            try:
+                plan = lending.propose(nodes=list(evidence["nodes"]), from_pool=evidence["from_pool"],
+                                       to_pool=evidence["to_pool"], window_start=start, window_end=end,
+                                       reason=note or current.summary, actor=user, finding=current)
+            except lending.LendingError as exc:
+                raise FindingError(str(exc)) from exc
         current.state = Finding.State.ACCEPTED
         current.decided_by = user.get_username()
         current.decided_at = timezone.now()

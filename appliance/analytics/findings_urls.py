@@ -1,3 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns = []
+from . import findings_views
+
+urlpatterns = [
+    path("recommendations/", findings_views.RecommendationListView.as_view(), name="recommendations"),
+    path("recommendations/<int:pk>/", findings_views.RecommendationView.as_view(), name="recommendation"),
+    path("recommendations/<int:pk>/accept/", findings_views.DecisionView.as_view(decision="accept"),
+         name="recommendation-accept"),
+    path("recommendations/<int:pk>/dismiss/", findings_views.DecisionView.as_view(decision="dismiss"),
+         name="recommendation-dismiss"),
+]

@@ -1,4 +1,6 @@
 from django.urls import path  # noqa: F401
 
+from . import findings_urls
+
 app_name = "analytics"
-urlpatterns = []
+urlpatterns = [] + findings_urls.urlpatterns
