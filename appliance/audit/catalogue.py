@@ -123,6 +123,9 @@ _BASE = [
     EventType("analytics.findings.refresh", "analytics", "low", "Findings were refreshed from the attributed GPU-hours: some were opened, updated or resolved (counts kept).", 3004, 99, _OPERATION),
     EventType("analytics.finding.accept", "analytics", "medium", "A finding (recommendation) was accepted; a pool-idle finding's lending plan was proposed.", 3004, 3, _CHANGE),
     EventType("analytics.finding.dismiss", "analytics", "low", "A finding (recommendation) was dismissed, with the reason.", 3004, 3, _CHANGE),
+    # Traces from elsewhere: an import (file, format, column mapping, rows) and its replacement by name.
+    EventType("traces.trace.import", "traces", "low", "A utilization trace from another system was imported (file, format, column mapping, rows).", 3004, 1, _CHANGE),
+    EventType("traces.trace.replace", "traces", "medium", "An imported trace was replaced by a new import under its name (the old rows deleted).", 3004, 3, _CHANGE),
     EventType("audit.view", "audit", "low", "The audit log was viewed.", 6005, 1, _AUDIT_READ),
     EventType("audit.search", "audit", "low", "The audit log was searched.", 6005, 4, _AUDIT_READ),
     EventType("audit.export", "audit", "medium", "The audit log was exported.", 6005, 1, _AUDIT_READ),

@@ -9,6 +9,11 @@
                       does it every 5 minutes)
   prune               delete rollups and events past settings.TELEMETRY_RETENTION now (audited)
   revoke --node N     revoke a node's ingest token: its collector can no longer write (audited)
+  import FILE --name NAME --value COL --time COL --entity COL [--memory COL] [--job COL] [--format csv|parquet]
+      [--scale fraction|percent] [--replace]
+                      import a utilization trace from another system (CSV or Parquet, either one gzipped, or
+                      a .tar.gz holding one CSV) as trace NAME, in one transaction (audited);
+                      `manage.py analytics report --source NAME` reports on it. README "Traces from elsewhere".
 """
 
 from __future__ import annotations
@@ -50,6 +55,19 @@ class Command(BaseCommand):
         commands.add_parser("prune", help="delete rollups and events past the retention now")
         revoke = commands.add_parser("revoke", help="revoke a node's ingest token")
         revoke.add_argument("--node", required=True)
+        trace = commands.add_parser("import", help="import a utilization trace from another system (CSV or Parquet)")
+        trace.add_argument("file", metavar="FILE", help="CSV or Parquet; a .gz of one, or a .tar.gz holding one CSV")
+        trace.add_argument("--name", required=True, help="the trace's name (letters, digits, '.', '_', '-')")
+        trace.add_argument("--value", required=True, metavar="COL", help="utilization column (fraction 0-1 or percent)")
+        trace.add_argument("--time", required=True, metavar="COL",
+                           help="time column: ISO 8601, epoch seconds, or seconds from the trace's start")
+        trace.add_argument("--entity", required=True, metavar="COL", help="GPU or container id column")
+        trace.add_argument("--memory", metavar="COL", help="memory column (kept in the trace's unit)")
+        trace.add_argument("--job", metavar="COL", help="job id column")
+        trace.add_argument("--format", choices=["csv", "parquet"], help="default: from the file's content")
+        trace.add_argument("--scale", choices=["fraction", "percent"],
+                           help="how to read --value when its data cannot tell (only 0 and 1)")
+        trace.add_argument("--replace", action="store_true", help="replace the trace of that name (audited)")
 
     def handle(self, *args, **options):
         action = options["action"]
@@ -61,6 +79,8 @@ class Command(BaseCommand):
             return self.prune()
         if action == "revoke":
             return self.revoke(options["node"])
+        if action == "import":
+            return self.import_trace(options)
         return self.collect(options)
 
     def status(self, as_json: bool):
@@ -127,6 +147,25 @@ class Command(BaseCommand):
                                "or the token was revoked already)")
         self.stdout.write(f"Revoked the ingest token of {name}: its collector can no longer write. "
                           "The next monitoring stage issues a new one.")
+
+    def import_trace(self, options):
+        from appliance.traces import services
+
+        try:
+            trace = services.import_trace(options["file"], name=options["name"], value=options["value"],
+                                          time=options["time"], entity=options["entity"], memory=options["memory"],
+                                          job=options["job"], format=options["format"], scale=options["scale"],
+                                          replace=options["replace"])
+        except services.TraceError as exc:
+            raise CommandError(str(exc)) from None
+        seconds = trace.import_seconds
+        span = (f"from {trace.started_at:%Y-%m-%d %H:%M:%S} UTC" if trace.started_at
+                else f"relative, from {trace.start_s:g} s") + f", {trace.duration_s:g} s long"
+        self.stdout.write(f"Imported trace {trace.name}: {trace.rows} row(s) of {trace.entities} entit"
+                          f"{'y' if trace.entities == 1 else 'ies'} ({trace.format}"
+                          f"{', ' + trace.compression if trace.compression else ''}; values read as {trace.scale}; "
+                          f"time {span}) in {seconds:.2f} s ({trace.rows / max(seconds, 1e-9):,.0f} rows/s). "
+                          f"Report: manage.py analytics report --source {trace.name} --json")
 
     def collect(self, options):
         from appliance.inventory.models import Node
