@@ -1,4 +1,5 @@
-"""Credentials: the BMC logins Administrators keep, and the one place a secret is handed to a run.
+"""Credentials: the BMC logins, InfluxDB tokens and collector ingest endpoints Administrators keep, and the
+one place a secret is handed to a run.
 
 A credential is created, changed, rebound and deleted only by an Administrator (the API checks the
 `credentials.manage` capability; the management command is the Administrator's shell, like every
@@ -7,12 +8,16 @@ other command). Each change is a `inventory.credential.*` audit record, the secr
 `login_for_run` is the gate: a BMC's user name and password are handed out only for a BMC whose URL
 is one of the endpoints its credential is bound to, over https with TLS verified unless the appliance
 is simulated. It does not trust the inventory: a BMC row changed behind the site import is refused too.
+`influxdb_token_for_run` and `check_ingest_url` are the same gate for the telemetry URLs of a site: the
+InfluxDB token goes only to an endpoint its credential is bound to, and the nodes' own ingest tokens only
+to the appliance's installed portal or an endpoint an `ingest` credential is bound to.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from django.conf import settings
 from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils.translation import gettext as _
@@ -21,7 +26,7 @@ from appliance.core import context
 from appliance.core.roles import can
 
 from .endpoints import endpoint_of
-from .models import BMC, Credential
+from .models import BMC, Appliance, Credential
 from .sitedef import NAME, NAME_WHAT
 
 MAX_SECRET_LENGTH = 1024
@@ -37,7 +42,11 @@ class CredentialError(ValueError):
 
 
 class CredentialRefused(RuntimeError):
-    """A BMC's credential may not be handed to a run (unbound endpoint, TLS off on a real appliance...)."""
+    """A credential may not be handed to a run (unbound endpoint, TLS off on a real appliance...)."""
+
+
+Kind = Credential.Kind
+KIND_CHOICES = tuple(Kind.values)
 
 
 def may_manage(user=None) -> bool:
@@ -79,6 +88,33 @@ def check_username(username: str) -> str:
     return username
 
 
+def check_kind(kind: str) -> str:
+    if kind not in KIND_CHOICES:
+        raise CredentialError(_("%(kind)r is not a credential kind (one of %(kinds)s)") % {
+            "kind": kind, "kinds": ", ".join(KIND_CHOICES)}, "kind")
+    return kind
+
+
+def check_username_of_kind(kind: str, username: str) -> str:
+    """A BMC login has a user name; a token or an ingest credential none."""
+    if kind == Kind.BMC:
+        return check_username(username)
+    if username:
+        raise CredentialError(_("a credential of kind %(kind)s has no user name") % {"kind": kind}, "username")
+    return ""
+
+
+def check_secret_of_kind(kind: str, secret: str) -> str:
+    """A BMC login and an InfluxDB token have a secret; an ingest credential none (the appliance issues each
+    node its own token)."""
+    if kind != Kind.INGEST:
+        return check_secret(secret)
+    if secret:
+        raise CredentialError(_("an ingest credential holds no secret: the appliance issues each node its own "
+                                "token"), "secret")
+    return ""
+
+
 def check_endpoint(value: str) -> str:
     try:
         return endpoint_of(value)
@@ -114,9 +150,10 @@ def get(name: str) -> Credential:
 
 
 @transaction.atomic
-def create(name: str, *, username: str, secret: str, endpoints: list[str] = (), description: str = "",
-           ca_file: str = "") -> Credential:
+def create(name: str, *, username: str = "", secret: str = "", endpoints: list[str] = (), description: str = "",
+           ca_file: str = "", kind: str = Kind.BMC) -> Credential:
     name = check_name(name)
+    kind = check_kind(kind)
     if Credential.objects.filter(name=name).exists():
         raise CredentialError(_("a credential named %(name)r exists already") % {"name": name}, "name")
     bound = []
@@ -124,9 +161,9 @@ def create(name: str, *, username: str, secret: str, endpoints: list[str] = (), 
         endpoint = check_endpoint(value)
         if endpoint not in bound:
             bound.append(endpoint)
-    credential = Credential(name=name, kind=Credential.Kind.BMC, username=check_username(username),
-                            secret=check_secret(secret), endpoints=bound, description=description.strip(),
-                            ca_file=check_ca_file(ca_file))
+    credential = Credential(name=name, kind=kind, username=check_username_of_kind(kind, username),
+                            secret=check_secret_of_kind(kind, secret), endpoints=bound,
+                            description=description.strip(), ca_file=check_ca_file(ca_file))
     credential.save()
     return credential
 
@@ -139,9 +176,9 @@ def update(name: str, *, username: str | None = None, secret: str | None = None,
     if credential is None:
         raise CredentialError(_("no credential named %(name)r") % {"name": name}, "name")
     if username is not None:
-        credential.username = check_username(username)
+        credential.username = check_username_of_kind(credential.kind, username)
     if secret is not None:
-        credential.secret = check_secret(secret)
+        credential.secret = check_secret_of_kind(credential.kind, secret)
     if description is not None:
         credential.description = description.strip()
     if ca_file is not None:
@@ -173,9 +210,21 @@ def unbind(name: str, endpoints: list[str]) -> Credential:
     return update(name, endpoints=[e for e in credential.endpoints if e not in removed])
 
 
+def named_by_sites(credential: Credential) -> list[str]:
+    """The appliances whose site names the credential outside a BMC (telemetry.influxdb.token_credential)."""
+    if credential.kind != Kind.INFLUXDB:
+        return []
+    return sorted(appliance.name for appliance in Appliance.objects.only("name", "settings")
+                  if influxdb_settings(appliance).get("token_credential") == credential.name)
+
+
 @transaction.atomic
 def delete(name: str) -> None:
     credential = get(name)
+    sites = named_by_sites(credential)
+    if sites:
+        raise CredentialError(_("credential %(name)s is the InfluxDB token of appliance %(sites)s: change the site "
+                                "definition first") % {"name": name, "sites": ", ".join(sites)}, "name")
     try:
         credential.delete()
     except ProtectedError:
@@ -199,6 +248,8 @@ def login_for_run(bmc: BMC) -> BMCLogin:
     """The login of a BMC for a run, refused unless the BMC's endpoint is one its credential is bound to."""
     node = bmc.node
     credential = bmc.credential
+    if credential.kind != Kind.BMC:
+        raise CredentialRefused(f"credential {credential.name} of the BMC of {node.name} is no BMC login")
     try:
         endpoint = endpoint_of(bmc.url)
     except ValueError:
@@ -217,3 +268,86 @@ def login_for_run(bmc: BMC) -> BMCLogin:
         raise CredentialRefused(f"credential {credential.name} has no secret (an Administrator sets it: "
                                 f"manage.py credential set-secret {credential.name})")
     return BMCLogin(credential.username, credential.secret, credential.ca_file)
+
+
+# --------------------------------------------------------------------------------------------------
+# The telemetry URLs of a site: where the InfluxDB token and the nodes' ingest tokens may go
+
+
+def influxdb_settings(appliance) -> dict:
+    return dict(((appliance.settings or {}).get("telemetry") or {}).get("influxdb") or {})
+
+
+def _endpoint_or_none(url: str) -> str | None:
+    try:
+        return endpoint_of(url)
+    except ValueError:
+        return None
+
+
+def ingest_endpoints() -> list[str]:
+    """The endpoints the nodes' ingest tokens may be sent to besides the installed portal's: those an
+    Administrator bound an `ingest` credential to."""
+    allowed = []
+    for endpoints in Credential.objects.filter(kind=Kind.INGEST).values_list("endpoints", flat=True):
+        allowed.extend(endpoint for endpoint in endpoints if endpoint not in allowed)
+    return allowed
+
+
+def ingest_url_refusal(url: str) -> str:
+    """Why the nodes' ingest tokens may not be sent to a site's telemetry.ingest_url ("" when they may):
+    it must be the installed portal's endpoint (APPLIANCE_TELEMETRY_INGEST_URL) or one an `ingest`
+    credential is bound to."""
+    endpoint = _endpoint_or_none(url)
+    if endpoint is None:
+        return f"{url!r} names no endpoint"
+    if settings.TELEMETRY_INGEST_URL and endpoint == _endpoint_or_none(settings.TELEMETRY_INGEST_URL):
+        return ""
+    if endpoint in ingest_endpoints():
+        return ""
+    return (f"{endpoint} is not an ingest endpoint an Administrator allowed: the nodes' tokens are not sent there "
+            f"(an Administrator allows it: manage.py credential create NAME --kind ingest --endpoint {endpoint}, "
+            f"or manage.py credential bind NAME {endpoint})")
+
+
+def check_ingest_url(url: str) -> None:
+    """CredentialRefused unless the nodes' ingest tokens may be sent to the site's ingest URL."""
+    refusal = ingest_url_refusal(url)
+    if refusal:
+        raise CredentialRefused(f"telemetry.ingest_url: {refusal}")
+
+
+def influxdb_token_refusal(name: str, url: str) -> tuple[str, str]:
+    """Why the InfluxDB token credential `name` may not be sent to `url`: (the site's field at fault,
+    the reason), or ("", "") when it may."""
+    credential = Credential.objects.filter(name=name).only("kind", "endpoints").first()
+    if credential is None or credential.kind != Kind.INFLUXDB:
+        return "token_credential", (f"{name!r} is not an InfluxDB token credential (an Administrator creates it: "
+                                    f"manage.py credential create {name} --kind influxdb --endpoint URL)")
+    endpoint = _endpoint_or_none(url)
+    if endpoint is None:
+        return "url", f"{url!r} names no endpoint"
+    if endpoint not in credential.endpoints:
+        return "url", (f"credential {name} is not bound to {endpoint}: its token is not sent there (an "
+                       f"Administrator binds it: manage.py credential bind {name} {endpoint})")
+    return "", ""
+
+
+def influxdb_token_for_run(appliance) -> str:
+    """The token the collectors write the site's InfluxDB with ("" when the site names no InfluxDB),
+    refused unless the site's influxdb.url is an endpoint its credential is bound to."""
+    influxdb = influxdb_settings(appliance)
+    url, name = str(influxdb.get("url") or ""), str(influxdb.get("token_credential") or "")
+    if not url:
+        return ""
+    if not name:
+        raise CredentialRefused(f"appliance {appliance.name}: telemetry.influxdb names no token_credential: the "
+                                f"collectors are not sent to {url} (an Administrator creates one bound to it)")
+    field, refusal = influxdb_token_refusal(name, url)
+    if refusal:
+        raise CredentialRefused(f"appliance {appliance.name}: telemetry.influxdb.{field}: {refusal}")
+    secret = Credential.objects.get(name=name).secret
+    if not secret:
+        raise CredentialRefused(f"credential {name} has no secret (an Administrator sets it: "
+                                f"manage.py credential set-secret {name})")
+    return secret

@@ -139,7 +139,7 @@ def _check_override(user, reason: str, current: str, target: str) -> None:
 
 
 class Credential(AuditedModel, TimestampedModel):
-    """A login that Administrators keep for the appliance, sent only to the endpoints it is bound to.
+    """A login or token that Administrators keep for the appliance, sent only to the endpoints it is bound to.
 
     A site definition names a credential; it never holds a secret or says where to read one. The
     secret is stored encrypted and is handed to a run only for a BMC whose URL is one of `endpoints`
@@ -148,11 +148,16 @@ class Credential(AuditedModel, TimestampedModel):
 
     class Kind(models.TextChoices):
         BMC = "bmc", "BMC login (Redfish user name and password)"
+        # The token the nodes' collectors write the raw points to the site's InfluxDB with.
+        INFLUXDB = "influxdb", "InfluxDB API token"
+        # No secret of its own: the endpoints the nodes' collectors may send the ingest tokens the appliance
+        # issued them to (a site's telemetry.ingest_url).
+        INGEST = "ingest", "Collector ingest endpoints (the nodes' own tokens)"
 
     name = models.SlugField(max_length=63, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.BMC)
     description = models.TextField(blank=True)
-    username = models.CharField(max_length=100)
+    username = models.CharField(max_length=100, blank=True)  # a BMC login's only
     # Blank only for a credential carried over from an older inventory without a stored password:
     # such a credential is never handed to a run until an Administrator sets its secret.
     secret = EncryptedTextField(blank=True)

@@ -644,7 +644,9 @@ class _Parser:
     def telemetry(self, cursor: Cursor | None) -> dict:
         """The nodes' collectors (the monitoring stage): sweep interval (0.1 to 3600 s), the appliance's ingest
         URL (http or https; default: the first management node's portal), the /metrics port, the disk
-        buffer's bound, and the site's own InfluxDB for raw points (url, org, bucket)."""
+        buffer's bound, and the site's own InfluxDB for raw points (url, org, bucket, token_credential). The
+        URLs are where the nodes send their tokens: each must be an endpoint an Administrator allowed
+        (appliance.inventory.credentials), whoever imports the site."""
         if cursor is None:
             return {}
         fields = cursor.mapping(("interval_s", "ingest_url", "metrics_port", "buffer_max_mib", "influxdb"))
@@ -659,6 +661,8 @@ class _Parser:
                 fields["ingest_url"].error(f"{url!r}: the ingest URL takes no query or fragment "
                                            "(the collectors add /api/v2/write?...)")
                 url = None
+            if url is not None:
+                url = self.allowed_ingest_url(fields["ingest_url"], url)
             values["ingest_url"] = url
         if "metrics_port" in fields:
             values["metrics_port"] = fields["metrics_port"].integer(1, 65535)
@@ -675,12 +679,42 @@ class _Parser:
                         site_influxdb[key] = influxdb[key].text(INFLUX_NAME, "an InfluxDB organisation or bucket "
                                                                             "name (letters, digits, '-', '_', '.')")
                 if "token_credential" in influxdb:
-                    influxdb["token_credential"].error("the credential store holds BMC logins only, no API token "
-                                                       "yet: leave token_credential out (the collectors then write "
-                                                       "to InfluxDB without a token)")
+                    site_influxdb["token_credential"] = influxdb["token_credential"].text(NAME, "a credential name")
+                if site_influxdb.get("url") is not None and site_influxdb.get("token_credential") is not None:
+                    self.allowed_influxdb_url(influxdb, site_influxdb)
+                elif site_influxdb.get("url") is not None and "token_credential" not in influxdb:
+                    influxdb["url"].error(f"{site_influxdb['url']}: the collectors write to an InfluxDB only with "
+                                          "a token an Administrator bound to its endpoint: name that credential in "
+                                          "token_credential (manage.py credential create NAME --kind influxdb "
+                                          "--endpoint URL)")
+                    site_influxdb["url"] = None
                 if all(value is not None for value in site_influxdb.values()):
                     values["influxdb"] = site_influxdb
         return {key: value for key, value in values.items() if value is not None}
+
+    @staticmethod
+    def allowed_ingest_url(cursor: Cursor, url: str) -> str | None:
+        """The site's ingest URL if the nodes' ingest tokens may be sent there (an Administrator's allow-list,
+        whoever imports the site)."""
+        from .credentials import ingest_url_refusal
+
+        refusal = ingest_url_refusal(url)
+        if refusal:
+            cursor.error(refusal)
+            return None
+        return url
+
+    @staticmethod
+    def allowed_influxdb_url(cursors: dict, values: dict) -> None:
+        """The site's InfluxDB URL and token credential, kept if the credential is an InfluxDB token bound to
+        the URL's endpoint (an Administrator's allow-list, whoever imports the site); the field at fault is
+        named and set to None otherwise."""
+        from .credentials import influxdb_token_refusal
+
+        field_name, refusal = influxdb_token_refusal(values["token_credential"], values["url"])
+        if refusal:
+            cursors[field_name].error(refusal)
+            values[field_name] = None
 
     @staticmethod
     def number(cursor: Cursor, minimum: float, maximum: float) -> float | None:

@@ -4,6 +4,7 @@ file:line and the field."""
 
 import pytest
 
+from appliance.inventory import credentials
 from appliance.inventory.models import Appliance
 from appliance.inventory.services import import_site, validate_site
 from appliance.inventory.sitedef import SiteValidationError
@@ -14,7 +15,7 @@ telemetry:
   ingest_url: https://mgmt01.example:8443/telemetry/ingest
   metrics_port: 9500
   buffer_max_mib: 512
-  influxdb: {url: "https://influx.example:8086", org: hpc-ops, bucket: gpu.telemetry}
+  influxdb: {url: "https://influx.example:8086", org: hpc-ops, bucket: gpu.telemetry, token_credential: influx-token}
 """
 
 BAD = """
@@ -42,7 +43,14 @@ def with_telemetry(demo_text: str, section: str) -> str:
     return demo_text.rstrip("\n") + "\n" + section
 
 
-def test_a_telemetry_section_is_kept_in_the_appliance_settings(demo_text, site_env):
+@pytest.fixture
+def allowed(site_env):
+    """What an Administrator allowed for GOOD: its ingest endpoint and an InfluxDB token bound to its InfluxDB."""
+    credentials.create("site-ingest", kind="ingest", endpoints=["https://mgmt01.example:8443"])
+    credentials.create("influx-token", kind="influxdb", secret="influx-Tok3n", endpoints=["https://influx.example:8086"])
+
+
+def test_a_telemetry_section_is_kept_in_the_appliance_settings(demo_text, allowed):
     text = with_telemetry(demo_text, GOOD)
 
     site = validate_site(text, "demo.yml")
@@ -50,7 +58,8 @@ def test_a_telemetry_section_is_kept_in_the_appliance_settings(demo_text, site_e
 
     expected = {"interval_s": 0.5, "ingest_url": "https://mgmt01.example:8443/telemetry/ingest",
                 "metrics_port": 9500, "buffer_max_mib": 512,
-                "influxdb": {"url": "https://influx.example:8086", "org": "hpc-ops", "bucket": "gpu.telemetry"}}
+                "influxdb": {"url": "https://influx.example:8086", "org": "hpc-ops", "bucket": "gpu.telemetry",
+                             "token_credential": "influx-token"}}
     assert site.telemetry == expected
     assert Appliance.objects.get(name=site.name).settings["telemetry"] == expected
 
@@ -75,11 +84,8 @@ def test_every_bad_telemetry_value_is_named_with_its_line(demo_text, site_env):
             "'https://influx.example:8086/?org=x y' is not a URL (expected https://host[:port])",
         (line_of(text, "hpc ops"), "telemetry.influxdb.org"):
             "'hpc ops; rm -rf /' is not an InfluxDB organisation or bucket name (letters, digits, '-', '_', '.')",
-        (line_of(text, "token_credential"), "telemetry.influxdb.token_credential"):
-            "the credential store holds BMC logins only, no API token yet: leave token_credential out "
-            "(the collectors then write to InfluxDB without a token)",
     }
-    assert str(caught.value).count("demo.yml:") >= 8
+    assert str(caught.value).count("demo.yml:") >= 7
 
 
 @pytest.mark.parametrize("value, message", [
@@ -98,7 +104,7 @@ def test_an_ingest_url_that_is_not_a_plain_http_url_is_refused(demo_text, site_e
     assert message in error.message
 
 
-def test_a_site_without_the_section_keeps_none(demo_text, site_env):
+def test_a_site_without_the_section_keeps_none(demo_text, allowed):
     import_site(with_telemetry(demo_text, GOOD), "demo.yml")
 
     site = validate_site(demo_text, "demo.yml")
