@@ -49,6 +49,11 @@ def beat_schedule() -> dict:
             "task": "analytics.refresh_findings",
             "schedule": 900,
         },
+        # Each complete minute of GPU rollups is attributed to a cause and added to the ledger (CauseHour).
+        "analytics-attribute": {
+            "task": "analytics.attribute",
+            "schedule": max(10, settings.ANALYTICS_ATTRIBUTE_EVERY_SECONDS),
+        },
         # The database queue keeps the rows of the messages workers took: delete them.
         "queue-cleanup": {
             "task": "core.queue_cleanup",

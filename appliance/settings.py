@@ -353,6 +353,8 @@ TELEMETRY_RETENTION = {
     "minute_days": env_int("APPLIANCE_TELEMETRY_MINUTE_DAYS", 14),
     "hour_days": env_int("APPLIANCE_TELEMETRY_HOUR_DAYS", 365),
 }
+# How often the attribution clock adds the complete minutes of GPU rollups to the analytics ledger.
+ANALYTICS_ATTRIBUTE_EVERY_SECONDS = env_int("APPLIANCE_ANALYTICS_ATTRIBUTE_EVERY_SECONDS", 60)
 # Where the nodes' collectors send their rollups, and the CA (a PEM file) they trust for it when it is https:
 # `appliance install --production` writes the portal's own URL and certificate here. Unset: the monitoring
 # stage derives the URL (README "The monitoring stage") and the collectors trust the system's CAs.

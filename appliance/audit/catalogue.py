@@ -120,9 +120,23 @@ _BASE = [
     EventType("telemetry.rollup.prune", "telemetry", "low", "Telemetry rollups and hardware events older than the retention were deleted (counts kept).", 6005, 7, _OPERATION),
     EventType("telemetry.alert.acknowledge", "telemetry", "low", "A hardware alert (XID, ECC, link down, throttling) was acknowledged.", 3004, 3, _OPERATION),
     # Analytics findings (recommendations): a refresh that opened or resolved some, and what a person decided.
+    EventType("analytics.attribution.rebuild", "analytics", "low", "The attributed GPU-hours were rebuilt from an hour on at a person's request (rows deleted and minutes attributed again, counts kept).", 3004, 99, _OPERATION),
     EventType("analytics.findings.refresh", "analytics", "low", "Findings were refreshed from the attributed GPU-hours: some were opened, updated or resolved (counts kept).", 3004, 99, _OPERATION),
     EventType("analytics.finding.accept", "analytics", "medium", "A finding (recommendation) was accepted; a pool-idle finding's lending plan was proposed.", 3004, 3, _CHANGE),
     EventType("analytics.finding.dismiss", "analytics", "low", "A finding (recommendation) was dismissed, with the reason.", 3004, 3, _CHANGE),
+    # Lending plans: each step a plan takes (or is refused) is one record; the policies are audited models.
+    EventType("lending.plan.propose", "lending", "medium", "A plan to lend nodes from one pool to another was proposed.", 3004, 1, _CHANGE),
+    EventType("lending.plan.approve", "lending", "high", "A lending plan was approved (by an Administrator or by its pool's policy).", 3004, 3, _CHANGE),
+    EventType("lending.plan.reject", "lending", "medium", "A lending plan was rejected, with the reason.", 3004, 3, _CHANGE),
+    EventType("lending.plan.drain", "lending", "high", "A lending plan drained its nodes in Slurm.", 3004, 3, _OPERATION),
+    EventType("lending.plan.requeue", "lending", "high", "A lending plan's drain deadline passed: the jobs still on its nodes were requeued.", 3004, 3, _OPERATION),
+    EventType("lending.plan.move", "lending", "high", "A lending plan moved its nodes to another pool (lent or given back).", 3004, 3, _CHANGE),
+    EventType("lending.plan.workloads", "lending", "medium", "A lending plan reran the workloads stage on its nodes (or says why not).", 3004, 3, _OPERATION),
+    EventType("lending.plan.activate", "lending", "medium", "A lending plan's nodes serve the borrowing pool.", 3004, 3, _OPERATION),
+    EventType("lending.plan.reclaim_request", "lending", "medium", "The lending pool asked for its nodes back before the window's end.", 3004, 3, _OPERATION),
+    EventType("lending.plan.reclaim", "lending", "high", "A lending plan's nodes are being reclaimed (window over or asked).", 3004, 3, _OPERATION),
+    EventType("lending.plan.resume", "lending", "high", "A lending plan's nodes were resumed in Slurm: the plan ended returned.", 3004, 3, _OPERATION),
+    EventType("lending.plan.rollback", "lending", "high", "A lending plan was rolled back: nodes back in their pool, resumed in Slurm.", 3004, 3, _CHANGE),
     # Traces from elsewhere: an import (file, format, column mapping, rows) and its replacement by name.
     EventType("traces.trace.import", "traces", "low", "A utilization trace from another system was imported (file, format, column mapping, rows).", 3004, 1, _CHANGE),
     EventType("traces.trace.replace", "traces", "medium", "An imported trace was replaced by a new import under its name (the old rows deleted).", 3004, 3, _CHANGE),

@@ -1,0 +1,349 @@
+"""The ledger of where the GPU-hours went: per-minute rollups attributed (vector.py, the rules of rules.py
+over columns) and added into CauseHour, incrementally.
+
+`run_incremental` judges every complete minute after the attribution cursor, in chunks of at most
+CHUNK_MINUTES read with raw column queries (GPU rows, node rows, the nodes), and adds each chunk's
+GPU-seconds into CauseHour in the same transaction that moves the cursor past it: a minute is added once,
+and a run that is stopped or fails adds nothing of the chunk it was in. A minute is complete
+COMPLETE_AFTER_S after its end (collectors send a closed minute within seconds; one that comes later than
+that, from a buffer after an outage, is not counted unless a person asks for a rebuild of that span).
+
+Weighting, as services.gpu_share does: a row counts `step` seconds times the share of its GPU it measures
+(a MIG instance its profile's compute slices out of 7); a whole GPU's row is not counted in a bucket where
+its MIG instances report. Pool is the node's pool when the chunk is attributed. The collectors do not
+report a job's owner, so `user` stays blank until the scheduler's accounting is joined in.
+
+`rebuild` (a backfill a person asks for) deletes the ledger from an hour on, moves the cursor back and
+attributes again; it is audited (analytics.attribution.rebuild). The periodic runs are not: they change
+derived figures only, and a record per minute would drown the log.
+
+`job_verdicts` gives the per-bucket verdicts of one job with their evidence, from rules.py (the documented
+reference), which is what a user reads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+from django.db import connection, transaction
+from django.utils import timezone
+
+from . import attribution, rules, vector
+from .models import CAUSE_FIELDS, AttributionCursor, CauseHour
+
+STEP = 60
+CHUNK_MINUTES = 60
+COMPLETE_AFTER_S = 120
+CURSOR = "rollups"
+MIG_COMPUTE_SLICES = 7
+UPSERT_BATCH = 5000
+CAUSE_COLUMNS = tuple(CAUSE_FIELDS[label] for label in rules.LABELS)
+INPUT_RULE = vector.RULE_NAMES.index("waits-on-input")
+
+
+class LedgerError(ValueError):
+    """A request the ledger cannot carry out; the message names the parameter."""
+
+
+def _epoch_sql(column: str) -> str:
+    if connection.vendor == "postgresql":
+        return f"CAST(EXTRACT(EPOCH FROM {column}) AS BIGINT)"
+    return f"CAST(strftime('%%s', {column}) AS INTEGER)"
+
+
+def _param(moment: datetime):
+    return connection.ops.adapt_datetimefield_value(moment)
+
+
+def _floor_minute(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def _share(profile: str, instance: int) -> float:
+    if instance == -1:
+        return 1.0
+    prefix = str(profile or "").split("g.", 1)[0]
+    return int(prefix) / MIG_COMPUTE_SLICES if prefix.isdigit() else 1.0 / MIG_COMPUTE_SLICES
+
+
+def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
+    sql = (f"SELECT node_id, gpu, instance, {_epoch_sql('start')}, job, profile, util, sm_active, fb_used_mib, "
+           "fb_total_mib, sm_clock_mhz, throttle_reasons, throttled_share, nvlink_bps "
+           "FROM telemetry_gpurollup WHERE step = %s AND start >= %s AND start < %s")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [STEP, _param(since), _param(until)])
+        rows = cursor.fetchall()
+    names = ("node_id", "gpu", "instance", "t", "job", "profile", "util", "sm_active", "fb_used_mib", "fb_total_mib",
+             "sm_clock_mhz", "throttle_reasons", "throttled_share", "nvlink_bps")
+    if not rows:
+        return {}
+    columns = dict(zip(names, zip(*rows, strict=True), strict=True))
+    result = {name: np.array(columns[name], dtype=np.int64) for name in ("node_id", "gpu", "instance", "t")}
+    for name in ("util", "sm_active", "fb_used_mib", "fb_total_mib", "sm_clock_mhz", "throttled_share", "nvlink_bps"):
+        result[name] = np.array(columns[name], dtype=np.float64)  # None becomes NaN
+    result["throttle_reasons"] = np.array([value or 0 for value in columns["throttle_reasons"]], dtype=np.int64)
+    codes: dict[str, int] = {"": 0}
+    result["job_code"] = np.array([codes.setdefault(job or "", len(codes)) for job in columns["job"]], dtype=np.int64)
+    result["jobs"] = np.array(list(codes), dtype=object)
+    profiles: dict[tuple, float] = {}
+    result["share"] = np.array([profiles.setdefault(key, _share(*key)) if key not in profiles else profiles[key]
+                                for key in zip(columns["profile"], columns["instance"], strict=True)])
+    return result
+
+
+def _node_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
+    sql = (f"SELECT node_id, {_epoch_sql('start')}, cpu_iowait, cpu_busy, ib_tx_bps, ib_rx_bps, ib_line_bps, "
+           "fs_read_bps FROM telemetry_noderollup WHERE step = %s AND start >= %s AND start < %s")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [STEP, _param(since), _param(until)])
+        rows = cursor.fetchall()
+    names = ("node_id", "t", "cpu_iowait", "cpu_busy", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "fs_read_bps")
+    if not rows:
+        return {name: np.zeros(0, dtype=np.int64 if name in ("node_id", "t") else np.float64) for name in names}
+    columns = dict(zip(names, zip(*rows, strict=True), strict=True))
+    return {name: np.array(values, dtype=np.int64 if name in ("node_id", "t") else np.float64)
+            for name, values in columns.items()}
+
+
+def _mounts(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict | None]:
+    """The per-mount figures of the node rows named (node id, epoch seconds): read only where a verdict
+    depends on them (a stalled GPU that no earlier rule explained)."""
+    result: dict[tuple[int, int], dict | None] = {}
+    if not pairs:
+        return result
+    by_time: dict[int, list[int]] = {}
+    for node_id, t in pairs:
+        by_time.setdefault(t, []).append(node_id)
+    with connection.cursor() as cursor:
+        for t, node_ids in by_time.items():
+            moment = datetime.fromtimestamp(t, UTC)
+            placeholders = ", ".join(["%s"] * len(node_ids))
+            cursor.execute(f"SELECT node_id, mounts, fs_read_bps FROM telemetry_noderollup WHERE step = %s "
+                           f"AND start = %s AND node_id IN ({placeholders})", [STEP, _param(moment), *node_ids])
+            for node_id, mounts, fs_read in cursor.fetchall():
+                if isinstance(mounts, str):
+                    mounts = json.loads(mounts)
+                result[(node_id, t)] = {"mounts": mounts or {}, "fs_read_bps": fs_read}
+    return result
+
+
+def attribute_window(since: datetime, until: datetime) -> dict | None:
+    """Every per-minute GPU bucket starting in [since, until) judged: the GPU columns with `rule` (index
+    in vector.RULE_NAMES) and `label` (index in rules.LABELS) added, and the nodes' info; None if no row."""
+    gpu = _gpu_columns(since, until)
+    if not gpu:
+        return None
+    node = _node_columns(since, until)
+    info = attribution.nodes_info(np.unique(gpu["node_id"]).tolist())
+    base = int(since.timestamp())
+    width = int((until - since).total_seconds()) // STEP + 1
+    gpu_key = gpu["node_id"] * width + (gpu["t"] - base) // STEP
+    node_key = node["node_id"] * width + (node["t"] - base) // STEP
+    order = np.argsort(node_key, kind="stable")
+    position = np.searchsorted(node_key[order], gpu_key)
+    position = np.minimum(position, max(len(order) - 1, 0))
+    found = (len(order) > 0) & (node_key[order][position] == gpu_key) if len(order) else np.zeros(len(gpu_key), bool)
+    row = np.where(found, order[position] if len(order) else 0, -1)
+
+    def joined(name):
+        return np.where(found, node[name][np.maximum(row, 0)] if len(order) else np.nan, np.nan)
+
+    default = attribution.NodeReferences()
+    node_ids = gpu["node_id"]
+    references = {pk: entry.references for pk, entry in info.items()}
+    unique_nodes, node_index = np.unique(node_ids, return_inverse=True)
+    clocks = np.array([references.get(int(pk), default).max_sm_clock.value for pk in unique_nodes])
+    lines = np.array([references.get(int(pk), default).nvlink_line.value for pk in unique_nodes])
+    columns = {name: gpu[name] for name in vector.GPU_COLUMNS} | {name: joined(name) for name in vector.NODE_COLUMNS}
+    has_job = gpu["job_code"] > 0
+    columns |= {"has_job": has_job, "group": np.where(has_job, gpu["job_code"] * width + (gpu["t"] - base) // STEP, -1),
+                "throttle_reasons": gpu["throttle_reasons"], "max_sm_clock": clocks[node_index],
+                "nvlink_line": lines[node_index], "read_saturated": np.zeros(len(node_ids), dtype=bool)}
+    # Reads only matter to a stalled GPU that no rule before the input-bound one explained: without them,
+    # the rows are judged first, then those GPUs' node rows are read and checked (rules' own reading).
+    iowait_or_cpu = columns.copy()
+    iowait_or_cpu["read_saturated"] = np.ones(len(node_ids), dtype=bool)
+    without = vector.classify(columns)
+    with_reads = vector.classify(iowait_or_cpu)
+    undecided = (with_reads == INPUT_RULE) & (without != INPUT_RULE) & found
+    decided = without
+    if undecided.any():
+        pairs = sorted({(int(n), int(t)) for n, t in zip(node_ids[undecided], gpu["t"][undecided], strict=True)})
+        figures = _mounts(pairs)
+        saturated = {}
+        for pair, record in figures.items():
+            refs = references.get(pair[0], default)
+            saturated[pair] = vector.read_saturation(record, refs.storage)
+        flags = np.array([saturated.get((int(n), int(t)), False)
+                          for n, t in zip(node_ids[undecided], gpu["t"][undecided], strict=True)], dtype=bool)
+        decided = without.copy()
+        decided[np.flatnonzero(undecided)[flags]] = INPUT_RULE
+    gpu["rule"] = decided
+    gpu["label"] = vector.RULE_LABEL[decided]
+    return {"gpu": gpu, "info": info}
+
+
+def _upsert(rows: list[tuple]) -> None:
+    table = CauseHour._meta.db_table
+    names = ["hour", "node_id", "gpu", "instance", "job", "pool", "user", "gpu_seconds", "used_seconds",
+             *CAUSE_COLUMNS, "memory_held_mib_s", "memory_used_mib_s"]
+    added = names[7:]
+    quoted = [connection.ops.quote_name(name) for name in names]
+    sql = (f"INSERT INTO {table} ({', '.join(quoted)}) VALUES ({', '.join(['%s'] * len(names))}) "
+           f"ON CONFLICT (hour, node_id, gpu, instance, job) DO UPDATE SET "
+           + ", ".join(f"{connection.ops.quote_name(name)} = {table}.{connection.ops.quote_name(name)} + "
+                       f"excluded.{connection.ops.quote_name(name)}" for name in added))
+    with connection.cursor() as cursor:
+        for first in range(0, len(rows), UPSERT_BATCH):
+            cursor.executemany(sql, rows[first:first + UPSERT_BATCH])
+
+
+def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
+    """The window's GPU-seconds per hour, node, GPU, instance and job, by cause."""
+    gpu, info = window["gpu"], window["info"]
+    node_id, gpu_index, instance, t = gpu["node_id"], gpu["gpu"], gpu["instance"], gpu["t"]
+    # A whole GPU's row is not counted in a bucket where its MIG instances report.
+    mig = instance != -1
+    counted = np.ones(len(t), dtype=bool)
+    if mig.any():
+        bucket = (node_id * 1024 + gpu_index) * 10**10 + t
+        counted = ~(~mig & np.isin(bucket, bucket[mig]))
+    seconds = STEP * gpu["share"]
+    hour = t // 3600 * 3600
+    keys = (gpu["job_code"], instance, gpu_index, node_id, hour)
+    order = np.lexsort(keys)
+    order = order[counted[order]]
+    if not len(order):
+        return [], 0.0
+    sorted_keys = [key[order] for key in keys]
+    boundary = np.zeros(len(order), dtype=bool)
+    boundary[0] = True
+    for key in sorted_keys:
+        boundary[1:] |= key[1:] != key[:-1]
+    group = np.cumsum(boundary) - 1
+    groups = int(group[-1]) + 1
+    s = seconds[order]
+    util = np.nan_to_num(np.minimum(gpu["util"][order], 100.0), nan=0.0)
+    held = gpu["job_code"][order] > 0
+    labels = gpu["label"][order]
+    sums = {"gpu_seconds": np.bincount(group, s, groups),
+            "used_seconds": np.bincount(group, s * util / 100, groups),
+            "memory_held_mib_s": np.bincount(group, np.where(held, s * np.nan_to_num(gpu["fb_total_mib"][order]), 0),
+                                             groups),
+            "memory_used_mib_s": np.bincount(group, np.where(held, s * np.nan_to_num(gpu["fb_used_mib"][order]), 0),
+                                             groups)}
+    for code, column in enumerate(CAUSE_COLUMNS):
+        sums[column] = np.bincount(group, np.where(labels == code, s, 0.0), groups)
+    firsts = np.flatnonzero(boundary)
+    jobs = gpu["jobs"]
+    rows = []
+    for index, first in enumerate(firsts.tolist()):
+        position = order[first]
+        node = info.get(int(node_id[position]))
+        rows.append((_param(datetime.fromtimestamp(int(hour[position]), UTC)), int(node_id[position]),
+                     int(gpu_index[position]), int(instance[position]), jobs[gpu["job_code"][position]],
+                     node.pool if node else "", "", float(sums["gpu_seconds"][index]),
+                     float(sums["used_seconds"][index]), *(float(sums[c][index]) for c in CAUSE_COLUMNS),
+                     float(sums["memory_held_mib_s"][index]), float(sums["memory_used_mib_s"][index])))
+    return rows, float(sums["gpu_seconds"].sum())
+
+
+def _start() -> datetime | None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT MIN(start) FROM telemetry_gpurollup WHERE step = %s", [STEP])
+        (first,) = cursor.fetchone()
+    if first is None:
+        return None
+    if isinstance(first, str):  # SQLite returns an aggregate's datetime as text
+        first = datetime.fromisoformat(first)
+    if timezone.is_naive(first):
+        first = first.replace(tzinfo=UTC)
+    return _floor_minute(first)
+
+
+def run_incremental(*, until: datetime | None = None, max_minutes: int | None = None) -> dict:
+    """Attribute every complete minute after the cursor into CauseHour (at most `max_minutes` of them);
+    returns {"minutes", "buckets" (GPU rows judged), "seconds" (GPU-seconds added), "attributed_until"}."""
+    began = time.perf_counter()
+    if until is not None and until.tzinfo is None:
+        raise LedgerError("until: give a time with a time zone (UTC)")
+    if max_minutes is not None and (not isinstance(max_minutes, int) or max_minutes < 1):
+        raise LedgerError("max_minutes: must be a whole number of minutes, 1 or more")
+    complete = _floor_minute(timezone.now() - timedelta(seconds=COMPLETE_AFTER_S))
+    until = min(_floor_minute(until), complete) if until is not None else complete
+    cursor_row, _ = AttributionCursor.objects.get_or_create(name=CURSOR)
+    since = cursor_row.attributed_until or _start()
+    totals = {"minutes": 0, "buckets": 0, "seconds": 0.0}
+    if since is not None and max_minutes is not None:
+        until = min(until, since + timedelta(minutes=max_minutes))
+    while since is not None and since < until:
+        end = min(until, since + timedelta(minutes=CHUNK_MINUTES))
+        with transaction.atomic():
+            current = AttributionCursor.objects.select_for_update().get(name=CURSOR)
+            if (current.attributed_until or since) != since:  # another run went first
+                since = current.attributed_until
+                continue
+            window = attribute_window(since, end)
+            rows, seconds = _ledger_rows(window) if window else ([], 0.0)
+            _upsert(rows)
+            buckets = len(window["gpu"]["t"]) if window else 0
+            current.attributed_until = end
+            current.last_run_buckets = buckets
+            current.last_run_seconds = time.perf_counter() - began
+            current.save(update_fields=["attributed_until", "last_run_buckets", "last_run_seconds", "updated_at"])
+        totals["minutes"] += int((end - since).total_seconds()) // STEP
+        totals["buckets"] += buckets
+        totals["seconds"] += seconds
+        since = end
+    done = AttributionCursor.objects.get(name=CURSOR).attributed_until
+    return totals | {"seconds": round(totals["seconds"], 3), "attributed_until": done.isoformat() if done else None,
+                     "elapsed_s": round(time.perf_counter() - began, 3)}
+
+
+def rebuild(*, since: datetime, actor=None, until: datetime | None = None) -> dict:
+    """Attribute again from the hour of `since` on (a backfill after late data, or after a change of the
+    rules): deletes the ledger's rows from that hour, moves the cursor back to it and runs. Audited."""
+    from appliance import audit
+
+    if not isinstance(since, datetime) or since.tzinfo is None:
+        raise LedgerError("since: give a time with a time zone (UTC)")
+    hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    with transaction.atomic():
+        cursor_row, _ = AttributionCursor.objects.select_for_update().get_or_create(name=CURSOR)
+        deleted, _ = CauseHour.objects.filter(hour__gte=hour).delete()
+        previous = cursor_row.attributed_until
+        if previous is None or previous > hour:
+            cursor_row.attributed_until = hour
+            cursor_row.save(update_fields=["attributed_until", "updated_at"])
+    result = run_incremental(until=until)
+    audit.record("analytics.attribution.rebuild", target_type="analytics.attributioncursor", target_id=CURSOR,
+                 target_name=CURSOR, actor=actor,
+                 details={"since": hour.isoformat(), "rows_deleted": deleted, "minutes": result["minutes"],
+                          "buckets": result["buckets"], "attributed_until": result["attributed_until"]})
+    return result | {"rows_deleted": deleted, "since": hour.isoformat()}
+
+
+def job_verdicts(job: str, since: datetime, until: datetime) -> list[dict]:
+    """Per GPU and minute of `job` in [since, until): node, gpu, instance, start, label, rule and the
+    evidence of rules.py (what the job page shows)."""
+    if not job or not isinstance(job, str):
+        raise LedgerError("job: name a job")
+    for name, value in (("since", since), ("until", until)):
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            raise LedgerError(f"{name}: give a time with a time zone (UTC)")
+    if until <= since:
+        raise LedgerError(f"until {until.isoformat()} is not after since {since.isoformat()}")
+    attributed, info = attribution.from_database(since, until, step=STEP, job=job)
+    result = []
+    for item in attributed:
+        record = item.record
+        node = info.get(record["node"])
+        result.append({"node": node.name if node else str(record["node"]), "gpu": record["gpu"],
+                       "instance": record.get("instance", -1), "start": record["start"].isoformat(),
+                       "label": item.verdict.label, "rule": item.verdict.rule,
+                       "evidence": [check.as_dict() for check in item.verdict.evidence]})
+    result.sort(key=lambda v: (v["start"], v["node"], v["gpu"], v["instance"]))
+    return result

@@ -1,0 +1,159 @@
+"""The ledger: complete minutes of rollups attributed into CauseHour (GPU-seconds by cause, weighted by the
+GPU share a row measures), once each, with the pool of the node; a rebuild a person asks for; the verdicts
+of a job with their evidence; the attribution clock."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from appliance.analytics import attribution, ledger, vector
+from appliance.analytics.models import AttributionCursor, CauseHour
+from appliance.audit.models import AuditRecord
+from appliance.inventory.models import Appliance, Node, Pool, PoolMembership
+from appliance.telemetry.models import GpuRollup, NodeRollup
+
+T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+GIB = 1024  # MiB
+
+
+def row(node, gpu, minute, job, util, sm, used_gib, total_gib=80, instance=-1, profile=""):
+    return GpuRollup(node=node, gpu=gpu, instance=instance, profile=profile, step=60, start=T0 + minute * MINUTE,
+                     samples=60, job=job, util=util, sm_active=sm, fb_used_mib=used_gib * GIB,
+                     fb_total_mib=total_gib * GIB, sm_clock_mhz=1980.0, throttled_share=0.0)
+
+
+@pytest.fixture
+def rows(db):
+    appliance = Appliance.objects.create(name="demo")
+    training = Pool.objects.create(appliance=appliance, name="training", kind=Pool.Kind.TRAINING)
+    inference = Pool.objects.create(appliance=appliance, name="inference", kind=Pool.Kind.INFERENCE)
+    gpu01 = Node.objects.create(appliance=appliance, name="gpu01", role=Node.Role.GPU, management_address="10.0.0.11",
+                                facts={"storage": {"results": [{"mount_point": "/mnt/scratch", "read_mbps": 2100,
+                                                                "write_mbps": 1800}]}})
+    gpu02 = Node.objects.create(appliance=appliance, name="gpu02", role=Node.Role.GPU, management_address="10.0.0.12")
+    PoolMembership.objects.create(pool=training, node=gpu01)
+    PoolMembership.objects.create(pool=inference, node=gpu02)
+    GpuRollup.objects.bulk_create([
+        # Job 4182 on gpu01 computes on both GPUs in the first minute; in the second GPU 0 straggles and GPU 1
+        # stalls while the node reads /mnt/scratch at 2.0 of the 2.1 GB/s its smoke test measured.
+        row(gpu01, 0, 0, "4182", 98.0, 0.85, 64), row(gpu01, 1, 0, "4182", 96.0, 0.84, 64),
+        row(gpu01, 0, 1, "4182", 100.0, 0.97, 64), row(gpu01, 1, 1, "4182", 60.0, 0.35, 64),
+        # gpu02: a chat service holding 72 of 80 GiB and computing nothing; a GPU nobody holds.
+        row(gpu02, 0, 0, "chat-7b", 4.0, 0.02, 72), row(gpu02, 0, 1, "chat-7b", 4.0, 0.02, 72),
+        row(gpu02, 1, 0, "", 0.0, 0.0, 0), row(gpu02, 1, 1, "", 0.0, 0.0, 0),
+        # GPU 2 of gpu02 in MIG mode, first minute: a 1g.10gb slice serving "embed", an unused 3g.40gb one, and
+        # the whole GPU's own row (not counted again).
+        row(gpu02, 2, 0, "embed", 50.0, 0.5, 9, 10, instance=1, profile="1g.10gb"),
+        row(gpu02, 2, 0, "", 0.0, 0.0, 0, 40, instance=2, profile="3g.40gb"),
+        row(gpu02, 2, 0, "", 20.0, 0.2, 9),
+    ])
+    NodeRollup.objects.bulk_create([
+        NodeRollup(node=gpu01, step=60, start=T0, samples=60, fs_read_bps=0.3e9, cpu_iowait=0.01, cpu_busy=0.2,
+                   mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 0.3e9}}),
+        NodeRollup(node=gpu01, step=60, start=T0 + MINUTE, samples=60, fs_read_bps=2.0e9, cpu_iowait=0.01,
+                   cpu_busy=0.2, mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 2.0e9}}),
+    ])
+    return gpu01, gpu02
+
+
+COLUMNS = ("gpu_seconds", "used_seconds", "busy_s", "idle_unallocated_s", "input_bound_s", "straggler_s",
+           "memory_only_s", "memory_held_mib_s", "memory_used_mib_s")
+
+
+def ledger_rows() -> dict:
+    return {(r.node.name, r.gpu, r.instance, r.job): (r.hour, r.pool, r.user, *(round(getattr(r, c), 3) for c in COLUMNS))
+            for r in CauseHour.objects.select_related("node")}
+
+
+EXPECTED = {
+    ("gpu01", 0, -1, "4182"): (T0, "training", "", 120.0, 118.8, 60.0, 0.0, 0.0, 60.0, 0.0, 120 * 80 * GIB,
+                               120 * 64 * GIB),
+    ("gpu01", 1, -1, "4182"): (T0, "training", "", 120.0, 93.6, 60.0, 0.0, 60.0, 0.0, 0.0, 120 * 80 * GIB,
+                               120 * 64 * GIB),
+    ("gpu02", 0, -1, "chat-7b"): (T0, "inference", "", 120.0, 4.8, 0.0, 0.0, 0.0, 0.0, 120.0, 120 * 80 * GIB,
+                                  120 * 72 * GIB),
+    ("gpu02", 1, -1, ""): (T0, "inference", "", 120.0, 0.0, 0.0, 120.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    ("gpu02", 2, 1, "embed"): (T0, "inference", "", 8.571, 4.286, 8.571, 0.0, 0.0, 0.0, 0.0, round(60 / 7 * 10 * GIB, 3),
+                               round(60 / 7 * 9 * GIB, 3)),
+    ("gpu02", 2, 2, ""): (T0, "inference", "", 25.714, 0.0, 0.0, 25.714, 0.0, 0.0, 0.0, 0.0, 0.0),
+}
+
+
+def test_complete_minutes_go_into_the_ledger_by_cause_weighted_by_gpu_share(rows):
+    result = ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert result["minutes"] == 2 and result["buckets"] == 11
+    assert result["seconds"] == pytest.approx(4 * 120 + 60 / 7 + 3 * 60 / 7)
+    assert result["attributed_until"] == (T0 + 2 * MINUTE).isoformat()
+    assert ledger_rows() == EXPECTED
+    assert AttributionCursor.objects.get(name="rollups").attributed_until == T0 + 2 * MINUTE
+
+
+def test_a_minute_is_never_counted_twice(rows):
+    assert ledger.run_incremental(until=T0 + MINUTE)["minutes"] == 1
+    assert ledger.run_incremental(until=T0 + MINUTE)["minutes"] == 0  # nothing new
+    assert ledger.run_incremental(until=T0 + 2 * MINUTE, max_minutes=5)["minutes"] == 1
+    assert ledger.run_incremental(until=T0 + 2 * MINUTE) == {"minutes": 0, "buckets": 0, "seconds": 0.0,
+                                                                "attributed_until": (T0 + 2 * MINUTE).isoformat(),
+                                                                "elapsed_s": pytest.approx(0, abs=5)}
+    assert ledger_rows() == EXPECTED  # two runs add up to what one gives
+
+
+def test_a_late_row_waits_for_a_rebuild_which_is_audited(rows):
+    gpu01, gpu02 = rows
+    ledger.run_incremental(until=T0 + 2 * MINUTE)
+    GpuRollup.objects.create(node=gpu02, gpu=3, step=60, start=T0 + MINUTE, samples=60, job="", util=0.0,
+                             sm_active=0.0)
+    assert ledger.run_incremental(until=T0 + 2 * MINUTE)["minutes"] == 0
+    assert not CauseHour.objects.filter(gpu=3).exists()
+    assert not AuditRecord.objects.filter(event="analytics.attribution.rebuild").exists()
+    result = ledger.rebuild(since=T0 + 30 * timedelta(seconds=1), until=T0 + 2 * MINUTE)
+    assert (result["rows_deleted"], result["minutes"], result["since"]) == (6, 2, T0.isoformat())
+    assert ledger_rows() == EXPECTED | {("gpu02", 3, -1, ""): (T0, "inference", "", 60.0, 0.0, 0.0, 60.0, 0.0, 0.0,
+                                                               0.0, 0.0, 0.0)}
+    [record] = AuditRecord.objects.filter(event="analytics.attribution.rebuild")
+    assert record.details["rows_deleted"] == 6 and record.details["minutes"] == 2
+
+
+def test_bad_arguments_are_named(rows):
+    with pytest.raises(ledger.LedgerError, match="until"):
+        ledger.run_incremental(until=datetime(2026, 1, 1, 10))
+    with pytest.raises(ledger.LedgerError, match="max_minutes"):
+        ledger.run_incremental(max_minutes=0)
+    with pytest.raises(ledger.LedgerError, match="since"):
+        ledger.rebuild(since="2026-01-01")
+    with pytest.raises(ledger.LedgerError, match="until"):
+        ledger.job_verdicts("4182", T0, T0)
+
+
+def test_the_ledgers_labels_are_the_rules_labels(rows):
+    window = ledger.attribute_window(T0, T0 + 2 * MINUTE)
+    gpu = window["gpu"]
+    got = {(int(n), int(g), int(i), int(t)): vector.labels([rule])[0]
+           for n, g, i, t, rule in zip(gpu["node_id"], gpu["gpu"], gpu["instance"], gpu["t"], gpu["rule"], strict=True)}
+    attributed, _ = attribution.from_database(T0, T0 + 2 * MINUTE)
+    want = {(a.record["node"], a.record["gpu"], a.record["instance"], int(a.record["start"].timestamp())): a.label
+            for a in attributed}
+    assert got == want
+    assert sorted(want.values()).count("input-bound") == 1 and sorted(want.values()).count("straggler") == 1
+
+
+def test_a_jobs_verdicts_carry_their_evidence(rows):
+    verdicts = ledger.job_verdicts("4182", T0, T0 + 2 * MINUTE)
+    assert [(v["node"], v["gpu"], v["start"][11:16], v["label"], v["rule"]) for v in verdicts] == [
+        ("gpu01", 0, "10:00", "busy", "computes"), ("gpu01", 1, "10:00", "busy", "computes"),
+        ("gpu01", 0, "10:01", "straggler", "holds-back-its-job"),
+        ("gpu01", 1, "10:01", "input-bound", "waits-on-input")]
+    reads = [c for c in verdicts[3]["evidence"] if c["metric"] == "read_share /mnt/scratch"]
+    assert reads == [{"metric": "read_share /mnt/scratch", "value": round(2.0e9 / 2.1e9, 6), "op": ">=",
+                      "threshold": 0.8, "held": True,
+                      "note": "2000000000.0 B/s of 2.1e+09 B/s (storage smoke test of this node: 2100 MB/s)"}]
+
+
+def test_the_clock_attributes_every_minute(db):
+    from appliance.analytics import tasks
+    from appliance.celery import beat_schedule
+
+    assert beat_schedule()["analytics-attribute"] == {"task": "analytics.attribute", "schedule": 60}
+    assert tasks.attribute.apply().get() == {"minutes": 0, "buckets": 0, "seconds": 0.0, "attributed_until": None,
+                                             "elapsed_s": pytest.approx(0, abs=5)}
