@@ -1,0 +1,252 @@
+"""Findings from hand-built CauseHour and rollup rows: each detector's figures and proposal written out,
+refresh opening, updating and resolving findings (audited), and the decisions by role (a Viewer can read,
+not decide; a dismissal needs a reason; accepting an idle pool's finding proposes its lending plan)."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from appliance.analytics import findings
+from appliance.analytics.models import CauseHour, Finding
+from appliance.audit.models import AuditRecord
+from appliance.core.roles import Role
+from appliance.inventory.models import GPU, Appliance, Node, Platform, Pool, PoolMembership
+from appliance.telemetry.models import GpuRollup, NodeRollup
+
+DAY0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)   # a Monday
+JOB_HOUR = DAY0 + timedelta(days=2, hours=10)
+SINCE, UNTIL = DAY0 + timedelta(days=2), DAY0 + timedelta(days=3)
+HOUR = 3600.0
+GIB = 1024  # MiB
+IDLE_HOURS = (22, 23, 0, 1, 2, 3, 4, 5, 6)
+
+
+def cause(node, gpu, hour, job="", pool="training", user="", **seconds):
+    values = {"gpu_seconds": HOUR, "used_seconds": 0.0} | seconds
+    return CauseHour(hour=hour, node=node, gpu=gpu, job=job, pool=pool, user=user, **values)
+
+
+@pytest.fixture
+def site(db):
+    appliance = Appliance.objects.create(name="demo")
+    hgx = Platform.objects.create(slug="hgx-h100", name="HGX H100", file="platforms/hgx-h100.yml", digest="0" * 64,
+                                  gpu_model="H100-SXM5-80GB", gpu_count=8, gpu_memory_mib=81920)
+    training = Pool.objects.create(appliance=appliance, name="training", kind=Pool.Kind.TRAINING)
+    inference = Pool.objects.create(appliance=appliance, name="inference", kind=Pool.Kind.INFERENCE)
+    nodes = {}
+    for number, pool in ((1, training), (2, training), (3, training), (9, inference)):
+        facts = {}
+        if number == 1:
+            facts = {"storage": {"results": [{"mount_point": "/mnt/scratch", "read_mbps": 2100, "write_mbps": 1800}]},
+                     "gds": {"verified": True}}
+        node = Node.objects.create(appliance=appliance, name=f"gpu0{number}", role=Node.Role.GPU, platform=hgx,
+                                   management_address=f"10.0.0.{10 + number}", facts=facts)
+        PoolMembership.objects.create(pool=pool, node=node)
+        nodes[node.name] = node
+    GPU.objects.create(node=nodes["gpu09"], index=0, model="H100-SXM5-80GB", memory_mib=80 * GIB)
+    gpu01, gpu02, gpu03, gpu09 = (nodes[n] for n in ("gpu01", "gpu02", "gpu03", "gpu09"))
+    rows = []
+    # The training pool over three days: gpu01 and gpu02 unallocated from 22:00 to 07:00, gpu03 busy then;
+    # all three busy the rest of the day. One row per node holds its 8 GPUs' seconds (brevity).
+    for day in range(3):
+        for hour in range(24):
+            moment = DAY0 + timedelta(days=day, hours=hour)
+            for node in (gpu01, gpu02, gpu03):
+                idle = hour in IDLE_HOURS and node is not gpu03
+                rows.append(cause(node, 7, moment, gpu_seconds=8 * HOUR, used_seconds=0.0 if idle else 8 * HOUR * 0.9,
+                                  idle_unallocated_s=8 * HOUR if idle else 0.0, busy_s=0.0 if idle else 8 * HOUR))
+    # Job 4182 on gpu01 (GPUs 0 and 1): input-bound 38% of its 2 GPU-hours.
+    for gpu in (0, 1):
+        rows.append(cause(gpu01, gpu, JOB_HOUR, "4182", used_seconds=0.6 * HOUR, input_bound_s=0.38 * HOUR,
+                          busy_s=0.62 * HOUR))
+    # Job 77 on gpu02 (GPUs 0-3): GPU 3 straggles 83% of its hour at 97% while the others compute at 35%.
+    for gpu in (0, 1, 2):
+        rows.append(cause(gpu02, gpu, JOB_HOUR, "77", used_seconds=0.35 * HOUR, communication_bound_s=0.83 * HOUR,
+                          busy_s=0.17 * HOUR))
+    rows.append(cause(gpu02, 3, JOB_HOUR, "77", used_seconds=0.97 * HOUR, straggler_s=0.83 * HOUR,
+                      busy_s=0.17 * HOUR))
+    # Job 88 on GPU 5 of gpu02: throttled 20% of its hour.
+    rows.append(cause(gpu02, 5, JOB_HOUR, "88", used_seconds=0.8 * HOUR, throttled_s=0.2 * HOUR, busy_s=0.8 * HOUR))
+    # A notebook of alice's on gpu03 (GPUs 0 and 1) for two hours, idle 83% of the time.
+    for hour in (0, 1):
+        for gpu in (0, 1):
+            rows.append(cause(gpu03, gpu, JOB_HOUR + timedelta(hours=hour), "notebook-1", user="alice",
+                              used_seconds=0.05 * HOUR, allocated_idle_s=3000.0, busy_s=600.0))
+    # Service chat-7b on gpu09: 9 GiB of the 80 GiB GPU used, 12% of its compute, memory-only 90% of the hour.
+    rows.append(cause(gpu09, 0, JOB_HOUR, "chat-7b", pool="inference", used_seconds=0.12 * HOUR,
+                      memory_only_s=0.9 * HOUR, busy_s=0.1 * HOUR, memory_used_mib_s=9 * GIB * HOUR,
+                      memory_held_mib_s=80 * GIB * HOUR))
+    CauseHour.objects.bulk_create(rows)
+    NodeRollup.objects.create(node=gpu01, step=60, start=JOB_HOUR + timedelta(minutes=5), samples=60,
+                              fs_read_bps=1.995e9, cpu_busy=1.0, cpu_iowait=0.3,
+                              mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 1.995e9}})
+    GpuRollup.objects.bulk_create([
+        GpuRollup(node=gpu02, gpu=3, step=3600, start=JOB_HOUR, samples=3600, job="77", util=97.0,
+                  sm_clock_mhz=1620.0, throttle_reasons=0x4, throttled_share=0.6, temp_c=71.0, power_w=700.0),
+        GpuRollup(node=gpu02, gpu=5, step=3600, start=JOB_HOUR, samples=3600, job="88", util=80.0,
+                  sm_clock_mhz=1500.0, throttle_reasons=0x20, throttled_share=0.2, temp_c=87.0, power_w=520.0),
+    ])
+    return nodes
+
+
+def by_kind(candidates):
+    return {(c.kind, c.subject): c for c in candidates}
+
+
+def test_input_bound_job_with_the_mounts_measured_throughput_cpu_and_gdscheck(site):
+    found = by_kind(findings.detect(SINCE, UNTIL).candidates)
+    job = found[("input-bound", "4182")]
+    assert job.summary == ("job 4182 was input-bound 38% of its time (0.76 of 2.0 GPU-hours): reads on /mnt/scratch "
+                           "at 95% of the mount's measured 2.1 GB/s, CPU at 100%, iowait 30%")
+    assert job.proposal == ("stage the dataset to local NVMe (/mnt/scratch delivers no more); move preprocessing off "
+                            "the CPUs or pre-process the dataset once (CPU was at 100%: more data-loader workers cannot "
+                            "help); enable GPUDirect Storage (gdscheck passes on gpu01)")
+    assert job.evidence["mounts"] == [{"node": "gpu01", "mount": "/mnt/scratch", "read_bps": 1995000000,
+                                       "measured_bps": 2100000000, "reference": "smoke test", "share": 0.95}]
+    assert job.severity == 0.76
+    assert {kind for kind, subject in found if subject == "4182"} == {"input-bound"}
+
+
+def test_straggler_gpu_how_much_slower_and_its_throttle_cause(site):
+    found = by_kind(findings.detect(SINCE, UNTIL).candidates)
+    gpu = found[("straggler", "gpu02/gpu3")]
+    assert gpu.summary == ("GPU 3 of gpu02 held back 1 of its 1 jobs (straggler 83% of its time): it runs 64% slower "
+                           "than its peers (utilization 97% vs 35%) (throttled: power)")
+    assert gpu.proposal == "check power: the power cap, the PSUs and the power brake of this node"
+    assert (gpu.evidence["slower"], gpu.evidence["sm_clock_mhz"], gpu.node_id) == (0.6392, 1620.0, site["gpu02"].pk)
+    assert ("straggler", "gpu02/gpu0") not in found
+
+
+def test_throttled_gpu_with_reason_clock_and_temperature(site):
+    found = by_kind(findings.detect(SINCE, UNTIL).candidates)
+    gpu = found[("throttled", "gpu02/gpu5")]
+    assert gpu.summary == ("GPU 5 of gpu02 was throttled 20% of its time (0.2 GPU-hours; reason: thermal; SM clock "
+                           "1500.0 MHz of 1980, 87.0 °C)")
+    assert gpu.proposal == "check cooling: airflow, fans, inlet temperature and the heatsink of this GPU"
+    assert [k for k in found if k[0] == "throttled"] == [("throttled", "gpu02/gpu5")]
+
+
+def test_allocated_idle_job_gpu_hours_held_idle(site):
+    found = by_kind(findings.detect(SINCE, UNTIL).candidates)
+    job = found[("allocated-idle", "notebook-1")]
+    assert job.summary == ("job notebook-1 held 2 GPU(s) idle 83% of its time: 3.33 GPU-hours held doing nothing "
+                           "(user alice)")
+    assert "time limit" in job.proposal and job.evidence["gpus"] == ["gpu03/gpu0", "gpu03/gpu1"]
+
+
+def test_memory_only_service_gets_the_smallest_mig_slice_that_fits(site):
+    found = by_kind(findings.detect(SINCE, UNTIL).candidates)
+    service = found[("memory-only", "chat-7b")]
+    assert service.summary == "service chat-7b uses 9.0 GB and 12% of a 80 GB GPU (memory only 90% of its time)"
+    assert service.proposal == "a 1g.10gb MIG slice would serve it, freeing 6 slices"
+    assert service.evidence["mig"]["profile"] == "1g.10gb" and service.pool == "inference"
+
+
+def test_pool_idle_window_over_days_lends_the_idle_nodes(site):
+    found = by_kind(findings.detect(SINCE, UNTIL, pool_since=DAY0).candidates)
+    pool = found[("pool-idle", "training")]
+    assert pool.summary == "training pool idle 67% between 22:00 and 07:00 for 3 days"
+    assert pool.proposal == "lend 2 node(s) (gpu01, gpu02) to the inference pool in that window"
+    assert (pool.evidence["fewest_idle_gpus"], pool.evidence["window_hours"], pool.severity) == (16.0, [22, 7], 144.0)
+    assert ("pool-idle", "inference") not in found  # one day measured: too few
+
+
+def test_refresh_opens_updates_and_resolves_audited(site):
+    first = findings.refresh(SINCE, UNTIL)
+    assert first["opened"] == ["allocated-idle:notebook-1", "input-bound:4182", "memory-only:chat-7b",
+                               "pool-idle:training", "straggler:gpu02/gpu3", "throttled:gpu02/gpu5"]
+    record = AuditRecord.objects.filter(event="analytics.findings.refresh").get()
+    assert record.details["opened_count"] == 6 and record.details["resolved_count"] == 0
+    again = findings.refresh(SINCE, UNTIL)
+    assert (again["opened"], again["updated"], again["resolved"]) == ([], 6, [])
+    assert AuditRecord.objects.filter(event="analytics.findings.refresh").count() == 1  # nothing opened or resolved
+    CauseHour.objects.filter(job="4182").update(input_bound_s=0.0, busy_s=HOUR)
+    third = findings.refresh(SINCE, UNTIL)
+    assert third["resolved"] == ["input-bound:4182"]
+    assert Finding.objects.get(key="input-bound:4182").state == "resolved"
+    assert AuditRecord.objects.filter(event="analytics.findings.refresh").count() == 2
+
+
+@pytest.fixture
+def opened(site):
+    findings.refresh(SINCE, UNTIL)
+    return {f.key: f for f in Finding.objects.all()}
+
+
+def test_viewer_reads_but_cannot_accept_or_dismiss(opened, client_for):
+    viewer = client_for(Role.VIEWER)
+    finding = opened["input-bound:4182"]
+    listed = viewer.get("/api/v1/analytics/findings/?kind=input-bound")
+    assert listed.status_code == 200 and [f["key"] for f in listed.json()["findings"]] == ["input-bound:4182"]
+    assert viewer.get(f"/api/v1/analytics/findings/{finding.pk}/").json()["summary"] == finding.summary
+    assert viewer.get("/analytics/recommendations/").status_code == 200
+    page = viewer.get(f"/analytics/recommendations/{finding.pk}/")
+    assert page.status_code == 200 and b"data-dismiss" not in page.content
+    for path in (f"/api/v1/analytics/findings/{finding.pk}/accept/", f"/api/v1/analytics/findings/{finding.pk}/dismiss/",
+                 f"/analytics/recommendations/{finding.pk}/accept/", f"/analytics/recommendations/{finding.pk}/dismiss/"):
+        response = viewer.post(path, {"reason": "not now"}, content_type="application/json")
+        assert response.status_code == 403, path
+    assert Finding.objects.get(pk=finding.pk).state == "open"
+
+
+def test_dismiss_requires_a_reason_and_is_audited(opened, client_for):
+    operator = client_for(Role.OPERATOR)
+    finding = opened["straggler:gpu02/gpu3"]
+    refused = operator.post(f"/api/v1/analytics/findings/{finding.pk}/dismiss/", {"reason": "  "},
+                            content_type="application/json")
+    assert refused.status_code == 400 and refused.json()["error"]["fields"] == {
+        "reason": ["reason: say why the finding is dismissed"]}
+    assert operator.post(f"/analytics/recommendations/{finding.pk}/dismiss/", {"reason": ""}).status_code == 400
+    done = operator.post(f"/api/v1/analytics/findings/{finding.pk}/dismiss/", {"reason": "GPU replaced on Monday"},
+                         content_type="application/json")
+    assert done.status_code == 200 and done.json()["state"] == "dismissed"
+    record = AuditRecord.objects.filter(event="analytics.finding.dismiss").get()
+    assert (record.reason, record.actor_username) == ("GPU replaced on Monday", "operator-user")
+    again = operator.post(f"/api/v1/analytics/findings/{finding.pk}/dismiss/", {"reason": "twice"},
+                          content_type="application/json")
+    assert again.status_code == 400 and "dismissed already" in again.json()["error"]["message"]
+    # A dismissed finding found again keeps the decision.
+    findings.refresh(SINCE, UNTIL)
+    assert Finding.objects.get(pk=finding.pk).state == "dismissed"
+
+
+def test_accept_in_the_portal_is_audited(opened, client_for):
+    operator = client_for(Role.OPERATOR)
+    finding = opened["allocated-idle:notebook-1"]
+    response = operator.post(f"/analytics/recommendations/{finding.pk}/accept/", {"reason": "told alice"})
+    assert response.status_code == 302
+    finding.refresh_from_db()
+    assert (finding.state, finding.decided_by, finding.reason) == ("accepted", "operator-user", "told alice")
+    assert AuditRecord.objects.filter(event="analytics.finding.accept", target_id=str(finding.pk)).count() == 1
+
+
+def test_accepting_an_idle_pool_proposes_its_lending_plan(site, client_for):
+    from appliance.lending.models import LendingPlan, LendingPolicy
+
+    findings.refresh(DAY0 + timedelta(days=2), DAY0 + timedelta(days=3))
+    finding = Finding.objects.get(key="pool-idle:training")
+    LendingPolicy.objects.create(pool=Pool.objects.get(name="training"), may_lend=True, minimum_nodes=1)
+    response = client_for(Role.OPERATOR).post(f"/api/v1/analytics/findings/{finding.pk}/accept/", {},
+                                              content_type="application/json")
+    assert response.status_code == 200, response.content
+    plan = LendingPlan.objects.get(pk=response.json()["plan"])
+    assert (plan.nodes, plan.from_pool.name, plan.to_pool.name, plan.finding_id) == (
+        ["gpu01", "gpu02"], "training", "inference", finding.pk)
+    assert (plan.window_end - plan.window_start) <= timedelta(hours=9) and plan.window_end.hour == 7
+    assert AuditRecord.objects.filter(event="analytics.finding.accept").get().details["plan"] == plan.pk
+
+
+def test_accepting_an_idle_pool_whose_policy_forbids_lending_changes_nothing(site, client_for):
+    findings.refresh(SINCE, UNTIL)
+    finding = Finding.objects.get(key="pool-idle:training")
+    response = client_for(Role.ADMINISTRATOR).post(f"/api/v1/analytics/findings/{finding.pk}/accept/", {},
+                                                   content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "from_pool: the policy of pool training does not allow lending its nodes"
+    assert Finding.objects.get(pk=finding.pk).state == "open"
+    assert not AuditRecord.objects.filter(event="analytics.finding.accept").exists()
+
+
+def test_list_refuses_an_unknown_state(opened, client_for):
+    response = client_for(Role.VIEWER).get("/api/v1/analytics/findings/?state=closed")
+    assert response.status_code == 400 and list(response.json()["error"]["fields"]) == ["state"]
