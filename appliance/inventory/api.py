@@ -458,7 +458,8 @@ class PoolViewSet(InventoryViewSet):
 
 
 class CredentialSerializer(serializers.ModelSerializer):
-    """A BMC login. `secret` is accepted on create and update and never returned."""
+    """A BMC login, an InfluxDB token or a collector ingest allow-list (`kind`, set on create). `secret` is accepted
+    on create and update and never returned."""
 
     secret = serializers.CharField(write_only=True, required=False, trim_whitespace=False,
                                    style={"input_type": "password"}, help_text="write-only; required on create")
@@ -471,7 +472,7 @@ class CredentialSerializer(serializers.ModelSerializer):
         model = Credential
         fields = ["name", "kind", "username", "secret", "secret_set", "description", "endpoints", "ca_file",
                   "used_by", "created", "updated"]
-        read_only_fields = ["kind", "created", "updated"]
+        read_only_fields = ["created", "updated"]
         extra_kwargs = {"name": {"validators": []}, "username": {"required": False}}
 
     def get_secret_set(self, credential) -> bool:
@@ -497,13 +498,16 @@ class CredentialViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        missing = {key: ["this field is required"] for key in ("name", "username", "secret") if not data.get(key)}
+        kind = data.get("kind", Credential.Kind.BMC)
+        needed = {Credential.Kind.BMC: ("name", "username", "secret"), Credential.Kind.INFLUXDB: ("name", "secret")}
+        missing = {key: ["this field is required"] for key in needed.get(kind, ("name",)) if not data.get(key)}
         if missing:
             raise serializers.ValidationError(missing)
         try:
             serializer.instance = credentials.create(
-                data["name"], username=data["username"], secret=data["secret"], endpoints=data.get("endpoints", []),
-                description=data.get("description", ""), ca_file=data.get("ca_file", ""))
+                data["name"], kind=kind, username=data.get("username", ""), secret=data.get("secret", ""),
+                endpoints=data.get("endpoints", []), description=data.get("description", ""),
+                ca_file=data.get("ca_file", ""))
         except credentials.CredentialError as exc:
             raise _credential_error(exc) from None
 
@@ -511,6 +515,8 @@ class CredentialViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
         data = serializer.validated_data
         if "name" in data and data["name"] != serializer.instance.name:
             raise serializers.ValidationError({"name": ["a credential is not renamed: create another one"]})
+        if "kind" in data and data["kind"] != serializer.instance.kind:
+            raise serializers.ValidationError({"kind": ["a credential keeps its kind: create another one"]})
         try:
             serializer.instance = credentials.update(
                 serializer.instance.name, username=data.get("username"), secret=data.get("secret"),

@@ -147,12 +147,12 @@ class Credential(AuditedModel, TimestampedModel):
     """
 
     class Kind(models.TextChoices):
-        BMC = "bmc", "BMC login (Redfish user name and password)"
+        BMC = "bmc", gettext_lazy("BMC login (Redfish user name and password)")
         # The token the nodes' collectors write the raw points to the site's InfluxDB with.
-        INFLUXDB = "influxdb", "InfluxDB API token"
+        INFLUXDB = "influxdb", gettext_lazy("InfluxDB API token")
         # No secret of its own: the endpoints the nodes' collectors may send the ingest tokens the appliance
         # issued them to (a site's telemetry.ingest_url).
-        INGEST = "ingest", "Collector ingest endpoints (the nodes' own tokens)"
+        INGEST = "ingest", gettext_lazy("Collector ingest endpoints (the nodes' own tokens)")
 
     name = models.SlugField(max_length=63, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.BMC)

@@ -236,7 +236,11 @@ class CredentialForm(forms.Form):
     """A credential's fields; the secret is typed (never shown back) and kept when left empty on a change."""
 
     name = forms.CharField(max_length=63)
-    username = forms.CharField(max_length=100, label="BMC user name")
+    kind = forms.ChoiceField(choices=Credential.Kind.choices, initial=Credential.Kind.BMC, required=False,
+                             help_text="a BMC login; the token the collectors write the site's InfluxDB with; or the "
+                                       "endpoints the nodes may send their own ingest tokens to (no secret)")
+    username = forms.CharField(max_length=100, label="BMC user name", required=False,
+                               help_text="a BMC login only")
     secret = forms.CharField(strip=False, required=False, widget=forms.PasswordInput(
         attrs={"autocomplete": "new-password"}), help_text="leave empty to keep the current secret")
     endpoints = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}),
@@ -268,8 +272,9 @@ class CredentialListView(CapabilityMixin, View):
             data = form.cleaned_data
             try:
                 credential = credentials.create(
-                    data["name"], username=data["username"], secret=data["secret"], endpoints=form.endpoint_list(),
-                    description=data["description"], ca_file=data["ca_file"])
+                    data["name"], kind=data["kind"] or Credential.Kind.BMC, username=data["username"],
+                    secret=data["secret"], endpoints=form.endpoint_list(), description=data["description"],
+                    ca_file=data["ca_file"])
             except credentials.CredentialError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, str(exc))
             else:

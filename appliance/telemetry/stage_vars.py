@@ -6,8 +6,11 @@ The token is a secret of the run (the secrets provider), never one of these vari
 it to the run's private vars file only and masks it everywhere else, as it does the BMC passwords.
 The CA an https ingest URL is verified with (settings.TELEMETRY_INGEST_CA_FILE: the portal's own certificate
 on a production install) is no secret: its PEM travels in these variables and lands on each node beside
-collector.json. The InfluxDB section carries no token: the credential store has no kind for an API token yet, so a
-site's InfluxDB is written to without one (README "Telemetry").
+collector.json. The site's InfluxDB token (an `influxdb` credential the site names in
+telemetry.influxdb.token_credential) is a secret of the run too, the same for every node, handed out only while
+the InfluxDB URL is an endpoint that credential is bound to; the nodes' ingest tokens go only to the installed
+portal or to an endpoint an Administrator allowed (appliance.inventory.credentials), checked again at every run
+whatever the inventory says.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from appliance.inventory import credentials
 from appliance.partitioning.renderers.site import RenderError
+from appliance.provisioning.playbook_vars import SecretUnavailable
 
 from . import tokens
 
@@ -28,6 +33,7 @@ COLLECTOR_DIR = "/opt/appliance/collector"
 PACKAGE_NAME = "appliance_collector"
 CONFIG_FILE = "/etc/appliance/collector.json"
 TOKEN_FILE = "/etc/appliance/collector.token"
+INFLUXDB_TOKEN_FILE = "/etc/appliance/influxdb.token"
 CA_FILE = "/etc/appliance/ingest-ca.pem"
 BUFFER_DIR = "/var/lib/appliance/collector"
 UNIT_NAME = "appliance-collector.service"
@@ -41,6 +47,7 @@ INGEST_PATH = "/telemetry/ingest"
 DEFAULTS = {"interval_s": 1.0, "metrics_port": 9400, "buffer_max_mib": 256}
 INFLUXDB_DEFAULTS = {"url": "", "org": "appliance", "bucket": "telemetry"}
 TOKENS_VAR = "appliance_collector_tokens"
+INFLUXDB_TOKENS_VAR = "appliance_influxdb_tokens"
 # What a dry run renders instead of a token that was never issued (a dry run issues nothing).
 NOT_ISSUED = "not-issued-in-a-dry-run"
 
@@ -124,21 +131,28 @@ def metrics_endpoints(appliance, nodes) -> dict[str, tuple[str, int]]:
 
 
 def collector_config(node, *, ingest_url: str, ca_file: str, metrics: tuple[str, int], configured: dict) -> dict:
-    influxdb = {**INFLUXDB_DEFAULTS, **{k: v for k, v in (configured.get("influxdb") or {}).items()
-                                        if k in INFLUXDB_DEFAULTS}}
+    site_influxdb = configured.get("influxdb") or {}
+    influxdb = {**INFLUXDB_DEFAULTS, **{k: v for k, v in site_influxdb.items() if k in INFLUXDB_DEFAULTS}}
+    token_file = INFLUXDB_TOKEN_FILE if influxdb["url"] and site_influxdb.get("token_credential") else ""
     return {
         "hostname": node.name,
         "interval_s": float(configured.get("interval_s", DEFAULTS["interval_s"])),
         "buffer_dir": BUFFER_DIR,
         "buffer_max_mib": int(configured.get("buffer_max_mib", DEFAULTS["buffer_max_mib"])),
         "appliance": {"url": ingest_url, "token_file": TOKEN_FILE, "ca_file": ca_file},
-        "influxdb": {**influxdb, "token_file": ""},
+        "influxdb": {**influxdb, "token_file": token_file},
         "metrics": {"address": metrics[0], "port": metrics[1]},
     }
 
 
 def monitoring_vars(appliance, nodes) -> dict:
     configured = telemetry_settings(appliance)
+    if configured.get("ingest_url"):
+        # The site's own URL: its endpoint must still be allowed (an allow-list changed since the import).
+        try:
+            credentials.check_ingest_url(configured["ingest_url"])
+        except credentials.CredentialRefused as exc:
+            raise SecretUnavailable(f"appliance {appliance.name}: {exc}") from None
     ingest_url = (configured.get("ingest_url") or default_ingest_url(appliance)).rstrip("/")
     if not ingest_url:
         raise RenderError(f"appliance {appliance.name}: no ingest URL for the collectors (the site sets none in "
@@ -174,5 +188,15 @@ def monitoring_stage_vars(run, nodes) -> dict:
     return monitoring_vars(run.appliance, nodes)
 
 
+def influxdb_tokens(appliance, nodes) -> dict[str, str]:
+    """{node: the site's InfluxDB token} ({} when the site names no InfluxDB): the same token for every node,
+    refused unless the InfluxDB URL is an endpoint its credential is bound to."""
+    try:
+        token = credentials.influxdb_token_for_run(appliance)
+    except credentials.CredentialRefused as exc:
+        raise SecretUnavailable(str(exc)) from None
+    return {node.name: token for node in nodes} if token else {}
+
+
 def monitoring_stage_secrets(run, nodes) -> dict[str, dict[str, str]]:
-    return {TOKENS_VAR: monitoring_tokens(run, nodes)}
+    return {TOKENS_VAR: monitoring_tokens(run, nodes), INFLUXDB_TOKENS_VAR: influxdb_tokens(run.appliance, nodes)}

@@ -1,4 +1,5 @@
-"""`manage.py credential create|set-secret|set|bind|unbind|list|delete`: the Administrator's BMC logins.
+"""`manage.py credential create|set-secret|set|bind|unbind|list|delete`: the Administrator's BMC logins,
+InfluxDB tokens and collector ingest endpoints (`--kind`).
 
 The secret is read from a prompt that does not echo, or from a file the Administrator names
 (`--secret-file FILE`, `-` for standard input); it is never an argument, so it never reaches the
@@ -16,17 +17,22 @@ from appliance.inventory.models import Credential
 
 
 class Command(BaseCommand):
-    help = ("Manage the credentials (BMC logins) a site definition names: create one, set its secret, bind it to "
-            "the BMC endpoints it may be sent to, list or delete them. Secrets are prompted for or read from a file.")
+    help = ("Manage the credentials a site definition names (BMC logins, InfluxDB tokens, collector ingest "
+            "endpoints): create one, set its secret, bind it to the endpoints it may be sent to, list or delete them. "
+            "Secrets are prompted for or read from a file.")
 
     def add_arguments(self, parser):
         actions = parser.add_subparsers(dest="action", required=True,
                                         metavar="{create,set-secret,set,bind,unbind,list,delete}")
-        create = actions.add_parser("create", help="create a BMC credential (the secret is prompted for)")
+        create = actions.add_parser("create", help="create a credential (the secret is prompted for)")
         create.add_argument("name")
-        create.add_argument("--username", required=True, help="the BMC user name")
+        create.add_argument("--kind", choices=credentials.KIND_CHOICES, default=Credential.Kind.BMC,
+                            help="bmc: a BMC login (user name and password); influxdb: the token the collectors "
+                                 "write the site's InfluxDB with; ingest: endpoints the nodes may send their own "
+                                 "ingest tokens to (no secret)")
+        create.add_argument("--username", default="", help="the BMC user name (a BMC login only)")
         create.add_argument("--endpoint", action="append", default=[], dest="endpoints", metavar="URL",
-                            help="a BMC endpoint it may be sent to (https://host[:port]); repeat for more")
+                            help="an endpoint it may be sent to (https://host[:port]); repeat for more")
         create.add_argument("--description", default="")
         create.add_argument("--ca-file", default="", help="PEM CA bundle that verifies the endpoints' certificates")
         self._secret_source(create)
@@ -65,14 +71,21 @@ class Command(BaseCommand):
     # actions
 
     def _create(self, options):
+        kind = options["kind"]
+        if kind == Credential.Kind.BMC and not options["username"]:
+            raise CommandError("a BMC login needs --username", returncode=1)
+        secret = "" if kind == Credential.Kind.INGEST else self._read_secret(options)
         credential = credentials.create(
-            options["name"], username=options["username"], secret=self._read_secret(options),
+            options["name"], kind=kind, username=options["username"], secret=secret,
             endpoints=options["endpoints"], description=options["description"], ca_file=options["ca_file"])
-        self.stdout.write(f"credential {credential.name} created (user {credential.username}; "
+        who = f"user {credential.username}; " if credential.username else ""
+        self.stdout.write(f"credential {credential.name} ({credential.kind}) created ({who}"
                           f"bound to {', '.join(credential.endpoints) or 'no endpoint yet'})")
 
     def _set_secret(self, options):
-        credentials.get(options["name"])
+        if credentials.get(options["name"]).kind == Credential.Kind.INGEST:
+            raise CommandError(f"credential {options['name']} is an ingest credential: it holds no secret",
+                               returncode=1)
         credential = credentials.update(options["name"], secret=self._read_secret(options))
         self.stdout.write(f"credential {credential.name}: secret replaced")
 
@@ -98,12 +111,15 @@ class Command(BaseCommand):
             return
         for credential in rows:
             used = sorted(credential.bmcs.values_list("node__name", flat=True))
-            self.stdout.write(f"{credential.name}  {credential.kind}  user {credential.username}  "
-                              f"secret {'set' if credential.secret else 'NOT SET'}")
+            used += [f"telemetry of {name}" for name in credentials.named_by_sites(credential)]
+            who = f"user {credential.username}  " if credential.kind == Credential.Kind.BMC else ""
+            secret = ("no secret (the nodes' own tokens)" if credential.kind == Credential.Kind.INGEST
+                      else f"secret {'set' if credential.secret else 'NOT SET'}")
+            self.stdout.write(f"{credential.name}  {credential.kind}  {who}{secret}")
             self.stdout.write(f"  endpoints: {', '.join(credential.endpoints) or '(none)'}")
             if credential.ca_file:
                 self.stdout.write(f"  CA file:   {credential.ca_file}")
-            self.stdout.write(f"  used by:   {', '.join(used) or '(no BMC)'}")
+            self.stdout.write(f"  used by:   {', '.join(used) or '(nothing)'}")
             if credential.description:
                 self.stdout.write(f"  {credential.description}")
 
