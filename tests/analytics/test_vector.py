@@ -1,0 +1,131 @@
+"""The rules over columns (vector.py) give rules.classify's label for every record: on the benchmark's
+records of the workload model (in-sample and held-out, aligned and blended across two intervals), on
+hand-written edge cases (missing fields, MIG rows, peers read only as context) and on random records
+that mix missing and boundary values."""
+
+import importlib.util
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from appliance.analytics import attribution, rules, vector
+from appliance.simulation.workload import Model
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_attribution.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_attribution_module", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def both(gpu_records, node_records=(), references=None, context_records=()):
+    want = [a.label for a in attribution.attribute(gpu_records, node_records, references, context_records)]
+    return want, vector.attribute_labels(gpu_records, node_records, references, context_records)
+
+
+def minute(bench, model, interval, late=0.0):
+    gpus, nodes = [], []
+    for node in model.nodes:
+        g, n, _ = bench.records(model, node, interval)
+        if late:
+            g2, n2, _ = bench.records(model, node, interval + 1)
+            g, n = [bench.blend(a, b, late) for a, b in zip(g, g2, strict=True)], bench.blend(n, n2, late)
+        gpus += g
+        nodes.append(n)
+    return gpus, nodes
+
+
+def test_the_same_labels_on_the_benchmarks_records(bench):
+    models = [(Model("demo", 1, bench.DEMO_NODES, "/mnt/lustre", "/mnt/nfs"), 41)]
+    models += [(model, 157) for model, _ in bench.held_out(1)]
+    seen: Counter = Counter()
+    checked = 0
+    for model, stride in models:
+        refs = bench.references(model.nodes, model.training_mount)
+        for interval in range(5, 1440, stride):
+            for late in (0.0, 0.4) if interval % 2 else (0.0,):
+                gpus, nodes = minute(bench, model, interval, late)
+                want, got = both(gpus, nodes, refs)
+                assert got == want, (model.profile, model.seed, interval, late)
+                seen.update(want)
+                checked += len(want)
+    assert checked > 5000
+    assert set(seen) == set(rules.LABELS), seen  # every cause was among the records compared
+
+
+def gpu(**fields):
+    record = {"node": "gpu01", "gpu": 0, "instance": -1, "step": 60, "start": 0, "job": "7", "util": 95.0,
+              "sm_active": 0.9, "fb_used_mib": 40000.0, "fb_total_mib": 81559.0, "sm_clock_mhz": 1980.0,
+              "throttle_reasons": 0, "throttled_share": 0.0, "nvlink_bps": 1e9}
+    return record | fields
+
+
+NODE = {"node": "gpu01", "step": 60, "start": 0, "cpu_busy": 0.2, "cpu_iowait": 0.01, "ib_tx_bps": 1e9,
+        "ib_rx_bps": 1e9, "ib_line_bps": 4e11, "fs_read_bps": 1e9, "mounts": {}}
+
+
+@pytest.mark.parametrize(("records", "node", "label"), [
+    ([gpu(job="", util=None, sm_active=None)], None, "idle-unallocated"),  # nothing measured, nobody holds it
+    ([gpu(job="", util=30.0)], None, "busy"),  # computes without a holder seen
+    ([gpu(util=None, sm_active=None, fb_total_mib=None)], None, "busy"),  # held, nothing measured
+    ([gpu(util=3.0, sm_active=None, fb_used_mib=70000.0)], None, "memory-only"),  # util's activity
+    ([gpu(util=3.0, sm_active=0.01, fb_total_mib=0.0)], None, "allocated-idle"),  # total 0: no share
+    ([gpu(util=50.0, sm_active=0.3)], NODE | {"fs_read_bps": 20e9}, "input-bound"),  # no mounts: the node's total
+    ([gpu(util=50.0, sm_active=0.3)], NODE | {"mounts": {"/x": {"read_bps": 18e9}}}, "input-bound"),  # nominal
+    ([gpu(util=50.0, sm_active=0.3)], NODE | {"mounts": {"/x": {"read_bps": None}}, "fs_read_bps": 20e9,
+                                               "ib_tx_bps": 3.3e11},
+     "communication-bound"),  # per-mount figures missing (the total is not read then); the fabric's line decides
+    ([gpu(throttle_reasons=0x40, throttled_share=1.0, sm_clock_mhz=1500.0)], None, "throttled"),
+    ([gpu(throttle_reasons=0x40, throttled_share=1.0, sm_clock_mhz=None)], None, "busy"),  # clock unknown
+    ([gpu(gpu=0, sm_active=0.9), gpu(gpu=1, sm_active=0.3, util=50.0), gpu(gpu=2, sm_active=0.3, util=50.0)], None,
+     "straggler"),
+    ([gpu(instance=1, profile="1g.10gb", util=4.0, sm_active=0.02, fb_used_mib=9000.0, fb_total_mib=9728.0)], None,
+     "memory-only"),  # a MIG instance is judged on its own memory
+])
+def test_hand_written_cases(records, node, label):
+    want, got = both(records, [node] if node else [])
+    assert want[0] == label
+    assert got == want
+
+
+def test_peers_read_only_as_context_and_peers_in_the_other_metric():
+    judged = [gpu(gpu=0, util=95.0, sm_active=None), gpu(gpu=1, util=40.0, sm_active=0.2)]
+    context = [gpu(node="gpu02", gpu=0, util=20.0, sm_active=None), gpu(node="gpu02", gpu=1, util=None)]
+    want, got = both(judged, (), None, context)
+    assert want == ["straggler", "communication-bound"] and got == want
+
+
+def test_random_records_with_missing_and_boundary_values():
+    rng = random.Random(13)
+
+    def pick(*values):
+        return rng.choice(values)
+
+    for trial in range(40):
+        gpus, nodes = [], []
+        for node in range(3):
+            for index in range(rng.randint(1, 5)):
+                gpus.append({"node": f"n{node}", "gpu": index, "instance": pick(-1, -1, 1), "profile": "2g.20gb",
+                             "step": 60, "start": pick(0, 60), "job": pick("", "a", "b", None),
+                             "util": pick(None, 0.0, 4.9, 5.0, 9.99, 10.0, 19.9, 20.0, 50.0, 74.9, 75.0, 100.0),
+                             "sm_active": pick(None, 0.0, 0.04, 0.05, 0.14, 0.15, 0.3, 0.49, 0.5, 0.6, 0.9),
+                             "fb_used_mib": pick(None, 0.0, 20000.0, 20390.0, 80000.0),
+                             "fb_total_mib": pick(None, 0.0, 81559.0), "sm_clock_mhz": pick(None, 1683.0, 1684.0, 1980.0),
+                             "throttle_reasons": pick(None, 0, 0x1, 0x4, 0x40), "throttled_share": pick(None, 0.49, 0.5, 1.0),
+                             "nvlink_bps": pick(None, 0.0, 7.2e11, 8e11)})
+            for start in (0, 60):
+                if rng.random() < 0.8:
+                    nodes.append({"node": f"n{node}", "step": 60, "start": start,
+                                  "cpu_busy": pick(None, 0.5, 0.9), "cpu_iowait": pick(None, 0.1, 0.2),
+                                  "ib_tx_bps": pick(None, 0.0, 3.2e11), "ib_rx_bps": pick(None, 1e9, 3.3e11),
+                                  "ib_line_bps": pick(None, 0.0, 4e11), "fs_read_bps": pick(None, 1e9, 17.12e9),
+                                  "mounts": pick({}, None, {"/m": {"read_bps": pick(None, 1e9, 1.68e9)}})})
+        references = {"n1": attribution.NodeReferences(storage={"/m": rules.Reference(2.1e9, "smoke test")})}
+        want, got = both(gpus, nodes, references)
+        assert got == want, trial
