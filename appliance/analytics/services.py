@@ -280,11 +280,28 @@ def report(*, since=None, until=None, pool: str | None = None, now: datetime | N
 
 def job_span(job: str) -> tuple[datetime, datetime] | None:
     """The hours in which the ledger saw the job: (first hour, end of its last hour), or None."""
-    bounds = CauseHour.objects.filter(job=job).order_by().values("job").annotate(
-        first=Min("hour"), last=Max("hour")).first()
-    if not bounds:
+    bounds = CauseHour.objects.filter(job=job).aggregate(first=Min("hour"), last=Max("hour"))
+    if bounds["first"] is None:
         return None
     return bounds["first"], bounds["last"] + timedelta(hours=1)
+
+
+JOB_WINDOW_DEFAULT = timedelta(hours=6)
+JOB_WINDOW_MAX = timedelta(hours=24)
+
+
+def job_window(span: tuple[datetime, datetime], since=None, until=None) -> tuple[datetime, datetime]:
+    """The window of a job's verdicts: by default the last 6 hours of its span in the ledger; at most 24 hours
+    (the verdicts are judged again from the per-minute rollups, minute by minute)."""
+    first, end = span
+    until_at = parse_time(until, "until") or end
+    since_at = parse_time(since, "since") or max(first, until_at - JOB_WINDOW_DEFAULT)
+    if until_at <= since_at:
+        raise AnalyticsError(f"until: {until_at.isoformat()} is not after since {since_at.isoformat()}")
+    if until_at - since_at > JOB_WINDOW_MAX:
+        raise AnalyticsError(f"since: a job's verdicts are read at most {int(JOB_WINDOW_MAX.total_seconds() // 3600)} hours "
+                             f"at a time ({since_at.isoformat()} to {until_at.isoformat()} asked)")
+    return since_at, until_at
 
 
 def job_intervals(job: str, since: datetime, until: datetime) -> list[dict]:

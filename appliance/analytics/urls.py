@@ -1,6 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-from . import findings_urls
+from appliance.telemetry import converters  # noqa: F401 (registers telemetry_job)
+
+from . import findings_urls, views
 
 app_name = "analytics"
-urlpatterns = [] + findings_urls.urlpatterns
+urlpatterns = [
+    path("", views.EfficiencyView.as_view(), name="efficiency"),
+    path("jobs/<telemetry_job:job>/", views.JobView.as_view(), name="job"),
+    path("report/", views.ReportView.as_view(), name="report"),
+] + findings_urls.urlpatterns
