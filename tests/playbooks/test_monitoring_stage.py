@@ -195,7 +195,11 @@ def test_an_https_ingest_url_gets_its_ca_on_the_node_and_an_http_one_a_warning(s
     assert again.returncode == 0, again.output
     assert again.changed() == 0, again.output
 
-    # The site's own http URL to another host: allowed, said, and the token still printed nowhere.
+    # The site's own http URL to another host: allowed (an Administrator bound it), said, and the token still
+    # printed nowhere.
+    from appliance.inventory import credentials
+
+    credentials.create("site-ingest", kind="ingest", endpoints=["http://10.0.0.5:8000"])
     site_settings = appliance.settings
     appliance.settings = {**site_settings, "telemetry": {"ingest_url": "http://10.0.0.5:8000/telemetry/ingest"}}
     try:

@@ -7,6 +7,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from appliance.core.management.commands.install import self_signed_certificate
+from appliance.inventory import credentials
 from appliance.inventory.models import Appliance, Node
 from appliance.partitioning.renderers.site import RenderError
 from appliance.simulation import ports
@@ -60,8 +61,14 @@ def test_the_installed_portals_url_comes_before_the_derived_one(settings):
     assert stage_vars.default_ingest_url(simulated) == "https://appliance.example:443/telemetry/ingest"
 
 
+def allow_ingest(endpoint):
+    """An Administrator allows the nodes' ingest tokens to go to `endpoint`."""
+    credentials.create("site-ingest", kind="ingest", endpoints=[endpoint])
+
+
 def test_the_sites_url_comes_first(settings):
     settings.TELEMETRY_INGEST_URL = "https://appliance.example:443/telemetry/ingest"
+    allow_ingest("https://ingest.site.example")
     appliance, node = make(telemetry={"ingest_url": "https://ingest.site.example/telemetry/ingest/"})
     assert appliance_section(appliance, node)["url"] == "https://ingest.site.example/telemetry/ingest"
 
@@ -104,6 +111,7 @@ def test_the_ca_travels_for_an_https_url_and_collector_json_names_it(ca_file):
 
 
 def test_an_http_url_takes_no_ca_and_is_warned_about_without_a_token(ca_file):
+    allow_ingest("http://10.0.0.5:8000")
     appliance, node = make(telemetry={"ingest_url": "http://10.0.0.5:8000/telemetry/ingest"})
     values = rendered(appliance, node)
     assert values["ingest_ca"] == ""

@@ -78,8 +78,8 @@ class Command(BaseCommand):
         credential = credentials.create(
             options["name"], kind=kind, username=options["username"], secret=secret,
             endpoints=options["endpoints"], description=options["description"], ca_file=options["ca_file"])
-        who = f"user {credential.username}; " if credential.username else ""
-        self.stdout.write(f"credential {credential.name} ({credential.kind}) created ({who}"
+        what = f"user {credential.username}" if credential.kind == Credential.Kind.BMC else credential.kind
+        self.stdout.write(f"credential {credential.name} created ({what}; "
                           f"bound to {', '.join(credential.endpoints) or 'no endpoint yet'})")
 
     def _set_secret(self, options):
