@@ -1,0 +1,72 @@
+"""The few Slurm commands a lending plan runs: drain, list running jobs, requeue, resume, node states.
+
+On a simulated appliance they go to the simulation's real slurmctld (its slurm.conf through SLURM_CONF);
+on a real one to the site's Slurm, with the client commands and configuration of the host the appliance
+runs on (its management node, the Slurm controller's host). Node names reach the command line only after
+services checked them against the inventory; arguments are passed as a list, never through a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+
+WAITED_STATES = "RUNNING,CONFIGURING,COMPLETING,SUSPENDED"
+REQUEUED_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED")
+
+
+class SlurmCommandError(Exception):
+    """A Slurm command failed; the message names it and what it printed."""
+
+
+def _client(appliance, *argv: str) -> str:
+    if appliance.simulated:
+        from appliance.simulation import slurm
+
+        try:
+            return slurm.client(*argv, timeout=20).stdout
+        except (slurm.SlurmError, subprocess.TimeoutExpired) as exc:
+            raise SlurmCommandError(str(exc)) from None
+    try:
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=20, check=False, env=dict(os.environ))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SlurmCommandError(f"{shlex.join(argv)}: {exc}") from None
+    if result.returncode != 0:
+        raise SlurmCommandError(f"{shlex.join(argv)} exited {result.returncode}: "
+                                f"{(result.stderr or result.stdout).strip()}")
+    return result.stdout
+
+
+def drain(appliance, nodes: list[str], reason: str) -> None:
+    _client(appliance, "scontrol", "update", f"NodeName={','.join(nodes)}", "State=DRAIN", f"Reason={reason}")
+
+
+def resume(appliance, nodes: list[str]) -> None:
+    _client(appliance, "scontrol", "update", f"NodeName={','.join(nodes)}", "State=RESUME")
+
+
+def jobs_on(appliance, nodes: list[str]) -> list[dict]:
+    """Jobs still holding any of the nodes: [{"id", "state", "nodes"}]."""
+    output = _client(appliance, "squeue", "--noheader", f"--nodelist={','.join(nodes)}", f"--states={WAITED_STATES}",
+                     "--format=%i %T %N")
+    jobs = []
+    for line in output.splitlines():
+        words = line.split()
+        if len(words) >= 2:
+            jobs.append({"id": words[0], "state": words[1], "nodes": words[2] if len(words) > 2 else ""})
+    return jobs
+
+
+def requeue(appliance, job_ids: list[str]) -> None:
+    _client(appliance, "scontrol", "requeue", ",".join(job_ids))
+
+
+def node_states(appliance, nodes: list[str]) -> dict[str, str]:
+    """{node: state} as sinfo reports it (idle, drained, draining, mixed, ...)."""
+    output = _client(appliance, "sinfo", "--noheader", "--Node", f"--nodes={','.join(nodes)}", "--format=%N %T")
+    states = {}
+    for line in output.splitlines():
+        name, _, state = line.partition(" ")
+        states[name] = state.strip()
+    return states
