@@ -5,8 +5,9 @@ are scraped from /metrics) when a site wants them.
 
 A rollup row is the collector's own aggregate of one bucket (`step` seconds from `start`): means of the
 gauges, maxima where a peak matters, rates of the counters over the bucket (bytes/s), counts of events.
-The collector computes the per-minute rows; the appliance folds them into per-hour rows and prunes both by
-age (settings.TELEMETRY_RETENTION). A row is keyed by (node, gpu, instance, step, start), so a collector
+The collector computes the per-minute rows; the appliance folds them into per-hour rows (and a node's into
+per-10-minute rows too, what the fleet's charts of a few hours read) and prunes them by age
+(settings.TELEMETRY_RETENTION). A row is keyed by (node, gpu, instance, step, start), so a collector
 that sends a bucket again after a lost answer replaces it: nothing counts twice.
 
 Rows are measurements, not changes an actor made: they are not audited one by one (the audit log records
@@ -20,8 +21,9 @@ from appliance.core.fields import EncryptedTextField
 from appliance.inventory.models import Node
 
 MINUTE = 60
+TEN_MINUTES = 600  # node rows only: what the fleet's charts read for ranges of hours
 HOUR = 3600
-STEPS = ((MINUTE, _("per minute")), (HOUR, _("per hour")))
+STEPS = ((MINUTE, _("per minute")), (TEN_MINUTES, _("per 10 minutes")), (HOUR, _("per hour")))
 WHOLE_GPU = -1  # `instance` of a row that measures the whole GPU rather than one MIG GPU instance
 
 
@@ -65,7 +67,10 @@ class GpuRollup(models.Model):
         constraints = [models.UniqueConstraint(fields=["node", "gpu", "instance", "step", "start"],
                                                name="telemetry_gpu_rollup_bucket")]
         indexes = [models.Index(fields=["step", "start"], name="telemetry_gpu_step_start"),
-                   models.Index(fields=["job", "step", "start"], name="telemetry_gpu_job")]
+                   models.Index(fields=["job", "step", "start"], name="telemetry_gpu_job"),
+                   # the jobs of a range, read from the index alone
+                   models.Index(fields=["step", "start", "instance", "job", "node", "gpu", "util"],
+                                name="telemetry_gpu_fleet_jobs")]
         ordering = ["node", "gpu", "instance", "step", "start"]
 
     def __str__(self):
@@ -101,7 +106,10 @@ class NodeRollup(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["node", "step", "start"], name="telemetry_node_rollup_bucket")]
-        indexes = [models.Index(fields=["step", "start"], name="telemetry_node_step_start")]
+        indexes = [models.Index(fields=["step", "start"], name="telemetry_node_step_start"),
+                   # the fleet's heatmap and totals over a range, read from the index alone
+                   models.Index(fields=["step", "start", "node", "gpu_util", "gpu_power_w", "ib_tx_bps", "ib_rx_bps",
+                                        "fs_read_bps", "fs_write_bps"], name="telemetry_node_fleet")]
         ordering = ["node", "step", "start"]
 
     def __str__(self):

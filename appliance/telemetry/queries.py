@@ -1,12 +1,16 @@
 """What the portal and the API read of the telemetry: rollups and hardware events, never raw points.
 
-Every function here answers with a fixed number of queries whatever the size of the fleet: rows are
-aggregated in the database (GROUP BY node and time bucket) and shaped in Python afterwards, never
+Every function here answers with a bounded number of queries whatever the size of the fleet: rows are
+aggregated in the database (GROUP BY node and time column) and shaped in Python afterwards, never
 fetched object by object. The functions return plain dicts and lists (JSON as they are): the API sends
 them unchanged, the pages draw them in the browser.
 
 Ranges: up to a day reads the per-minute rows; 7 and 30 days read the per-hour rows the appliance folds
-(per-minute rows are kept for days only: settings.TELEMETRY_RETENTION).
+(per-minute rows are kept for days only: settings.TELEMETRY_RETENTION). What reads the whole fleet (the
+Overview's heatmap and totals, the jobs of a range) reads a coarser level when the minutes would be too
+many (`resolution`: 1,000 nodes read per-10-minute node rows over 6 hours, per-hour rows over a day), and
+the part of the range the fold has not reached yet from the finer rows. A chart has at most MAX_COLUMNS
+points: a node's or a GPU's day is 144 ten-minute means of its minutes.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Avg, Count, Func, IntegerField, Max, Min, Q, Sum
+from django.db.models import Avg, Count, Func, IntegerField, Max, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from appliance.inventory.models import GPU, Node
 
-from .models import HOUR, MINUTE, WHOLE_GPU, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+from .models import HOUR, MINUTE, TEN_MINUTES, WHOLE_GPU, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,11 @@ DEFAULT_RANGE = "1h"
 # A heatmap over time has at most this many columns: a day of minutes becomes 144 columns of 10 minutes,
 # few enough to read on a screen and to send for a thousand nodes.
 MAX_COLUMNS = 150
+# The levels of node rows (per minute, per 10 minutes, per hour) and how many rows one fleet-wide read may
+# aggregate: past it a range reads the next coarser level (1,000 nodes: an hour of minutes, 6 hours of
+# 10-minute rows, a day of hours), so the Overview answers in the same time whatever the fleet's size.
+LEVELS = (MINUTE, TEN_MINUTES, HOUR)
+MAX_ROWS = 60_000
 # A GPU's cell is "live" when its newest bucket started this recently (a bucket is sent when it closes,
 # so the newest one is normally one to two minutes old); otherwise the cell says "no data" and how old
 # its last bucket is.
@@ -116,88 +125,156 @@ def _collectors(nodes) -> dict[int, dict]:
             .values("node", "last_bucket", "last_seen")}
 
 
-def _series(rows, key: str, fields: tuple[str, ...], digits=1) -> dict:
-    """Column-wise series ({"t": [...], field: [...]}) of rows sorted by `key` (a datetime)."""
-    out = {"t": [_epoch(row[key]) for row in rows]}
-    for field in fields:
-        out[field] = [_round(row[field], digits) for row in rows]
-    return out
-
-
 # --- the fleet ---------------------------------------------------------------------------------------
+
+
+def resolution(rng: Range, count: int, levels: tuple[int, ...] = LEVELS) -> tuple[int, int]:
+    """(level, width) of a fleet-wide read of `count` nodes (or GPUs) over a range: the rollup step it
+    reads (the finest whose rows over the range stay within MAX_ROWS, never finer than the range's own
+    step) and the seconds of a column (a whole number of those steps, at most MAX_COLUMNS columns)."""
+    level = next((step for step in levels if step >= rng.step and count * rng.seconds / step <= MAX_ROWS), levels[-1])
+    return level, column_width(rng.seconds, level)
+
+
+def _segments(rng: Range, level: int, first: datetime, last: datetime, model=NodeRollup,
+              inside: bool = False) -> list[tuple[int, datetime, datetime, bool]]:
+    """The pieces of the window each level is read for, coarsest first: a coarser level up to the end of
+    its newest bucket in the window (what the fold has covered so far), the next finer one from there; the
+    range's own step to the window's last bucket. (step, from, to, to included). One query when the range
+    reads a coarser level than its own step, none otherwise. The coarsest bucket may start before the
+    window (a chart's first column holds it), unless `inside`: then the part of the window before the
+    first whole coarse bucket is read from the range's own step."""
+    steps = [step for step in LEVELS if rng.step <= step <= level]
+    coarse = [step for step in steps if step != rng.step]
+    if not coarse:
+        return [(rng.step, first, last, True)]
+    newest = dict(model.objects.filter(step__in=coarse, start__gte=first - timedelta(seconds=level), start__lte=last)
+                  .values("step").annotate(newest=Max("start")).values_list("step", "newest").order_by())
+    segments = []
+    start = datetime.fromtimestamp(first.timestamp() // level * level, tz=UTC)
+    if inside and start < first:
+        start += timedelta(seconds=level)
+        segments.append((rng.step, first, start, False))
+    for step in reversed(coarse):
+        end = newest[step] + timedelta(seconds=step) if step in newest else start
+        if end > start:
+            segments.append((step, start, end, False))
+            start = end
+    if len(segments) == (1 if inside and segments else 0):  # nothing coarser folded in the window
+        return [(rng.step, first, last, True)]
+    segments.append((rng.step, start, last, True))
+    return segments
+
+
+def _node_rows(nodes, step: int, start: datetime, end: datetime, included: bool):
+    rows = NodeRollup.objects.filter(node__in=nodes, step=step, start__gte=start)
+    return rows.filter(start__lte=end) if included else rows.filter(start__lt=end)
+
+
+TOTALS = ("ib_tx_bps", "ib_rx_bps", "fs_read_bps", "fs_write_bps", "gpu_power_w")
+
+
+def _fleet_columns(nodes, segments, width: int) -> tuple[dict, dict]:
+    """The heatmap ({(node id, column): mean GPU utilization}) and the fleet's totals per column
+    ({column: {field: value}}), aggregated in the database: a column's value is the time-weighted mean of
+    the rows in it, whatever their step; a total is the sum over the nodes of their rate, over the part of
+    the column measured. Two queries a segment."""
+    cells: dict[tuple[int, int], list[float]] = {}
+    totals: dict[int, dict] = {}
+    for step, start, end, included in segments:
+        rows = _node_rows(nodes, step, start, end, included).order_by().annotate(column=Epoch("start") / width * width)
+        for node_id, column, total, count in (rows.values("node", "column")
+                                              .annotate(total=Sum("gpu_util"), count=Count("gpu_util"))
+                                              .values_list("node", "column", "total", "count")):
+            if count:
+                cell = cells.setdefault((node_id, column), [0.0, 0])
+                cell[0] += total * step
+                cell[1] += count * step
+        for row in (rows.values("column").annotate(buckets=Count("start", distinct=True), util=Sum("gpu_util"),
+                                                    util_n=Count("gpu_util"), **{f: Sum(f) for f in TOTALS})):
+            entry = totals.setdefault(row["column"], {"seconds": 0, "util": 0.0, "util_s": 0,
+                                                      **{f: None for f in TOTALS}})
+            entry["seconds"] += row["buckets"] * step
+            if row["util_n"]:
+                entry["util"] += row["util"] * step
+                entry["util_s"] += row["util_n"] * step
+            for field in TOTALS:
+                if row[field] is not None:
+                    entry[field] = (entry[field] or 0.0) + row[field] * step
+    heat = {key: total / weight for key, (total, weight) in cells.items()}
+    series = {}
+    for column in sorted(totals):
+        entry = totals[column]
+        series[column] = {"gpu_util": entry["util"] / entry["util_s"] if entry["util_s"] else None,
+                          **{f: None if entry[f] is None else entry[f] / entry["seconds"] for f in TOTALS}}
+    return heat, series
 
 
 def overview(appliance=None, range: str | None = None, now: datetime | None = None) -> dict:  # noqa: A002
     """Every GPU's latest utilization, memory and power (the live cells), a nodes x time heatmap of GPU
-    utilization, and the fabric and filesystem throughput of the fleet over the range. Seven queries."""
+    utilization, and the fabric and filesystem throughput of the fleet over the range. At most ten
+    queries, whatever the size of the fleet: the heatmap and the totals are aggregated in the database,
+    from the per-minute node rows for an hour of 1,000 nodes, per-10-minute rows for 6 hours, per-hour
+    rows for a day (a small fleet reads finer rows: see resolution), the newest part of the range that
+    is not folded yet from the finer rows."""
     rng = range_of(range)
     now = now or timezone.now()
     first, last = _window(rng, now)
     nodes = Node.objects.filter(gpus__isnull=False).distinct()
     if appliance is not None:
         nodes = nodes.filter(appliance=appliance)
-    node_rows = list(nodes.order_by("name").values("id", "name"))
+    node_rows = list(nodes.order_by("name").values_list("id", "name"))
     gpu_rows = list(GPU.objects.filter(node__in=nodes).order_by("node__name", "index")
-                    .values("node", "index", "memory_mib"))
+                    .values_list("node", "index", "memory_mib"))
     collectors = _collectors(nodes)
 
+    # Each GPU's newest bucket in the live window (the index of (node, gpu, instance, step, start) finds it).
     live_since = now - timedelta(seconds=LIVE_WINDOW_S)
-    latest: dict[tuple[int, int], dict] = {}
-    # Ascending: the newest bucket of each GPU is the last one kept.
-    for row in (GpuRollup.objects.filter(node__in=nodes, step=MINUTE, instance=WHOLE_GPU, start__gte=live_since)
-                .order_by("start").values("node", "gpu", "start", "util", "fb_used_mib", "fb_total_mib",
-                                           "power_w", "temp_c", "job")):
-        latest[(row["node"], row["gpu"])] = row
-
+    newest = (GpuRollup.objects.filter(node=OuterRef("node"), gpu=OuterRef("gpu"), instance=WHOLE_GPU, step=MINUTE,
+                                       start__gte=live_since).order_by("-start").values("start")[:1])
+    latest = {(row[0], row[1]): row for row in
+              GpuRollup.objects.filter(node__in=nodes, step=MINUTE, instance=WHOLE_GPU, start__gte=live_since)
+              .filter(start=Subquery(newest)).annotate(at=Epoch("start"))
+              .values_list("node", "gpu", "at", "util", "fb_used_mib", "fb_total_mib", "power_w", "temp_c", "job")}
+    now_s = now.timestamp()
     by_node: dict[int, list] = {}
-    for gpu in gpu_rows:
-        row = latest.get((gpu["node"], gpu["index"]))
-        cell = {"index": gpu["index"]}
+    for node_id, index, memory_mib in gpu_rows:
+        row = latest.get((node_id, index))
         if row:
-            cell.update(state="live", util=_round(row["util"]), fb_used_mib=_round(row["fb_used_mib"], 0),
-                        fb_total_mib=_round(row["fb_total_mib"] or gpu["memory_mib"], 0),
-                        power_w=_round(row["power_w"]), temp_c=_round(row["temp_c"]), job=row["job"],
-                        start=row["start"].isoformat(), age_s=_age(row["start"], now))
+            _, _, at, util, fb_used, fb_total, power, temp, job = row
+            cell = {"index": index, "state": "live", "util": _round(util), "fb_used_mib": _round(fb_used, 0),
+                    "fb_total_mib": _round(fb_total or memory_mib, 0), "power_w": _round(power),
+                    "temp_c": _round(temp), "job": job, "start": datetime.fromtimestamp(at, tz=UTC).isoformat(),
+                    "age_s": int(now_s - at)}
         else:
-            cell.update(state="no data")
-        by_node.setdefault(gpu["node"], []).append(cell)
+            cell = {"index": index, "state": "no data"}
+        by_node.setdefault(node_id, []).append(cell)
 
-    width = column_width(rng.seconds, rng.step)
+    level, width = resolution(rng, len(node_rows))
     columns = list(range_steps(first, last, width))
     column_index = {start: i for i, start in enumerate(columns)}
-    heat = {n["id"]: [None] * len(columns) for n in node_rows}
-    rows = NodeRollup.objects.filter(node__in=nodes, step=rng.step, start__gte=first, start__lte=last).order_by()
-    if width == rng.step:  # a column is a bucket: the rows as they are, no grouping (the hour view)
-        cells = rows.annotate(column=Epoch("start")).values_list("node", "column", "gpu_util")
-    else:
-        cells = (rows.annotate(column=Epoch("start") / width * width).values("node", "column")
-                 .annotate(util=Avg("gpu_util")).values_list("node", "column", "util"))
-    for node_id, column, util in cells:
+    heat = {node_id: [None] * len(columns) for node_id, _ in node_rows}
+    cells, totals = _fleet_columns(nodes, _segments(rng, level, first, last), width)
+    for (node_id, column), util in cells.items():
         i = column_index.get(column)
         if i is not None and node_id in heat:
-            heat[node_id][i] = None if util is None else round(util, 1)
+            heat[node_id][i] = round(util, 1)
+    times = [column for column in totals if column in column_index]
 
-    totals = list(NodeRollup.objects.filter(node__in=nodes, step=rng.step, start__gte=first, start__lte=last)
-                  .values("start").annotate(ib_tx_bps=Sum("ib_tx_bps"), ib_rx_bps=Sum("ib_rx_bps"),
-                                            fs_read_bps=Sum("fs_read_bps"), fs_write_bps=Sum("fs_write_bps"),
-                                            gpu_util=Avg("gpu_util"), gpu_power_w=Sum("gpu_power_w"),
-                                            nodes=Count("node"))
-                  .order_by("start"))
+    def series(fields, digits):
+        return {"t": times, **{f: [_round(totals[t][f], digits) for t in times] for f in fields}}
 
     live_cells = [c for cells in by_node.values() for c in cells if c["state"] == "live"]
-    out_nodes = []
-    for node in node_rows:
-        out_nodes.append({"name": node["name"], "collector": collector_state(collectors.get(node["id"]), now),
-                          "gpus": by_node.get(node["id"], [])})
     return {
-        "range": rng.name, "step": rng.step, "now": now.isoformat(),
+        "range": rng.name, "step": level, "now": now.isoformat(),
         "summary": _summary(live_cells, len(gpu_rows), len(node_rows), collectors, now),
-        "nodes": out_nodes,
+        "nodes": [{"name": name, "collector": collector_state(collectors.get(node_id), now),
+                   "gpus": by_node.get(node_id, [])} for node_id, name in node_rows],
         "heatmap": {"width_s": width, "columns": columns,
-                    "nodes": [n["name"] for n in node_rows], "values": [heat[n["id"]] for n in node_rows]},
-        "fabric": _series(totals, "start", ("ib_tx_bps", "ib_rx_bps"), 0),
-        "filesystem": _series(totals, "start", ("fs_read_bps", "fs_write_bps"), 0),
-        "gpu": _series(totals, "start", ("gpu_util", "gpu_power_w")),
+                    "nodes": [name for _, name in node_rows], "values": [heat[node_id] for node_id, _ in node_rows]},
+        "fabric": series(("ib_tx_bps", "ib_rx_bps"), 0),
+        "filesystem": series(("fs_read_bps", "fs_write_bps"), 0),
+        "gpu": series(("gpu_util", "gpu_power_w"), 1),
     }
 
 
@@ -270,87 +347,111 @@ def _digits(field: str) -> int:
     return 3 if field in RATIOS else 1
 
 
-def _columns(rows: list[dict], fields: tuple[str, ...]) -> dict:
-    out = {"t": [_epoch(row["start"]) for row in rows]}
-    for field in fields:
-        out[field] = [_round(row[field], _digits(field)) for row in rows]
-    return out
+NODE_MAXIMA = ("gpu_util_max",)
+GPU_MAXIMA = ("util_max", "fb_used_max_mib", "fb_total_mib", "power_max_w", "temp_max_c")
+GPU_SUMS = ("energy_j",)
+
+
+def _time_columns(rng: Range, now: datetime):
+    """The window of a range, the seconds of a chart's point (a whole number of its steps, at most
+    MAX_COLUMNS points) and the expression of the point a row falls in."""
+    first, last = _window(rng, now)
+    width = column_width(rng.seconds, rng.step)
+    return first, last, width, Epoch("start") / width * width
 
 
 def node_series(node: Node, range: str | None = None, now: datetime | None = None) -> dict:  # noqa: A002
     """A node over the range: its GPUs together, fabric, filesystems (per mount), disks, CPU, and each
-    GPU's utilization and memory. Four queries."""
+    GPU's utilization and memory; at most MAX_COLUMNS points (a day: 10-minute means of the per-minute
+    rows, aggregated in the database). Six queries."""
     rng = range_of(range)
     now = now or timezone.now()
-    first, last = _window(rng, now)
-    rows = list(NodeRollup.objects.filter(node=node, step=rng.step, start__gte=first, start__lte=last)
-                .order_by("start").values("start", "mounts", "ib_errors", *NODE_FIELDS))
-    mounts: dict[str, dict] = {}
-    for i, row in enumerate(rows):
-        for path, values in (row["mounts"] or {}).items():
-            mount = mounts.setdefault(path, {"fstype": values.get("fstype", ""), "read_bps": [None] * len(rows),
-                                             "write_bps": [None] * len(rows)})
-            mount["read_bps"][i] = _round(values.get("read_bps"), 0)
-            mount["write_bps"][i] = _round(values.get("write_bps"), 0)
-    gpus: dict[int, dict] = {}
-    times = [_epoch(row["start"]) for row in rows]
+    first, last, width, column = _time_columns(rng, now)
+    rows = NodeRollup.objects.filter(node=node, step=rng.step, start__gte=first, start__lte=last).order_by()
+    points = list(rows.annotate(t=column).values("t")
+                  .annotate(**{f: Max(f) if f in NODE_MAXIMA else Avg(f) for f in NODE_FIELDS},
+                            ib_errors=Sum("ib_errors"))
+                  .order_by("t"))
+    times = [row["t"] for row in points]
     position = {t: i for i, t in enumerate(times)}
-    for row in (GpuRollup.objects.filter(node=node, step=rng.step, instance=WHOLE_GPU, start__gte=first,
-                                         start__lte=last)
-                .order_by("gpu", "start").values("gpu", "start", "util", "fb_used_mib", "power_w", "job")):
-        gpu = gpus.setdefault(row["gpu"], {"util": [None] * len(rows), "fb_used_mib": [None] * len(rows),
-                                           "power_w": [None] * len(rows), "jobs": set()})
-        i = position.get(_epoch(row["start"]))
+    mounts: dict[str, dict] = {}
+    sums: dict[tuple[str, str, int], list] = {}
+    for t, values in rows.exclude(mounts={}).annotate(t=column).values_list("t", "mounts"):
+        for path, mount in (values or {}).items():
+            mounts.setdefault(path, {"fstype": mount.get("fstype", ""), "read_bps": [None] * len(times),
+                                     "write_bps": [None] * len(times)})
+            for side in ("read_bps", "write_bps"):
+                if mount.get(side) is not None:
+                    total = sums.setdefault((path, side, t), [0.0, 0])
+                    total[0] += mount[side]
+                    total[1] += 1
+    for (path, side, t), (total, count) in sums.items():
+        if t in position:
+            mounts[path][side][position[t]] = _round(total / count, 0)
+    gpus: dict[int, dict] = {}
+    gpu_rows = GpuRollup.objects.filter(node=node, step=rng.step, instance=WHOLE_GPU, start__gte=first,
+                                        start__lte=last).order_by()
+    for index, t, util, fb_used, power in (gpu_rows.annotate(t=column).values("gpu", "t")
+                                           .annotate(util_=Avg("util"), fb_=Avg("fb_used_mib"), power_=Avg("power_w"))
+                                           .values_list("gpu", "t", "util_", "fb_", "power_")):
+        gpu = gpus.setdefault(index, {"util": [None] * len(times), "fb_used_mib": [None] * len(times),
+                                      "power_w": [None] * len(times)})
+        i = position.get(t)
         if i is None:  # a GPU row without its node's row: kept out of the shared time axis
             continue
-        gpu["util"][i] = _round(row["util"])
-        gpu["fb_used_mib"][i] = _round(row["fb_used_mib"], 0)
-        gpu["power_w"][i] = _round(row["power_w"])
-        if row["job"]:
-            gpu["jobs"].add(row["job"])
+        gpu["util"][i] = _round(util)
+        gpu["fb_used_mib"][i] = _round(fb_used, 0)
+        gpu["power_w"][i] = _round(power)
+    jobs: dict[int, set] = {}
+    for index, job_id in gpu_rows.exclude(job="").values_list("gpu", "job").distinct():
+        jobs.setdefault(index, set()).add(job_id)
     collector = NodeCollector.objects.filter(node=node).values("node", "last_bucket", "last_seen").first()
     indexes = list(node.gpus.order_by("index").values_list("index", flat=True))
+    series = {"t": times, **{f: [_round(row[f], _digits(f)) for row in points] for f in NODE_FIELDS},
+              "ib_errors": [row["ib_errors"] for row in points]}
     return {
-        "node": node.name, "range": rng.name, "step": rng.step, "now": now.isoformat(),
-        "collector": collector_state(collector, now),
-        "series": _columns(rows, NODE_FIELDS) | {"ib_errors": [row["ib_errors"] for row in rows]},
-        "mounts": mounts,
-        "gpus": [{"index": index, **{k: v for k, v in gpus.get(index, {}).items() if k != "jobs"},
-                  "jobs": sorted(gpus.get(index, {}).get("jobs", ()))} for index in sorted(set(indexes) | set(gpus))],
+        "node": node.name, "range": rng.name, "step": rng.step, "width_s": width, "now": now.isoformat(),
+        "collector": collector_state(collector, now), "series": series, "mounts": mounts,
+        "gpus": [{"index": index, **gpus.get(index, {}), "jobs": sorted(jobs.get(index, ()))}
+                 for index in sorted(set(indexes) | set(gpus))],
     }
 
 
 def gpu_series(node: Node, gpu: int, range: str | None = None, now: datetime | None = None) -> dict:  # noqa: A002
-    """One GPU over the range, every field of its rollups, and its MIG instances' utilization and memory.
-    Three queries."""
+    """One GPU over the range, every field of its rollups, and its MIG instances' utilization and memory;
+    at most MAX_COLUMNS points (means, maxima of the maxima, energy and error counts summed). Three
+    queries."""
     rng = range_of(range)
     now = now or timezone.now()
-    first, last = _window(rng, now)
+    first, last, width, column = _time_columns(rng, now)
+    aggregates = {f"{f}_": Max(f) if f in GPU_MAXIMA else Sum(f) if f in GPU_SUMS else Avg(f) for f in GPU_FIELDS}
     rows = list(GpuRollup.objects.filter(node=node, gpu=gpu, step=rng.step, start__gte=first, start__lte=last)
-                .order_by("instance", "start")
-                .values("instance", "profile", "start", "job", "uuid", "throttle_reasons", "xid_count", "ecc_dbe",
-                        *GPU_FIELDS))
+                .order_by().annotate(t=column).values("instance", "t")
+                .annotate(profile_=Max("profile"), job_=Max("job"), throttle_reasons_=Max("throttle_reasons"),
+                          xid_count_=Sum("xid_count"), ecc_dbe_=Sum("ecc_dbe"), **aggregates)
+                .order_by("instance", "t"))
     whole = [row for row in rows if row["instance"] == WHOLE_GPU]
     instances: dict[int, dict] = {}
     for row in rows:
         if row["instance"] == WHOLE_GPU:
             continue
-        entry = instances.setdefault(row["instance"], {"instance": row["instance"], "profile": row["profile"],
+        entry = instances.setdefault(row["instance"], {"instance": row["instance"], "profile": row["profile_"],
                                                        "t": [], "util": [], "fb_used_mib": [], "sm_active": []})
-        entry["t"].append(_epoch(row["start"]))
-        entry["util"].append(_round(row["util"]))
-        entry["fb_used_mib"].append(_round(row["fb_used_mib"], 0))
-        entry["sm_active"].append(_round(row["sm_active"], 3))
+        entry["t"].append(row["t"])
+        entry["util"].append(_round(row["util_"]))
+        entry["fb_used_mib"].append(_round(row["fb_used_mib_"], 0))
+        entry["sm_active"].append(_round(row["sm_active_"], 3))
     inventory = GPU.objects.filter(node=node, index=gpu).values("uuid", "model", "memory_mib", "mig_mode").first()
     collector = NodeCollector.objects.filter(node=node).values("node", "last_bucket", "last_seen").first()
-    series = _columns(whole, GPU_FIELDS)
-    series.update(job=[row["job"] for row in whole], throttle_reasons=[row["throttle_reasons"] for row in whole],
-                  xid_count=[row["xid_count"] for row in whole], ecc_dbe=[row["ecc_dbe"] for row in whole])
+    series = {"t": [row["t"] for row in whole],
+              **{f: [_round(row[f"{f}_"], _digits(f)) for row in whole] for f in GPU_FIELDS}}
+    series.update(job=[row["job_"] for row in whole], throttle_reasons=[row["throttle_reasons_"] for row in whole],
+                  xid_count=[row["xid_count_"] for row in whole], ecc_dbe=[row["ecc_dbe_"] for row in whole])
     return {
-        "node": node.name, "gpu": gpu, "range": rng.name, "step": rng.step, "now": now.isoformat(),
+        "node": node.name, "gpu": gpu, "range": rng.name, "step": rng.step, "width_s": width, "now": now.isoformat(),
         "inventory": inventory, "collector": collector_state(collector, now),
         "series": series, "instances": list(instances.values()),
-        "jobs": sorted({row["job"] for row in whole if row["job"]}),
+        "jobs": sorted({row["job_"] for row in whole if row["job_"]}),
     }
 
 
@@ -358,29 +459,36 @@ def gpu_series(node: Node, gpu: int, range: str | None = None, now: datetime | N
 
 
 def jobs(range: str | None = None, now: datetime | None = None) -> list[dict]:  # noqa: A002
-    """Jobs (Slurm job ids, inference services) that held a GPU in the range, newest first. One query."""
+    """Jobs (Slurm job ids, inference services) that held a GPU in the range, newest first, aggregated in
+    the database per job and GPU. A large fleet reads the per-hour rows of the folded hours of the range
+    (there, the job of a GPU-hour is the one that held it longest) and the per-minute rows after them (see
+    resolution). At most five queries."""
     rng = range_of(range)
     now = now or timezone.now()
     first, last = _window(rng, now)
-    per_gpu = (GpuRollup.objects.filter(step=rng.step, instance=WHOLE_GPU, start__gte=first, start__lte=last)
-               .exclude(job="").values("job", "node__name", "gpu")
-               .annotate(first=Min("start"), last=Max("start"), util=Avg("util"), samples=Sum("samples"))
-               .order_by())
+    level, _ = resolution(rng, GPU.objects.count(), levels=(MINUTE, HOUR))
     found: dict[str, dict] = {}
-    for row in per_gpu:
-        job = found.setdefault(row["job"], {"job": row["job"], "nodes": set(), "gpus": 0, "first": row["first"],
-                                            "last": row["last"], "util_sum": 0.0, "util_n": 0})
-        job["nodes"].add(row["node__name"])
-        job["gpus"] += 1
-        job["first"], job["last"] = min(job["first"], row["first"]), max(job["last"], row["last"])
-        if row["util"] is not None:
-            job["util_sum"] += row["util"]
-            job["util_n"] += 1
+    for step, start, end, included in _segments(rng, level, first, last, model=GpuRollup, inside=True):
+        rows = GpuRollup.objects.filter(step=step, instance=WHOLE_GPU, start__gte=start)
+        rows = rows.filter(start__lte=end) if included else rows.filter(start__lt=end)
+        for job_id, node_id, index, first_at, last_at, total, count in (
+                rows.exclude(job="").order_by().values("job", "node", "gpu")
+                .annotate(first_=Min("start"), last_=Max("start"), total=Sum("util"), count=Count("util"))
+                .values_list("job", "node", "gpu", "first_", "last_", "total", "count")):
+            job = found.setdefault(job_id, {"job": job_id, "gpus": {}, "first": first_at, "last": last_at})
+            job["first"], job["last"] = min(job["first"], first_at), max(job["last"], last_at)
+            gpu = job["gpus"].setdefault((node_id, index), [0.0, 0])
+            if count:
+                gpu[0] += total * step
+                gpu[1] += count * step
+    names = dict(Node.objects.filter(pk__in={node_id for job in found.values() for node_id, _ in job["gpus"]})
+                 .values_list("pk", "name")) if found else {}
     out = []
     for job in sorted(found.values(), key=lambda j: (j["last"], j["job"]), reverse=True):
-        out.append({"job": job["job"], "nodes": sorted(job["nodes"]), "gpus": job["gpus"],
-                    "first": job["first"].isoformat(), "last": job["last"].isoformat(),
-                    "util_mean": _round(job["util_sum"] / job["util_n"]) if job["util_n"] else None})
+        utils = [total / weight for total, weight in job["gpus"].values() if weight]
+        out.append({"job": job["job"], "nodes": sorted({names[node_id] for node_id, _ in job["gpus"]}),
+                    "gpus": len(job["gpus"]), "first": job["first"].isoformat(), "last": job["last"].isoformat(),
+                    "util_mean": _round(sum(utils) / len(utils)) if utils else None})
     return out
 
 
@@ -409,30 +517,32 @@ def job(job_id: str) -> dict:
         raise UnknownJob(f"no GPU rollup names the job {job_id!r}")
     first = min(row["first"] for row in per_gpu)
     last = max(row["last"] for row in per_gpu)
-    gpu_rows = list(held.order_by("start").values("node__name", "gpu", "start", "util", "fb_used_mib"))
-    node_ids = {row["node"] for row in per_gpu}
-    node_rows = list(NodeRollup.objects.filter(node__in=node_ids, step=step, start__gte=first, start__lte=last)
-                     .order_by("start").values("node__name", "start", "ib_tx_bps", "ib_rx_bps", "fs_read_bps",
-                                               "fs_write_bps", "cpu_iowait", "gpu_util"))
-    times = sorted({_epoch(row["start"]) for row in gpu_rows})
+    # Epoch seconds rather than datetimes, node ids rather than a join: the rows of a job of a day on 64
+    # GPUs are many, and the names are known from per_gpu.
+    names = {row["node"]: row["node__name"] for row in per_gpu}
+    gpu_rows = list(held.order_by().annotate(t=Epoch("start")).values_list("node", "gpu", "t", "util", "fb_used_mib"))
+    io_fields = ("ib_tx_bps", "ib_rx_bps", "fs_read_bps", "fs_write_bps", "cpu_iowait")
+    node_rows = list(NodeRollup.objects.filter(node__in=list(names), step=step, start__gte=first, start__lte=last)
+                     .order_by().annotate(t=Epoch("start")).values_list("node", "t", *io_fields))
+    times = sorted({row[2] for row in gpu_rows})
     position = {t: i for i, t in enumerate(times)}
     series: dict[str, dict] = {}
-    for row in gpu_rows:
-        key = f"{row['node__name']}/{row['gpu']}"
-        entry = series.setdefault(key, {"util": [None] * len(times), "fb_used_mib": [None] * len(times)})
-        i = position[_epoch(row["start"])]
-        entry["util"][i] = _round(row["util"])
-        entry["fb_used_mib"][i] = _round(row["fb_used_mib"], 0)
+    for node_id, index, t, util, fb_used in gpu_rows:
+        entry = series.setdefault(f"{names[node_id]}/{index}", {"util": [None] * len(times),
+                                                                "fb_used_mib": [None] * len(times)})
+        i = position[t]
+        entry["util"][i] = _round(util)
+        entry["fb_used_mib"][i] = _round(fb_used, 0)
     nodes: dict[str, dict] = {}
-    for row in node_rows:
-        entry = nodes.setdefault(row["node__name"], {f: [None] * len(times) for f in
-                                                     ("ib_tx_bps", "ib_rx_bps", "fs_read_bps", "fs_write_bps",
-                                                      "cpu_iowait")})
-        i = position.get(_epoch(row["start"]))
+    for node_id, t, *values in node_rows:
+        entry = nodes.setdefault(names[node_id], {f: [None] * len(times) for f in io_fields})
+        i = position.get(t)
         if i is None:
             continue
-        for field in entry:
-            entry[field][i] = _round(row[field], _digits(field) if field in RATIOS else 0)
+        for field, value in zip(io_fields, values, strict=True):
+            entry[field][i] = _round(value, _digits(field) if field in RATIOS else 0)
+    series = dict(sorted(series.items()))
+    nodes = dict(sorted(nodes.items()))
     utils = [row["util"] for row in per_gpu if row["util"] is not None]
     return {
         "job": job_id, "step": step, "first": first.isoformat(), "last": last.isoformat(),

@@ -27,10 +27,12 @@ from django.utils import timezone
 from appliance import audit
 from appliance.inventory.models import Node
 
-from .models import HOUR, MINUTE, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+from .models import HOUR, MINUTE, TEN_MINUTES, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
 
 SETTLE_S = 120
 MAX_HOURS_PER_RUN = 48
+MAX_TEN_MINUTES_PER_RUN = 12 * 6
+TEN_MINUTES_BACK = timedelta(days=1, hours=2)
 
 GPU_MEANS = ("util", "sm_active", "tensor_active", "dram_active", "fb_used_mib", "power_w", "temp_c", "sm_clock_mhz",
              "throttled_share", "pcie_tx_bps", "pcie_rx_bps", "nvlink_bps")
@@ -98,6 +100,17 @@ def fold_hour(hour: datetime, node_ids=None) -> tuple[int, int]:
             update_fields=[*GPU_MEANS, *GPU_MAXIMA, *GPU_SUMS, "uuid", "profile", "job", "throttle_reasons"],
             batch_size=500)
 
+        node_rows = fold_nodes(hour, HOUR, node_ids)
+    return len(gpu_rows), node_rows
+
+
+def fold_nodes(start: datetime, step: int, node_ids=None) -> int:
+    """Fold the per-minute node rows of one bucket (`step` seconds from `start`, of the given nodes or
+    all) into node rows of that step (replacing what a previous fold made). Returns the rows written."""
+    minutes = Q(step=MINUTE, start__gte=start, start__lt=start + timedelta(seconds=step))
+    if node_ids is not None:
+        minutes &= Q(node_id__in=list(node_ids))
+    with transaction.atomic():
         node_minutes = NodeRollup.objects.filter(minutes)
         nodes = node_minutes.values("node_id").annotate(**_aggregates(NODE_MEANS, NODE_MAXIMA, NODE_SUMS))
         mounts = _fold_mounts(node_minutes.exclude(mounts={}).values_list("node_id", "samples", "mounts"))
@@ -105,12 +118,12 @@ def fold_hour(hour: datetime, node_ids=None) -> tuple[int, int]:
         for row in nodes:
             values = {name: row[name] for name in (*NODE_MEANS, *NODE_MAXIMA, *NODE_SUMS)}
             values.update(gpus=values["gpus"] or 0, ib_errors=values["ib_errors"] or 0, samples=values["samples"] or 0)
-            node_rows.append(NodeRollup(node_id=row["node_id"], step=HOUR, start=hour,
+            node_rows.append(NodeRollup(node_id=row["node_id"], step=step, start=start,
                                         mounts=mounts.get(row["node_id"], {}), **values))
         NodeRollup.objects.bulk_create(
             node_rows, update_conflicts=True, unique_fields=["node", "step", "start"],
             update_fields=[*NODE_MEANS, *NODE_MAXIMA, *NODE_SUMS, "mounts"], batch_size=500)
-    return len(gpu_rows), len(node_rows)
+    return len(node_rows)
 
 
 def _fold_mounts(rows) -> dict:
@@ -163,12 +176,43 @@ def fold(now: datetime | None = None) -> list[datetime]:
             break
         fold_hour(hour)
         folded.append(hour)
+    fold_ten_minutes(now)
+    return folded
+
+
+def ten_minutes_of(moment: datetime) -> datetime:
+    return moment.replace(minute=moment.minute // 10 * 10, second=0, microsecond=0)
+
+
+def fold_ten_minutes(now: datetime | None = None) -> list[datetime]:
+    """Fold the nodes' per-minute rows of each complete 10-minute bucket into per-10-minute node rows
+    (what the fleet's heatmap and totals read for ranges of hours). Each run folds again the buckets of
+    the newest folded one's hour and the hour before (minutes that come a little late land in them; an
+    older hour's late minutes are folded again by refold_late), then the new complete ones, at most
+    MAX_TEN_MINUTES_PER_RUN, never further back than TEN_MINUTES_BACK (the level serves ranges of a day
+    at most; an appliance that was off catches up on its newest day). Returns the buckets folded."""
+    now = now or timezone.now()
+    last_complete = ten_minutes_of(now - timedelta(seconds=SETTLE_S)) - timedelta(seconds=TEN_MINUTES)
+    newest = NodeRollup.objects.filter(step=TEN_MINUTES).aggregate(newest=Max("start"))["newest"]
+    oldest = NodeRollup.objects.filter(step=MINUTE, start__gte=last_complete - TEN_MINUTES_BACK) \
+        .aggregate(oldest=Min("start"))["oldest"]
+    if oldest is None:
+        return []
+    bucket = ten_minutes_of(oldest)
+    if newest is not None:
+        bucket = max(bucket, hour_of(newest) - timedelta(hours=1))
+    folded = []
+    while bucket <= last_complete and len(folded) < MAX_TEN_MINUTES_PER_RUN:
+        fold_nodes(bucket, TEN_MINUTES)
+        folded.append(bucket)
+        bucket += timedelta(seconds=TEN_MINUTES)
     return folded
 
 
 def refold_late(node_id: int, starts) -> list[datetime]:
     """Called by the ingest with the bucket starts of a write: fold again this node's hours that the
     periodic fold has already passed (late minutes after an outage)."""
+    starts = list(starts)
     hours = sorted({hour_of(start) for start in starts})
     if not hours:
         return []
@@ -176,6 +220,12 @@ def refold_late(node_id: int, starts) -> list[datetime]:
     late = [hour for hour in hours if watermark is not None and hour <= watermark]
     for hour in late:
         fold_hour(hour, node_ids=[node_id])
+    # and the node's per-10-minute rows of those hours, where they were folded already
+    if late:
+        newest_ten = NodeRollup.objects.filter(step=TEN_MINUTES).aggregate(newest=Max("start"))["newest"]
+        for bucket in sorted({ten_minutes_of(start) for start in starts if hour_of(start) in late}):
+            if newest_ten is not None and bucket <= newest_ten:
+                fold_nodes(bucket, TEN_MINUTES, node_ids=[node_id])
     return late
 
 
@@ -196,7 +246,9 @@ def prune(now: datetime | None = None) -> dict:
     with transaction.atomic():
         if minute_cutoff is not None:
             counts["minute_gpu_rows"] = GpuRollup.objects.filter(step=MINUTE, start__lt=minute_cutoff)._raw_delete("default")
-            counts["minute_node_rows"] = NodeRollup.objects.filter(step=MINUTE, start__lt=minute_cutoff)._raw_delete("default")
+            # the per-10-minute node rows (a finer view of the same hours) go with the minutes
+            counts["minute_node_rows"] = NodeRollup.objects.filter(step__in=(MINUTE, TEN_MINUTES),
+                                                                   start__lt=minute_cutoff)._raw_delete("default")
         counts["hour_gpu_rows"] = GpuRollup.objects.filter(step=HOUR, start__lt=hour_cutoff)._raw_delete("default")
         counts["hour_node_rows"] = NodeRollup.objects.filter(step=HOUR, start__lt=hour_cutoff)._raw_delete("default")
         counts["events"] = HardwareEvent.objects.filter(time__lt=hour_cutoff)._raw_delete("default")

@@ -134,7 +134,7 @@ def generate(node_ids: list[int], now: datetime, gpu_hours: float, node_hours: f
                     "ib_tx_bps", "ib_rx_bps", "ib_errors", "fs_read_bps", "fs_write_bps", "cpu_busy", "cpu_iowait",
                     "mounts"]
     mounts = json.dumps({mount: {"fstype": fstype, "read_bps": 1.5e9, "write_bps": 5e7} for mount, fstype in MOUNTS})
-    gpu_rows = node_rows = hour_rows = 0
+    gpu_rows = node_rows = hour_rows = ten_rows = gpu_hour_rows = 0
     with transaction.atomic():
         for m in range(int(gpu_hours * 60)):
             start = stamp(newest - timedelta(minutes=m))
@@ -152,18 +152,39 @@ def generate(node_ids: list[int], now: datetime, gpu_hours: float, node_hours: f
             node_rows += insert(NodeRollup, node_columns, [
                 (node_id, 60, start, 60, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0, 3e9, 1e8, 0.3, 0.05,
                  mounts) for node_id in node_ids])
-        last_hour = newest.replace(minute=0) - timedelta(hours=int(node_hours) + 1)
+        # What the periodic fold keeps up to date: per-hour node rows of every complete hour, per-10-minute
+        # node rows of every complete 10 minutes of the last day, per-hour GPU rows of the last day.
+        last_hour = newest.replace(minute=0) - timedelta(hours=1)
         for h in range(hour_days * 24):
             start = stamp(last_hour - timedelta(hours=h))
             hour_rows += insert(NodeRollup, node_columns, [
                 (node_id, 3600, start, 3600, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0, 3e9, 1e8, 0.3,
                  0.05, "{}") for node_id in node_ids])
+        last_ten = newest.replace(minute=newest.minute // 10 * 10) - timedelta(minutes=10)
+        for t in range(int(node_hours * 6)):
+            start = stamp(last_ten - timedelta(minutes=10 * t))
+            ten_rows += insert(NodeRollup, node_columns, [
+                (node_id, 600, start, 600, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0, 3e9, 1e8, 0.3,
+                 0.05, mounts) for node_id in node_ids])
+        for h in range(int(node_hours)):
+            start = stamp(last_hour - timedelta(hours=h))
+            rows = []
+            for i, node_id in enumerate(node_ids):
+                job = str(1000 + (i + h) // 4)  # the jobs move on by one node an hour
+                for gpu in range(8):
+                    util = rng.uniform(0, 100)
+                    rows.append((node_id, gpu, -1, 3600, start, 3600, job, f"GPU-{node_id}-{gpu}", "", util,
+                                 min(100.0, util + 10), util / 120, 40000.0, 81559.0, 100 + util * 5, 700.0,
+                                 (100 + util * 5) * 3600, 40 + util / 3, 0, 0, 0))
+            gpu_hour_rows += insert(GpuRollup, gpu_columns, rows)
         events = [HardwareEvent(node_id=node_id, kind="xid", gpu=3, time=newest - timedelta(minutes=i),
                                 message="XID 79: GPU has fallen off the bus") for i, node_id in enumerate(node_ids[::5])]
         HardwareEvent.objects.bulk_create(events)
-    print(f"generated {gpu_rows + node_rows + hour_rows:,} rows in {time.perf_counter() - started:.0f} s: "
-          f"{gpu_rows:,} per-minute GPU rows ({gpu_hours:g} h), {node_rows:,} per-minute node rows ({node_hours:g} h), "
-          f"{hour_rows:,} per-hour node rows ({hour_days} days), {len(events)} alerts")
+    print(f"generated {gpu_rows + node_rows + hour_rows + ten_rows + gpu_hour_rows:,} rows in "
+          f"{time.perf_counter() - started:.0f} s: {gpu_rows:,} per-minute GPU rows ({gpu_hours:g} h), "
+          f"{gpu_hour_rows:,} per-hour GPU rows ({int(node_hours)} h), {node_rows:,} per-minute node rows "
+          f"({node_hours:g} h), {ten_rows:,} per-10-minute node rows ({node_hours:g} h), {hour_rows:,} per-hour "
+          f"node rows ({hour_days} days), {len(events)} alerts")
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
@@ -177,12 +198,17 @@ def targets(node: str, job: str) -> list[tuple[str, str]]:
         ("Inventory node page", f"/inventory/nodes/{node}/"),
         ("API live summary", "/api/v1/telemetry/live/"),
         ("API overview 1h", "/api/v1/telemetry/overview/?range=1h"),
+        ("API overview 6h", "/api/v1/telemetry/overview/?range=6h"),
         ("API overview 24h", "/api/v1/telemetry/overview/?range=24h"),
         ("API overview 7d", "/api/v1/telemetry/overview/?range=7d"),
         ("API node 1h", f"/api/v1/telemetry/nodes/{node}/?range=1h"),
         ("API node 24h", f"/api/v1/telemetry/nodes/{node}/?range=24h"),
         ("API GPU 1h", f"/api/v1/telemetry/nodes/{node}/gpus/3/?range=1h"),
+        ("API GPU 24h", f"/api/v1/telemetry/nodes/{node}/gpus/3/?range=24h"),
+        ("Jobs page (24h)", "/telemetry/jobs/"),
+        ("API jobs 1h", "/api/v1/telemetry/jobs/?range=1h"),
         ("API jobs 24h", "/api/v1/telemetry/jobs/?range=24h"),
+        ("Job page", f"/telemetry/jobs/{job}/"),
         ("API job", f"/api/v1/telemetry/jobs/{job}/"),
         ("API alerts", "/api/v1/telemetry/alerts/"),
     ]
