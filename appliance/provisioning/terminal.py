@@ -13,7 +13,21 @@ from .acceptance import unchecked_hosts, unit_of
 from .catalogue import active as active_catalogue
 from .states import StageState
 
-PORTAL = "http://127.0.0.1:8000"
+DEFAULT_PORTAL_ADDRESS = "127.0.0.1:8000"
+
+
+def portal_address(appliance) -> str:
+    """Where the portal the command line points to listens: on a simulated appliance, its state directory's
+    demo portal (the port its collectors' ingest URL names too); otherwise runserver's default.
+    Raises appliance.simulation.ports.PortError when the demo portal's port cannot be allocated."""
+    if not getattr(appliance, "simulated", False):
+        return DEFAULT_PORTAL_ADDRESS
+    from django.conf import settings
+
+    from appliance.simulation import ports
+
+    return f"127.0.0.1:{ports.portal_port(settings.SIMULATION_DIR)}"
+
 
 def run_title(run) -> str:
     """What the run does, in words: a bootstrap of some stages is not "every stage"."""
@@ -77,7 +91,8 @@ def acceptance_lines(run, report, all_checks: bool = False) -> list[str]:
     if shown:
         lines.append("Checks:" if all_checks else "Failed checks:")
         lines += [check_line(check) for check in shown]
-    page = f"{PORTAL}{reverse('provisioning:acceptance')}?appliance={run.appliance.name}"
-    lines.append(f"Full report: {page} (this run: {PORTAL}{reverse('provisioning:run', args=[run.pk])})"
+    portal = f"http://{portal_address(run.appliance)}"
+    page = f"{portal}{reverse('provisioning:acceptance')}?appliance={run.appliance.name}"
+    lines.append(f"Full report: {page} (this run: {portal}{reverse('provisioning:run', args=[run.pk])})"
                  + ("" if all_checks else "; --all prints every check here"))
     return lines

@@ -221,15 +221,13 @@ class Command(BaseCommand):
     def _how_to_open(self, appliance):
         # An installed wheel's command is `appliance`; a checkout's, manage.py.
         server = "appliance runserver" if resources.INSTALLED else "python manage.py runserver"
-        address = "127.0.0.1:8000"
-        if appliance.simulated:
-            from appliance.simulation import ports
+        from appliance.simulation import ports
 
-            # the port its simulated nodes' collectors send their rollups to (the ingest URL's)
-            try:
-                address = f"127.0.0.1:{ports.portal_port(settings.SIMULATION_DIR)}"
-            except ports.PortError as exc:
-                raise CommandError(f"the demo portal's port: {exc}", returncode=1) from None
+        # on a simulated appliance, the port its nodes' collectors send their rollups to (the ingest URL's)
+        try:
+            address = terminal.portal_address(appliance)
+        except ports.PortError as exc:
+            raise CommandError(f"the demo portal's port: {exc}", returncode=1) from None
         self.console.print(
             f"Open the portal: [bold]{server} {address}[/bold], then "
             f"http://{address}/provisioning/ (log in as the administrator above); "
