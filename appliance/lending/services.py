@@ -132,6 +132,9 @@ def propose(*, nodes: list[str], from_pool: str, to_pool: str, window_start, win
     lender, borrower = _pool(from_pool, "from_pool"), _pool(to_pool, "to_pool")
     if lender.pk == borrower.pk:
         raise LendingError("to_pool: a pool cannot lend to itself")
+    if lender.kind == borrower.kind:
+        raise LendingError(f"to_pool: pools {lender} and {borrower} are both {lender.kind} pools; a plan lends "
+                           "between the training and the inference pool")
     if lender.appliance_id != borrower.appliance_id:
         raise LendingError(f"to_pool: pool {borrower} is on appliance {borrower.appliance}, not {lender.appliance}")
     if not isinstance(reason, str) or not reason.strip():
@@ -312,8 +315,9 @@ def _fail(plan: LendingPlan, name: str, message: str, details: dict | None = Non
 
 def _begin_reconfigure(plan: LendingPlan, pool: Pool, state: str, now: datetime) -> None:
     moved = _set_pool(plan, pool)
-    _move(plan, state)
-    plan.save(update_fields=["state", "updated"])
+    if plan.state != state:
+        _move(plan, state)
+        plan.save(update_fields=["state", "updated"])
     _step(plan, "move", Outcome.SUCCESS, f"{', '.join(plan.nodes)} now in pool {pool}", now=now,
           details={"moved": moved, "pool": pool.name})
     outcome, message, run_id = _rerun_workloads(plan)
@@ -325,6 +329,64 @@ def _begin_reconfigure(plan: LendingPlan, pool: Pool, state: str, now: datetime)
     _step(plan, "workloads", outcome, message, now=now, details={"run": run_id})
 
 
+def _leave(plan: LendingPlan, pool: Pool) -> tuple[str, str, dict] | None:
+    """Drain the nodes in Slurm when `pool` is scheduled by Slurm. Returns (outcome, message, details), or
+    None when Slurm refused (the plan has failed)."""
+    if not _uses_slurm(pool):
+        return (Outcome.SKIPPED, f"pool {pool} is not scheduled by Slurm: nothing drained in Slurm (its Kubernetes "
+                "is simulation state on a simulated appliance)", {})
+    why = f"lent to pool {plan.to_pool} by lending plan {plan.pk}" if pool == plan.from_pool else \
+        f"returning to pool {plan.from_pool} (lending plan {plan.pk})"
+    try:
+        slurmctl.drain(plan.appliance, plan.nodes, why)
+    except slurmctl.SlurmCommandError as exc:
+        _fail(plan, "drain", f"drain in Slurm failed: {exc}")
+        return None
+    return (Outcome.SUCCESS, f"drained in Slurm ({why}); running jobs may finish until the deadline",
+            {"slurm": _slurm_states(plan)})
+
+
+def _jobs_block(plan: LendingPlan, pool: Pool, now: datetime) -> bool:
+    """Whether jobs of `pool`'s Slurm still hold the nodes (requeued once the deadline has passed)."""
+    if not _uses_slurm(pool):
+        return False
+    try:
+        jobs = slurmctl.jobs_on(plan.appliance, plan.nodes)
+    except slurmctl.SlurmCommandError as exc:
+        _fail(plan, "drain", f"listing the nodes' jobs failed: {exc}")
+        return True
+    if not jobs:
+        return False
+    requeue = [job["id"] for job in jobs if job["state"] in slurmctl.REQUEUED_STATES]
+    if requeue and plan.deadline and now >= plan.deadline:
+        try:
+            slurmctl.requeue(plan.appliance, requeue)
+        except slurmctl.SlurmCommandError as exc:
+            _fail(plan, "requeue", f"requeueing jobs {', '.join(requeue)} failed: {exc}")
+            return True
+        _step(plan, "requeue", Outcome.SUCCESS, f"deadline passed: jobs {', '.join(requeue)} requeued",
+              details={"jobs": jobs})
+    return True
+
+
+def _arrive(plan: LendingPlan, pool: Pool) -> bool:
+    """Resume the nodes in Slurm when `pool` is scheduled by Slurm. False when Slurm refused (plan failed)."""
+    if not _uses_slurm(pool):
+        return True
+    try:
+        slurmctl.resume(plan.appliance, plan.nodes)
+    except slurmctl.SlurmCommandError as exc:
+        _fail(plan, "resume", f"resume in Slurm failed: {exc}")
+        return False
+    _step(plan, "resume", Outcome.SUCCESS, f"resumed in Slurm: {', '.join(plan.nodes)} serve pool {pool}",
+          details={"slurm": _slurm_states(plan)})
+    return True
+
+
+def _in_pool(plan: LendingPlan, pool: Pool) -> bool:
+    return PoolMembership.objects.filter(node__appliance=plan.appliance, node__name__in=plan.nodes, pool=pool).exists()
+
+
 def _advance_once(plan: LendingPlan, now: datetime) -> bool:
     """Take the step that is due, if any. Returns whether the plan changed."""
     policy = policy_of(plan.from_pool)
@@ -332,45 +394,22 @@ def _advance_once(plan: LendingPlan, now: datetime) -> bool:
     if plan.state == PlanState.APPROVED:
         if now < plan.window_start:
             return False
-        if _uses_slurm(plan.from_pool):
-            why = f"lent to pool {plan.to_pool} by lending plan {plan.pk}"
-            try:
-                slurmctl.drain(plan.appliance, plan.nodes, why)
-            except slurmctl.SlurmCommandError as exc:
-                _fail(plan, "drain", f"drain in Slurm failed: {exc}")
-                return True
-            outcome, message = Outcome.SUCCESS, f"drained in Slurm ({why}); running jobs may finish until the deadline"
-        else:
-            outcome, message = (Outcome.SKIPPED, f"pool {plan.from_pool} is not scheduled by Slurm: no drain in Slurm "
-                                "(its Kubernetes is simulation state on this appliance)")
         _move(plan, PlanState.DRAINING)
         plan.deadline = now + wait
         plan.save(update_fields=["state", "deadline", "updated"])
-        _step(plan, "drain", outcome, message, now=now,
-              details={"deadline": plan.deadline.isoformat(), "slurm": _slurm_states(plan) if outcome == "success"
-                       else {}})
+        left = _leave(plan, plan.from_pool)
+        if left is not None:
+            _step(plan, "drain", left[0], left[1], details={"deadline": plan.deadline.isoformat(), **left[2]})
         return True
     if plan.state == PlanState.DRAINING:
-        jobs = []
-        if _uses_slurm(plan.from_pool):
-            try:
-                jobs = slurmctl.jobs_on(plan.appliance, plan.nodes)
-            except slurmctl.SlurmCommandError as exc:
-                _fail(plan, "drain", f"listing the nodes' jobs failed: {exc}")
-                return True
-        if jobs:
-            requeue = [job["id"] for job in jobs if job["state"] in slurmctl.REQUEUED_STATES]
-            if now < plan.deadline or not requeue:
-                return False
-            try:
-                slurmctl.requeue(plan.appliance, requeue)
-            except slurmctl.SlurmCommandError as exc:
-                _fail(plan, "requeue", f"requeueing jobs {', '.join(requeue)} failed: {exc}")
-                return True
-            _step(plan, "requeue", Outcome.SUCCESS, f"deadline passed: jobs {', '.join(requeue)} requeued", now=now,
-                  details={"jobs": jobs})
-            return True
+        if _jobs_block(plan, plan.from_pool, now):
+            return plan.state == PlanState.FAILED  # a requeue is a step, not a change of state: wait for the jobs
         _begin_reconfigure(plan, plan.to_pool, PlanState.MOVED, now)
+        return True
+    if plan.state == PlanState.RECLAIMING and _in_pool(plan, plan.to_pool):
+        if _jobs_block(plan, plan.to_pool, now):
+            return plan.state == PlanState.FAILED
+        _begin_reconfigure(plan, plan.from_pool, PlanState.RECLAIMING, now)
         return True
     if plan.state in (PlanState.MOVED, PlanState.RECLAIMING):
         result = _run_result(plan)
@@ -380,33 +419,30 @@ def _advance_once(plan: LendingPlan, now: datetime) -> bool:
             _fail(plan, "workloads", f"the workloads stage run #{plan.run_id} ended {result}")
             return True
         if plan.state == PlanState.MOVED:
+            if not _arrive(plan, plan.to_pool):
+                return True
             _move(plan, PlanState.ACTIVE)
             plan.save(update_fields=["state", "updated"])
-            _step(plan, "activate", Outcome.SUCCESS, f"{', '.join(plan.nodes)} serve pool {plan.to_pool}", now=now)
+            _step(plan, "activate", Outcome.SUCCESS, f"{', '.join(plan.nodes)} serve pool {plan.to_pool}")
             return True
-        if _uses_slurm(plan.from_pool):
-            try:
-                slurmctl.resume(plan.appliance, plan.nodes)
-            except slurmctl.SlurmCommandError as exc:
-                _fail(plan, "resume", f"resume in Slurm failed: {exc}")
-                return True
-            outcome, message = Outcome.SUCCESS, f"resumed in Slurm: {', '.join(plan.nodes)} back in pool {plan.from_pool}"
-        else:
-            outcome, message = Outcome.SKIPPED, f"pool {plan.from_pool} is not scheduled by Slurm: nothing to resume"
+        if not _arrive(plan, plan.from_pool):
+            return True
         _move(plan, PlanState.RETURNED)
         plan.save(update_fields=["state", "updated"])
-        _step(plan, "resume", outcome, message, now=now, details={"slurm": _slurm_states(plan) if outcome == "success"
-                                                                 else {}})
+        _step(plan, "return", Outcome.SUCCESS, f"{', '.join(plan.nodes)} back in pool {plan.from_pool}")
         return True
     if plan.state == PlanState.ACTIVE:
         if not plan.reclaim_requested and now < plan.window_end:
             return False
         why = "reclaim asked" if plan.reclaim_requested else "the window ended"
-        _step(plan, "reclaim", Outcome.SUCCESS, f"{why}: {', '.join(plan.nodes)} return to pool {plan.from_pool}",
-              now=now)
+        _move(plan, PlanState.RECLAIMING)
         plan.deadline = now + wait
-        plan.save(update_fields=["deadline", "updated"])
-        _begin_reconfigure(plan, plan.from_pool, PlanState.RECLAIMING, now)
+        plan.save(update_fields=["state", "deadline", "updated"])
+        left = _leave(plan, plan.to_pool)
+        if left is not None:
+            _step(plan, "reclaim", Outcome.SUCCESS, f"{why}: {', '.join(plan.nodes)} return to pool {plan.from_pool}"
+                  + (f"; {left[1]}" if left[0] == Outcome.SUCCESS else ""),
+                  details={"deadline": plan.deadline.isoformat(), **left[2]})
         return True
     return False
 
@@ -449,22 +485,28 @@ def rollback(plan: LendingPlan, actor, reason: str) -> LendingPlan:
         if done["moved_back"]:
             outcome, message, run_id = _rerun_workloads(plan, actor)
             done["workloads"] = {"outcome": outcome, "message": message, "run": run_id}
-        drained = plan.steps.filter(name="drain", outcome=Outcome.SUCCESS).exists()
-        resumed = plan.steps.filter(name="resume", outcome=Outcome.SUCCESS).exists()
-        if drained and not resumed and _uses_slurm(plan.from_pool):
+        # Slurm ends as it was before the plan: the lender's Slurm takes its nodes back, the borrower's lets go.
+        if _uses_slurm(plan.from_pool) and plan.steps.filter(name="drain", outcome=Outcome.SUCCESS).exists():
             try:
-                jobs = slurmctl.jobs_on(plan.appliance, plan.nodes)
+                done["jobs_on_nodes"] = slurmctl.jobs_on(plan.appliance, plan.nodes)
                 slurmctl.resume(plan.appliance, plan.nodes)
                 done["resumed"] = plan.nodes
-                done["jobs_still_running"] = jobs
             except slurmctl.SlurmCommandError as exc:
-                done["resume_error"] = str(exc)
+                done["slurm_error"] = str(exc)
+        if _uses_slurm(plan.to_pool) and plan.steps.filter(name="resume", outcome=Outcome.SUCCESS).exists():
+            try:
+                slurmctl.drain(plan.appliance, plan.nodes, f"lending plan {plan.pk} rolled back")
+                done["drained"] = plan.nodes
+                done["jobs_on_nodes"] = slurmctl.jobs_on(plan.appliance, plan.nodes)
+            except slurmctl.SlurmCommandError as exc:
+                done["slurm_error"] = str(exc)
         plan.save(update_fields=["state", "updated"])
-        failed = "resume_error" in done or done.get("workloads", {}).get("outcome") == Outcome.FAILURE
+        failed = "slurm_error" in done or done.get("workloads", {}).get("outcome") == Outcome.FAILURE
         message = (f"rolled back by {actor.get_username()}: " + "; ".join(filter(None, [
             f"{', '.join(done['moved_back'])} back in pool {plan.from_pool}" if done["moved_back"] else "",
             f"resumed in Slurm ({', '.join(done['resumed'])})" if done.get("resumed") else "",
-            f"resume failed: {done['resume_error']}" if "resume_error" in done else "",
+            f"drained in Slurm ({', '.join(done['drained'])}; running jobs may finish)" if done.get("drained") else "",
+            f"Slurm refused: {done['slurm_error']}" if "slurm_error" in done else "",
             done.get("workloads", {}).get("message", "")])) or "nothing had changed yet")
         _step(plan, "rollback", Outcome.FAILURE if failed else Outcome.SUCCESS, message, actor=actor, details=done)
     return plan

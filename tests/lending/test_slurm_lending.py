@@ -89,12 +89,12 @@ def test_a_node_is_lent_to_inference_and_returned_through_slurm(lending_slurm):
     steps = list(plan.steps.values_list("name", "outcome"))
     assert steps == [("propose", "success"), ("approve", "success"), ("drain", "success"), ("requeue", "success"),
                      ("move", "success"), ("workloads", "skipped"), ("activate", "success"), ("reclaim", "success"),
-                     ("move", "success"), ("workloads", "skipped"), ("resume", "success")]
+                     ("move", "success"), ("workloads", "skipped"), ("resume", "success"), ("return", "success")]
     events = list(AuditRecord.objects.filter(target_type="lending.lendingplan", target_id=str(plan.pk))
                   .order_by("sequence").values_list("event", "actor_username"))
     assert events[:2] == [("lending.plan.propose", "operator-user"), ("lending.plan.approve", "administrator-user")]
     assert [event for event, _ in events[2:]] == [f"lending.plan.{name}" for name in (
-        "drain", "requeue", "move", "workloads", "activate", "reclaim", "move", "workloads", "resume")]
+        "drain", "requeue", "move", "workloads", "activate", "reclaim", "move", "workloads", "resume", "return")]
 
     # A second plan, lent at once (no job on gpu02), is rolled back: back in training and resumed.
     second = services.propose(nodes=["gpu02"], from_pool="training", to_pool="inference", window_start=t0,
