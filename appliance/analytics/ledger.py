@@ -69,43 +69,83 @@ def _share(profile: str, instance: int) -> float:
     return int(prefix) / MIG_COMPUTE_SLICES if prefix.isdigit() else 1.0 / MIG_COMPUTE_SLICES
 
 
-def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
-    sql = (f"SELECT node_id, gpu, instance, {_epoch_sql('start')}, job, profile, util, sm_active, fb_used_mib, "
-           "fb_total_mib, sm_clock_mhz, throttle_reasons, throttled_share, nvlink_bps "
-           "FROM telemetry_gpurollup WHERE step = %s AND start >= %s AND start < %s")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [STEP, _param(since), _param(until)])
-        rows = cursor.fetchall()
-    names = ("node_id", "gpu", "instance", "t", "job", "profile", "util", "sm_active", "fb_used_mib", "fb_total_mib",
+GPU_NAMES = ("node_id", "gpu", "instance", "t", "job", "profile", "util", "sm_active", "fb_used_mib", "fb_total_mib",
              "sm_clock_mhz", "throttle_reasons", "throttled_share", "nvlink_bps")
-    if not rows:
+NODE_NAMES = ("node_id", "t", "cpu_iowait", "cpu_busy", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "fs_read_bps")
+INTEGERS = {"node_id", "gpu", "instance", "t", "throttle_reasons"}
+STRINGS = {"job", "profile"}
+
+
+def _read(table: str, names: tuple[str, ...], since: datetime, until: datetime) -> dict[str, np.ndarray]:
+    """One window's columns of a rollup table as numpy arrays (NULL: NaN; a text column as `<name>_code`, an
+    index into `<name>_values`, where code 0 is the empty text). PostgreSQL sends them as CSV (COPY), which
+    pyarrow parses in C++; SQLite's rows go through its cursor."""
+    selected = ", ".join(_epoch_sql("start") if name == "t" else name for name in names)
+    where = "step = %s AND start >= %s AND start < %s"
+    params = [STEP, _param(since), _param(until)]
+    if connection.vendor == "postgresql":
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyarrow import csv
+
+        connection.ensure_connection()
+        data = bytearray()
+        with connection.connection.cursor() as raw, raw.copy(
+                f"COPY (SELECT {selected} FROM {table} WHERE {where}) TO STDOUT WITH (FORMAT csv)", params) as copy:
+            for block in copy:
+                data += block
+        if not data:
+            return {name: np.zeros(0, dtype=np.int64 if name in INTEGERS else np.float64) for name in names
+                    if name not in STRINGS} | {f"{name}_{part}": np.zeros(0, dtype=np.int64 if part == "code" else object)
+                                               for name in names if name in STRINGS for part in ("code", "values")}
+        types = {name: pa.int64() if name in INTEGERS else pa.string() if name in STRINGS else pa.float64()
+                 for name in names}
+        parsed = csv.read_csv(pa.py_buffer(bytes(data)), read_options=csv.ReadOptions(column_names=list(names)),
+                              convert_options=csv.ConvertOptions(column_types=types, strings_can_be_null=False))
+        result = {}
+        for name in names:
+            column = parsed.column(name)
+            if name in STRINGS:
+                encoded = pc.dictionary_encode(column).combine_chunks()
+                values = [""] + encoded.dictionary.to_pylist()
+                codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64) + 1
+                empty = np.array([value == "" for value in values[1:]], dtype=bool)
+                codes[empty[codes - 1]] = 0
+                result[f"{name}_code"], result[f"{name}_values"] = codes, np.array(values, dtype=object)
+            else:
+                result[name] = column.to_numpy().astype(np.int64 if name in INTEGERS else np.float64)
+        return result
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {selected} FROM {table} WHERE {where}", params)
+        rows = cursor.fetchall()
+    columns = dict(zip(names, zip(*rows, strict=True), strict=True)) if rows else {name: () for name in names}
+    result = {}
+    for name in names:
+        if name in STRINGS:
+            codes: dict[str, int] = {"": 0}
+            result[f"{name}_code"] = np.array([codes.setdefault(value or "", len(codes)) for value in columns[name]],
+                                              dtype=np.int64)
+            result[f"{name}_values"] = np.array(list(codes), dtype=object)
+        elif name == "throttle_reasons":
+            result[name] = np.array([value or 0 for value in columns[name]], dtype=np.int64)
+        else:
+            result[name] = np.array(columns[name], dtype=np.int64 if name in INTEGERS else np.float64)
+    return result
+
+
+def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
+    result = _read("telemetry_gpurollup", GPU_NAMES, since, until)
+    if not len(result["t"]):
         return {}
-    columns = dict(zip(names, zip(*rows, strict=True), strict=True))
-    result = {name: np.array(columns[name], dtype=np.int64) for name in ("node_id", "gpu", "instance", "t")}
-    for name in ("util", "sm_active", "fb_used_mib", "fb_total_mib", "sm_clock_mhz", "throttled_share", "nvlink_bps"):
-        result[name] = np.array(columns[name], dtype=np.float64)  # None becomes NaN
-    result["throttle_reasons"] = np.array([value or 0 for value in columns["throttle_reasons"]], dtype=np.int64)
-    codes: dict[str, int] = {"": 0}
-    result["job_code"] = np.array([codes.setdefault(job or "", len(codes)) for job in columns["job"]], dtype=np.int64)
-    result["jobs"] = np.array(list(codes), dtype=object)
-    profiles: dict[tuple, float] = {}
-    result["share"] = np.array([profiles.setdefault(key, _share(*key)) if key not in profiles else profiles[key]
-                                for key in zip(columns["profile"], columns["instance"], strict=True)])
+    result["job_code"], result["jobs"] = result.pop("job_code"), result.pop("job_values")
+    shares = np.array([_share(profile, 0) for profile in result["profile_values"]])
+    result["share"] = np.where(result["instance"] == -1, 1.0, shares[result.pop("profile_code")])
+    result.pop("profile_values")
     return result
 
 
 def _node_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
-    sql = (f"SELECT node_id, {_epoch_sql('start')}, cpu_iowait, cpu_busy, ib_tx_bps, ib_rx_bps, ib_line_bps, "
-           "fs_read_bps FROM telemetry_noderollup WHERE step = %s AND start >= %s AND start < %s")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [STEP, _param(since), _param(until)])
-        rows = cursor.fetchall()
-    names = ("node_id", "t", "cpu_iowait", "cpu_busy", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "fs_read_bps")
-    if not rows:
-        return {name: np.zeros(0, dtype=np.int64 if name in ("node_id", "t") else np.float64) for name in names}
-    columns = dict(zip(names, zip(*rows, strict=True), strict=True))
-    return {name: np.array(values, dtype=np.int64 if name in ("node_id", "t") else np.float64)
-            for name, values in columns.items()}
+    return _read("telemetry_noderollup", NODE_NAMES, since, until)
 
 
 def _mounts(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict | None]:

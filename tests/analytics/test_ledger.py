@@ -157,3 +157,21 @@ def test_the_clock_attributes_every_minute(db):
     assert beat_schedule()["analytics-attribute"] == {"task": "analytics.attribute", "schedule": 60}
     assert tasks.attribute.apply().get() == {"minutes": 0, "buckets": 0, "seconds": 0.0, "attributed_until": None,
                                              "elapsed_s": pytest.approx(0, abs=5)}
+
+
+def test_the_columns_are_what_the_rows_hold(rows):
+    """The raw column read (CSV through COPY on PostgreSQL, the cursor on SQLite) gives every value exactly,
+    a missing one as NaN, texts as codes."""
+    gpu01, _ = rows
+    GpuRollup.objects.create(node=gpu01, gpu=5, step=60, start=T0, samples=60, job="x", util=1 / 3, sm_active=None,
+                             fb_used_mib=0.1 + 0.2, throttle_reasons=0x40)
+    columns = ledger._gpu_columns(T0, T0 + MINUTE)
+    mine = [i for i, (n, g) in enumerate(zip(columns["node_id"], columns["gpu"], strict=True))
+            if (n, g) == (gpu01.pk, 5)]
+    [i] = mine
+    assert columns["util"][i] == 1 / 3 and columns["fb_used_mib"][i] == 0.1 + 0.2
+    assert columns["sm_active"][i] != columns["sm_active"][i]  # NaN
+    assert columns["throttle_reasons"][i] == 0x40 and columns["jobs"][columns["job_code"][i]] == "x"
+    assert columns["t"][i] == int(T0.timestamp()) and len(columns["t"]) == 8
+    assert sorted(columns["share"].round(4).tolist()) == [0.1429, 0.4286] + [1.0] * 6
+    assert set(columns["jobs"][columns["job_code"][columns["instance"] == 2]]) == {""}
