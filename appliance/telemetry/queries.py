@@ -155,12 +155,13 @@ def _segments(rng: Range, level: int, first: datetime, last: datetime, model=Nod
     if inside and start < first:
         start += timedelta(seconds=level)
         segments.append((rng.step, first, start, False))
+    folded = False
     for step in reversed(coarse):
         end = newest[step] + timedelta(seconds=step) if step in newest else start
         if end > start:
             segments.append((step, start, end, False))
-            start = end
-    if len(segments) == (1 if inside and segments else 0):  # nothing coarser folded in the window
+            start, folded = end, True
+    if not folded:  # nothing coarser folded in the window
         return [(rng.step, first, last, True)]
     segments.append((rng.step, start, last, True))
     return segments
