@@ -37,6 +37,10 @@ MOUNT_SATURATED_SHARE = 0.80
 # Node CPUs busy at or above this share: the data loaders are CPU-bound. iowait at or above: reads block.
 CPU_SATURATED = 0.90
 IOWAIT_HIGH = 0.20
+# communication-bound: a job whose GPUs waited on their peers or the fabric at least this share of its time;
+# the fabric counts as saturated at or above FABRIC_SATURATED_SHARE of the ports' line rate.
+COMMUNICATION_BOUND_MIN_SHARE = 0.30
+FABRIC_SATURATED_SHARE = 0.80
 # straggler: a GPU judged straggler at least this share of the seconds it held for its jobs.
 STRAGGLER_MIN_SHARE = 0.20
 # throttled: a GPU slowed by power or thermal limits at least this share of the seconds it was measured.
@@ -59,7 +63,7 @@ THRESHOLDS = {name: value for name, value in globals().items() if name.isupper()
 
 SLOWDOWN_NAMES = {"sw_power_cap": "power", "hw_power_brake": "power", "sw_thermal": "thermal",
                   "hw_thermal": "thermal", "hw_slowdown": "hardware slowdown"}
-DETECTED_KINDS = (Finding.Kind.INPUT_BOUND, Finding.Kind.STRAGGLER, Finding.Kind.ALLOCATED_IDLE,
+DETECTED_KINDS = (Finding.Kind.INPUT_BOUND, Finding.Kind.COMMUNICATION_BOUND, Finding.Kind.STRAGGLER, Finding.Kind.ALLOCATED_IDLE,
                   Finding.Kind.MEMORY_ONLY, Finding.Kind.THROTTLED, Finding.Kind.POOL_IDLE)
 
 
@@ -255,6 +259,74 @@ def detect_input_bound(rows) -> Result:
              "cpu_busy": None if busy is None else round(busy, 4), "cpu_iowait": None if wait is None else round(wait, 4),
              "gds_verified_nodes": gds, "nodes": [nodes[n].name for n in node_ids if n in nodes]},
             job=job, pool=mine[0]["pool"], node_id=node_ids[0] if len(node_ids) == 1 else None))
+    return result
+
+
+def _fabric(node_ids, hours) -> dict:
+    """Per node, over the given hours: mean InfiniBand traffic (the larger direction) as a share of its
+    ports' line rate, and mean port_xmit_wait per second."""
+    from appliance.telemetry.models import NodeRollup
+
+    if not node_ids or not hours:
+        return {}
+    first, last = min(hours), max(hours) + timedelta(hours=1)
+    rows = [r for r in NodeRollup.objects.filter(node_id__in=node_ids, start__gte=first, start__lt=last).values(
+        "node_id", "step", "start", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "ib_xmit_wait")
+        if r["start"].replace(minute=0, second=0, microsecond=0) in hours]
+    step = 60 if any(r["step"] == 60 for r in rows) else 3600
+    result = {}
+    for node_id in node_ids:
+        shares = [max(r["ib_tx_bps"] or 0.0, r["ib_rx_bps"] or 0.0) / r["ib_line_bps"] for r in rows
+                  if r["node_id"] == node_id and r["step"] == step and r["ib_line_bps"]]
+        waits = [r["ib_xmit_wait"] for r in rows if r["node_id"] == node_id and r["step"] == step
+                 and r["ib_xmit_wait"] is not None]
+        if shares or waits:
+            result[node_id] = {"line_share": round(sum(shares) / len(shares), 4) if shares else None,
+                               "xmit_wait": round(sum(waits) / len(waits), 1) if waits else None}
+    return result
+
+
+def detect_communication_bound(rows) -> Result:
+    """A job whose GPUs waited on their peers or the fabric for COMMUNICATION_BOUND_MIN_SHARE of its
+    GPU-seconds or more. When one of its GPUs straggled, that GPU is what they waited for; else the fabric's
+    load (InfiniBand share of line rate, port_xmit_wait) says whether the network is the limit."""
+    result = Result()
+    for job, mine in _by_job(rows).items():
+        result.measured.add(f"{Finding.Kind.COMMUNICATION_BOUND}:{job}")
+        totals = _sum(mine, "gpu_seconds", "communication_bound_s")
+        if totals["gpu_seconds"] < MIN_SUBJECT_GPU_HOURS * 3600:
+            continue
+        share = totals["communication_bound_s"] / totals["gpu_seconds"]
+        if share < COMMUNICATION_BOUND_MIN_SHARE:
+            continue
+        per_gpu: dict[str, float] = defaultdict(float)
+        for r in mine:
+            per_gpu[f"{r['node__name']}/gpu{r['gpu']}"] += r["straggler_s"]
+        culprit = max(sorted(per_gpu), key=lambda gpu: per_gpu[gpu]) if any(per_gpu.values()) else ""
+        node_ids = sorted({r["node_id"] for r in mine})
+        names = {r["node_id"]: r["node__name"] for r in mine}
+        fabric = _fabric(node_ids, {r["hour"] for r in mine if r["communication_bound_s"]})
+        line = max((f["line_share"] for f in fabric.values() if f["line_share"] is not None), default=None)
+        summary = _("job %(job)s waited on communication %(share)s of its time (%(hours)s of %(total)s GPU-hours)") % {
+            "job": job, "share": _pct(share), "hours": _hours(totals["communication_bound_s"]),
+            "total": _hours(totals["gpu_seconds"])}
+        if line is not None:
+            summary += _(": InfiniBand at %(line)s of line rate") % {"line": _pct(line)}
+        if culprit:
+            gpu = culprit.rsplit("/gpu", 1)
+            proposal = _("its GPUs wait for GPU %(gpu)s of %(node)s in every collective: fix that straggler first "
+                         "(see its finding)") % {"gpu": gpu[1], "node": gpu[0]}
+        elif line is not None and line >= FABRIC_SATURATED_SHARE:
+            proposal = _("the fabric is the limit: place the job on nodes under fewer leaf switches, overlap "
+                         "communication with compute (gradient bucketing), or use a larger batch per step")
+        else:
+            proposal = _("the fabric is not saturated: check NCCL's transport (GPUDirect RDMA, NCCL_IB_HCA on the "
+                         "rail HCAs) and the job's collective sizes")
+        result.candidates.append(Candidate(
+            Finding.Kind.COMMUNICATION_BOUND, job, summary, proposal, _hours(totals["communication_bound_s"]),
+            {"share": round(share, 4), "communication_bound_gpu_hours": _hours(totals["communication_bound_s"]),
+             "gpu_hours": _hours(totals["gpu_seconds"]), "straggler": culprit, "ib_line_share": line,
+             "fabric": {names[k]: v for k, v in fabric.items()}}, job=job, pool=mine[0]["pool"]))
     return result
 
 
@@ -522,7 +594,7 @@ def detect(since: datetime, until: datetime, *, pool_since: datetime | None = No
     rows = _rows(since, until)
     pool_rows = rows if pool_since is None or pool_since >= since else _rows(pool_since, until)
     combined = Result()
-    for part in (detect_input_bound(rows), detect_stragglers(rows, since, until), detect_throttled(rows, since, until),
+    for part in (detect_input_bound(rows), detect_communication_bound(rows), detect_stragglers(rows, since, until), detect_throttled(rows, since, until),
                  detect_allocated_idle(rows), detect_memory_only(rows), detect_pool_idle(pool_rows)):
         combined.candidates += part.candidates
         combined.measured |= part.measured

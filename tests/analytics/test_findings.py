@@ -80,6 +80,8 @@ def site(db):
     NodeRollup.objects.create(node=gpu01, step=60, start=JOB_HOUR + timedelta(minutes=5), samples=60,
                               fs_read_bps=1.995e9, cpu_busy=1.0, cpu_iowait=0.3,
                               mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 1.995e9}})
+    NodeRollup.objects.create(node=gpu02, step=60, start=JOB_HOUR + timedelta(minutes=5), samples=60,
+                              ib_tx_bps=30e9, ib_rx_bps=28e9, ib_line_bps=50e9, ib_xmit_wait=1200.0)
     GpuRollup.objects.bulk_create([
         GpuRollup(node=gpu02, gpu=3, step=3600, start=JOB_HOUR, samples=3600, job="77", util=97.0,
                   sm_clock_mhz=1620.0, throttle_reasons=0x4, throttled_share=0.6, temp_c=71.0, power_w=700.0),
@@ -115,6 +117,16 @@ def test_straggler_gpu_how_much_slower_and_its_throttle_cause(site):
     assert gpu.proposal == "check power: the power cap, the PSUs and the power brake of this node"
     assert (gpu.evidence["slower"], gpu.evidence["sm_clock_mhz"], gpu.node_id) == (0.6392, 1620.0, site["gpu02"].pk)
     assert ("straggler", "gpu02/gpu0") not in found
+
+
+def test_communication_bound_job_points_at_the_gpu_its_peers_wait_for(site):
+    found = by_kind(findings.detect(SINCE, UNTIL).candidates)
+    job = found[("communication-bound", "77")]
+    assert job.summary == ("job 77 waited on communication 62% of its time (2.49 of 4.0 GPU-hours): InfiniBand at 60% "
+                           "of line rate")
+    assert job.proposal == ("its GPUs wait for GPU 3 of gpu02 in every collective: fix that straggler first (see its "
+                            "finding)")
+    assert job.evidence["fabric"] == {"gpu02": {"line_share": 0.6, "xmit_wait": 1200.0}}
 
 
 def test_throttled_gpu_with_reason_clock_and_temperature(site):
@@ -153,12 +165,12 @@ def test_pool_idle_window_over_days_lends_the_idle_nodes(site):
 
 def test_refresh_opens_updates_and_resolves_audited(site):
     first = findings.refresh(SINCE, UNTIL)
-    assert first["opened"] == ["allocated-idle:notebook-1", "input-bound:4182", "memory-only:chat-7b",
+    assert first["opened"] == ["allocated-idle:notebook-1", "communication-bound:77", "input-bound:4182", "memory-only:chat-7b",
                                "pool-idle:training", "straggler:gpu02/gpu3", "throttled:gpu02/gpu5"]
     record = AuditRecord.objects.filter(event="analytics.findings.refresh").get()
-    assert record.details["opened_count"] == 6 and record.details["resolved_count"] == 0
+    assert record.details["opened_count"] == 7 and record.details["resolved_count"] == 0
     again = findings.refresh(SINCE, UNTIL)
-    assert (again["opened"], again["updated"], again["resolved"]) == ([], 6, [])
+    assert (again["opened"], again["updated"], again["resolved"]) == ([], 7, [])
     assert AuditRecord.objects.filter(event="analytics.findings.refresh").count() == 1  # nothing opened or resolved
     CauseHour.objects.filter(job="4182").update(input_bound_s=0.0, busy_s=HOUR)
     third = findings.refresh(SINCE, UNTIL)
@@ -250,3 +262,23 @@ def test_accepting_an_idle_pool_whose_policy_forbids_lending_changes_nothing(sit
 def test_list_refuses_an_unknown_state(opened, client_for):
     response = client_for(Role.VIEWER).get("/api/v1/analytics/findings/?state=closed")
     assert response.status_code == 400 and list(response.json()["error"]["fields"]) == ["state"]
+
+
+def test_the_inbox_shows_an_operator_the_decisions_and_filters_by_kind(opened, client_for):
+    operator = client_for(Role.OPERATOR)
+    finding = opened["memory-only:chat-7b"]
+    page = operator.get("/analytics/recommendations/?kind=memory-only").content.decode()
+    assert "a 1g.10gb MIG slice would serve it, freeing 6 slices" in page and "job 4182" not in page
+    detail = operator.get(f"/analytics/recommendations/{finding.pk}/").content.decode()
+    assert f'data-accept="{finding.pk}"' in detail and f'data-dismiss="{finding.pk}"' in detail
+    assert operator.get("/analytics/recommendations/?state=closed").status_code == 400
+
+
+def test_the_refresh_task_runs_every_15_minutes(db):
+    from appliance.analytics import tasks
+    from appliance.celery import beat_schedule
+
+    assert beat_schedule()["analytics-findings"] == {"task": "analytics.refresh_findings", "schedule": 900}
+    result = tasks.refresh_findings()
+    assert (result["found"], result["opened"], result["resolved"]) == (0, [], [])
+    assert not AuditRecord.objects.filter(event="analytics.findings.refresh").exists()
