@@ -228,3 +228,25 @@ def test_a_token_credential_of_another_kind_is_refused_by_the_api(site_env, clie
     assert made.status_code == 201 and INFLUX_TOKEN not in made.content.decode()
     changed = admin.patch("/api/v1/inventory/credentials/t4/", {"kind": "bmc"}, content_type="application/json")
     assert changed.json()["error"]["fields"] == {"kind": ["a credential keeps its kind: create another one"]}
+
+
+def test_the_portal_page_creates_and_changes_the_new_kinds(site_env, client_for):
+    admin = client_for(Role.ADMINISTRATOR)
+    new = {"name": "raw-influx", "kind": "influxdb", "username": "", "secret": INFLUX_TOKEN, "endpoints": INFLUX,
+           "description": "", "ca_file": ""}
+    assert admin.post("/inventory/credentials/", new).status_code == 302
+    assert admin.post("/inventory/credentials/", {**new, "name": "site-ingest", "kind": "ingest", "secret": "",
+                                                  "endpoints": "https://10.0.0.5:8443"}).status_code == 302
+    # A change of the token keeps its kind and endpoints as posted; an ingest credential takes no secret.
+    assert admin.post("/inventory/credentials/raw-influx/", {**new, "secret": "Influx-New-T0ken"}).status_code == 302
+    assert list(Credential.objects.filter(kind__in=["influxdb", "ingest"]).order_by("name").values_list(
+        "name", "kind", "username", "secret", "endpoints")) == [
+        ("raw-influx", "influxdb", "", "Influx-New-T0ken", [INFLUX]),
+        ("site-ingest", "ingest", "", "", ["https://10.0.0.5:8443"])]
+
+    html = admin.get("/inventory/credentials/").content.decode()
+    assert "InfluxDB API token" in html and "<td>none (the nodes' own)</td>" in html
+    assert "Influx-New-T0ken" not in html and INFLUX_TOKEN not in html
+    refused = admin.post("/inventory/credentials/", {**new, "name": "t5", "kind": "ingest"})
+    assert refused.status_code == 400
+    assert "an ingest credential holds no secret" in refused.content.decode()
