@@ -502,11 +502,12 @@ def rollback(plan: LendingPlan, actor, reason: str) -> LendingPlan:
                 done["slurm_error"] = str(exc)
         plan.save(update_fields=["state", "updated"])
         failed = "slurm_error" in done or done.get("workloads", {}).get("outcome") == Outcome.FAILURE
-        message = (f"rolled back by {actor.get_username()}: " + "; ".join(filter(None, [
+        parts = [part for part in (
             f"{', '.join(done['moved_back'])} back in pool {plan.from_pool}" if done["moved_back"] else "",
             f"resumed in Slurm ({', '.join(done['resumed'])})" if done.get("resumed") else "",
             f"drained in Slurm ({', '.join(done['drained'])}; running jobs may finish)" if done.get("drained") else "",
             f"Slurm refused: {done['slurm_error']}" if "slurm_error" in done else "",
-            done.get("workloads", {}).get("message", "")])) or "nothing had changed yet")
+            done.get("workloads", {}).get("message", "")) if part]
+        message = f"rolled back by {actor.get_username()}: {'; '.join(parts) or 'nothing had changed yet'}"
         _step(plan, "rollback", Outcome.FAILURE if failed else Outcome.SUCCESS, message, actor=actor, details=done)
     return plan

@@ -24,6 +24,9 @@ def _client(appliance, *argv: str) -> str:
     if appliance.simulated:
         from appliance.simulation import slurm
 
+        if not slurm.conf_path().is_file():
+            raise SlurmCommandError(f"{shlex.join(argv)}: the simulated Slurm is not configured here "
+                                    f"({slurm.conf_path()} does not exist): run the workloads stage and start it")
         try:
             return slurm.client(*argv, timeout=20).stdout
         except (slurm.SlurmError, subprocess.TimeoutExpired) as exc:
