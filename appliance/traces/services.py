@@ -347,7 +347,7 @@ def _parse(table: pa.Table, columns: dict, scale: str | None) -> dict:
     first = float(seconds.min())
     offsets = seconds - first
     return {"rows": rows, "values": values, "offsets": offsets, "entity": entities, "memory": memory, "job": jobs,
-            "scale": str(scale), "time_kind": time_kind, "entities": len(set(entities)),
+            "scale": str(scale), "time_kind": time_kind, "entities": pc.count_distinct(entities).as_py(),
             "started_at": datetime.fromtimestamp(first, UTC) if time_kind == Trace.TimeKind.ABSOLUTE else None,
             "start_s": first, "duration_s": float(offsets.max())}
 
@@ -383,7 +383,7 @@ def _numbers(column: pa.ChunkedArray, flag: str, name: str, *, allow_empty: bool
     return numbers
 
 
-def _texts(column: pa.ChunkedArray, flag: str, name: str, *, allow_empty: bool) -> list[str]:
+def _texts(column: pa.ChunkedArray, flag: str, name: str, *, allow_empty: bool) -> pa.ChunkedArray:
     try:
         texts = pc.utf8_trim_whitespace(column.cast(pa.string()))
     except pa.ArrowException:
@@ -397,7 +397,7 @@ def _texts(column: pa.ChunkedArray, flag: str, name: str, *, allow_empty: bool) 
     long = np.flatnonzero(lengths > COLUMN_MAX)
     if long.size:
         raise _row_error(int(long[0]), flag, name, _("longer than %(max)d characters") % {"max": COLUMN_MAX})
-    return pc.fill_null(texts, "").to_pylist()
+    return pc.fill_null(texts, "")
 
 
 _UNIT = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -469,34 +469,43 @@ def _iso_seconds(column: pa.ChunkedArray, name: str) -> np.ndarray:
 
 
 def _insert(trace_id: int, parsed: dict) -> None:
-    """All rows in, as fast as the database takes them: COPY on PostgreSQL, batched executemany elsewhere."""
+    """All rows in, as fast as the database takes them: on PostgreSQL one COPY of CSV that Arrow writes
+    (no Python object per value); elsewhere one executemany on the driver's own connection."""
     using = router.db_for_write(Sample)
     connection = connections[using]
     rows = parsed["rows"]
-    memory = parsed["memory"].tolist() if parsed["memory"] is not None else [None] * rows
     if parsed["memory"] is not None:
-        memory = [None if number != number else number for number in memory]  # NaN: no memory given
-    jobs = parsed["job"] if parsed["job"] is not None else [""] * rows
-    table = connection.ops.quote_name(Sample._meta.db_table)
+        memory = pa.array(parsed["memory"], mask=np.isnan(parsed["memory"]))  # NaN: no memory given
+    else:
+        memory = pa.nulls(rows, pa.float64())
+    jobs = parsed["job"] if parsed["job"] is not None else pa.repeat(pa.scalar("", pa.string()), rows)
     names = ["trace_id", "entity", "offset_s", "value", "memory", "job"]
+    data = pa.table([pa.repeat(pa.scalar(trace_id, pa.int64()), rows), parsed["entity"], pa.array(parsed["offsets"]),
+                     pa.array(parsed["values"]), memory, jobs], names=names)
+    table = connection.ops.quote_name(Sample._meta.db_table)
     quoted = ", ".join(connection.ops.quote_name(column) for column in names)
-    data = zip([trace_id] * rows, parsed["entity"], parsed["offsets"].tolist(), parsed["values"].tolist(), memory,
-               jobs, strict=True)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            with cursor.cursor.copy(f"COPY {table} ({quoted}) FROM STDIN") as copy:
-                for row in data:
-                    copy.write_row(row)
-            return
-        sql = f"INSERT INTO {table} ({quoted}) VALUES ({', '.join(['%s'] * len(names))})"
-        batch = []
-        for row in data:
-            batch.append(row)
-            if len(batch) == INSERT_BATCH:
-                cursor.executemany(sql, batch)
-                batch = []
-        if batch:
-            cursor.executemany(sql, batch)
+    connection.ensure_connection()
+    if connection.vendor == "postgresql":
+        # Arrow quotes every string and leaves a null unquoted and empty: COPY's CSV reads "" as an empty
+        # string and an empty field as NULL.
+        options = pacsv.WriteOptions(include_header=False)
+        with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({quoted}) FROM STDIN "
+                                                               "WITH (FORMAT csv)") as copy:
+            for batch in data.to_batches(max_chunksize=INSERT_BATCH):
+                buffer = pa.BufferOutputStream()
+                pacsv.write_csv(batch, buffer, write_options=options)
+                copy.write(buffer.getvalue().to_pybytes())
+        return
+    placeholders = ", ".join(["%s" if connection.vendor != "sqlite" else "?"] * len(names))
+    sql = f"INSERT INTO {table} ({quoted}) VALUES ({placeholders})"
+    raw = connection.connection
+    for batch in data.to_batches(max_chunksize=INSERT_BATCH):
+        columns = [column.to_pylist() for column in batch.columns]
+        if connection.vendor == "sqlite":
+            raw.executemany(sql, zip(*columns, strict=True))
+        else:
+            with connection.cursor() as cursor:
+                cursor.executemany(sql, list(zip(*columns, strict=True)))
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -513,13 +522,11 @@ def source_report(name: str) -> dict:
         raise TraceError(_("no imported trace named %(name)r (imported: %(known)s)")
                          % {"name": str(name)[:80], "known": ", ".join(known) or _("none")})
     samples = Sample.objects.filter(trace=trace)
-    totals = samples.aggregate(samples=Count("id"), zeros=Count("id", filter=Q(value=0)), mean=Avg("value"),
-                               memory_samples=Count("memory"), memory_mean=Avg("memory"))
-    count = totals["samples"]
-    per_entity = samples.values("entity").annotate(n=Count("id"), zeros=Count("id", filter=Q(value=0)))
-    entities = per_entity.count()
-    idle = per_entity.annotate(twice=F("zeros") * 2).filter(twice__gt=F("n")).count()
-    p50, p90 = _percentiles(trace.pk, samples, count, (0.5, 0.9))
+    utilization = _utilization(trace.pk, samples)
+    per_entity = samples.values("entity").annotate(n=Count("id"), zeros=Count("id", filter=Q(value=0)),
+                                                   twice=F("zeros") * 2)
+    entity_counts = per_entity.aggregate(count=Count("entity"), idle=Count("entity", filter=Q(twice__gt=F("n"))))
+    entities, idle = entity_counts["count"], entity_counts["idle"]
     report = {
         "source": trace.name,
         "trace": {"file": trace.source_file, "format": trace.format, "compression": trace.compression,
@@ -527,13 +534,13 @@ def source_report(name: str) -> dict:
                   "start": trace.started_at.isoformat() if trace.started_at else None, "start_s": trace.start_s,
                   "duration_s": trace.duration_s, "imported_by": trace.imported_by,
                   "imported_at": trace.imported_at.isoformat()},
-        "utilization": {"samples": count, "zero_share": _round(totals["zeros"] / count if count else None),
-                        "mean": _round(totals["mean"]), "p50": _round(p50), "p90": _round(p90)},
+        "utilization": utilization,
         "entities": {"count": entities, "idle_majority": idle,
                      "idle_majority_share": _round(idle / entities if entities else None)},
     }
     if "memory" in trace.columns:
-        report["memory"] = {"samples": totals["memory_samples"], "mean": _round(totals["memory_mean"])}
+        memory = samples.aggregate(samples=Count("memory"), mean=Avg("memory"))
+        report["memory"] = {"samples": memory["samples"], "mean": _round(memory["mean"])}
     if "job" in trace.columns:
         report["jobs"] = {"count": samples.exclude(job="").values("job").distinct().count()}
     return report
@@ -543,23 +550,48 @@ def _round(number):
     return None if number is None else round(float(number), 4)
 
 
-def _percentiles(trace_id: int, samples, count: int, quantiles: tuple[float, ...]) -> list[float | None]:
-    if not count:
-        return [None] * len(quantiles)
+def _utilization(trace_id: int, samples) -> dict:
+    """Samples, zero share, mean, p50 and p90 of the values. PostgreSQL computes them outright
+    (percentile_cont); elsewhere the database counts each distinct value (one pass; a trace's values repeat:
+    0% most of all) and the quantiles are read off the running count."""
     connection = connections[samples.db]
     if connection.vendor == "postgresql":
         table = connection.ops.quote_name(Sample._meta.db_table)
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY value) FROM {table} "
-                           "WHERE trace_id = %s", [list(quantiles), trace_id])
-            return list(cursor.fetchone()[0])
+            cursor.execute(f"SELECT COUNT(*), COUNT(*) FILTER (WHERE value = 0), AVG(value), "
+                           f"percentile_cont(ARRAY[0.5, 0.9]) WITHIN GROUP (ORDER BY value) FROM {table} "
+                           "WHERE trace_id = %s", [trace_id])
+            count, zeros, mean, quantiles = cursor.fetchone()
+        p50, p90 = quantiles or (None, None)
+    else:
+        histogram = list(samples.order_by("value").values("value").annotate(n=Count("id"))
+                         .values_list("value", "n"))
+        count = sum(n for _, n in histogram)
+        zeros = sum(n for value, n in histogram if value == 0)
+        mean = sum(value * n for value, n in histogram) / count if count else None
+        p50, p90 = _quantiles(histogram, count, (0.5, 0.9))
+    return {"samples": count, "zero_share": _round(zeros / count if count else None), "mean": _round(mean),
+            "p50": _round(p50), "p90": _round(p90)}
+
+
+def _quantiles(histogram: list[tuple[float, int]], count: int, quantiles: tuple[float, ...]) -> list:
+    """Linear interpolation between the sorted samples at floor(q (n - 1)) and the one after, as
+    percentile_cont does, read from (value, how many) pairs in ascending order."""
+    if not count:
+        return [None] * len(quantiles)
     answers = []
-    ordered = samples.order_by("value").values_list("value", flat=True)
     for quantile in quantiles:
         position = quantile * (count - 1)
         below = math.floor(position)
-        pair = list(ordered[below:below + 2])
-        above = pair[1] if len(pair) > 1 else pair[0]
-        answers.append(pair[0] + (above - pair[0]) * (position - below))
+        answers.append(_nth(histogram, below) + (_nth(histogram, min(below + 1, count - 1))
+                                                 - _nth(histogram, below)) * (position - below))
     return answers
 
+
+def _nth(histogram: list[tuple[float, int]], index: int) -> float:
+    seen = 0
+    for value, n in histogram:
+        seen += n
+        if index < seen:
+            return value
+    raise IndexError(index)
