@@ -28,8 +28,10 @@ from . import profiling, rules
 from .models import CauseHour, Finding
 
 # ---- thresholds -------------------------------------------------------------------------------------------
-# A job's (or GPU's) share of its held GPU-seconds below which nothing is said: too little to act on.
-MIN_SUBJECT_GPU_HOURS = 0.25
+# A job (or GPU) that held (or measured) fewer GPU-hours than this in the window is not judged: too little to
+# act on. Small on purpose: the demo appliance runs a simulated day in 24 minutes (its jobs last minutes),
+# and the inbox orders findings by the GPU-hours at stake, so a small one never hides a large one.
+MIN_SUBJECT_GPU_HOURS = 0.05
 # input-bound: a job whose GPUs waited on input at least this share of the GPU-seconds it held.
 INPUT_BOUND_MIN_SHARE = 0.20
 # Reads at or above this share of the mount's measured (smoke test) throughput: the mount is the limit.
@@ -47,7 +49,7 @@ STRAGGLER_MIN_SHARE = 0.20
 THROTTLED_MIN_SHARE = 0.10
 # allocated-idle: a job that held GPUs idle at least this share of its GPU-seconds, and at least this much.
 ALLOCATED_IDLE_MIN_SHARE = 0.50
-ALLOCATED_IDLE_MIN_GPU_HOURS = 1.0
+ALLOCATED_IDLE_MIN_GPU_HOURS = 0.1
 # memory-only: a job or service holding memory with compute near zero at least this share of its time.
 MEMORY_ONLY_MIN_SHARE = 0.50
 # pool-idle: an hour of the day in which the pool's GPUs were unallocated at least this share, on average
@@ -613,7 +615,7 @@ def _check_window(since, until) -> None:
 def refresh(since: datetime | None = None, until: datetime | None = None) -> dict:
     """Run the detectors over [since, until) (the last day by default; pool idleness over 14 days) and
     bring the findings up to date. Returns the counts and the keys opened and resolved."""
-    until = until or timezone.now().replace(minute=0, second=0, microsecond=0)
+    until = until or timezone.now()  # the current hour's row holds what is attributed of it so far
     since = since or until - DEFAULT_WINDOW
     _check_window(since, until)
     found = detect(since, until, pool_since=min(since, until - POOL_WINDOW))
