@@ -341,8 +341,9 @@ def influxdb_token_for_run(appliance) -> str:
     if not url:
         return ""
     if not name:
-        raise CredentialRefused(f"appliance {appliance.name}: telemetry.influxdb names no token_credential: the "
-                                f"collectors are not sent to {url} (an Administrator creates one bound to it)")
+        raise CredentialRefused(f"appliance {appliance.name}: telemetry.influxdb names no token_credential: "
+                                f"nothing is sent to {url} until the site names an influxdb credential an "
+                                "Administrator bound to it")
     field, refusal = influxdb_token_refusal(name, url)
     if refusal:
         raise CredentialRefused(f"appliance {appliance.name}: telemetry.influxdb.{field}: {refusal}")
