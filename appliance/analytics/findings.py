@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -25,7 +25,7 @@ from django.utils.translation import gettext as _
 from appliance import audit
 
 from . import profiling, rules
-from .models import CauseHour, Finding
+from .models import CAUSE_FIELDS, CauseHour, Finding
 
 # ---- thresholds -------------------------------------------------------------------------------------------
 # A job (or GPU) that held (or measured) fewer GPU-hours than this in the window is not judged: too little to
@@ -111,16 +111,8 @@ def _hours(seconds: float) -> float:
     return round(seconds / 3600, 2)
 
 
-def _rows(since: datetime, until: datetime):
-    return list(CauseHour.objects.filter(hour__gte=since, hour__lt=until).values(
-        "hour", "node_id", "node__name", "gpu", "instance", "job", "pool", "user", "gpu_seconds", "used_seconds",
-        "memory_held_mib_s", "memory_used_mib_s", *rules_columns()))
-
-
-def rules_columns() -> list[str]:
-    from .models import CAUSE_FIELDS
-
-    return list(CAUSE_FIELDS.values())
+ROW_FIELDS = ("hour", "node_id", "node__name", "gpu", "instance", "job", "pool", "user", "gpu_seconds", "used_seconds",
+              "memory_held_mib_s", "memory_used_mib_s", *CAUSE_FIELDS.values())
 
 
 def _sum(rows, *columns) -> dict[str, float]:
@@ -364,7 +356,7 @@ def _cause_proposal(reasons: list[str]) -> str:
     return _("check cooling and power of this GPU")
 
 
-def detect_stragglers(rows, since, until) -> Result:
+def detect_stragglers(rows, since, until, only: set[tuple] | None = None) -> Result:
     """A GPU judged a straggler for STRAGGLER_MIN_SHARE or more of the seconds it held for its jobs: how much
     slower than its peers (the share of each step its peers wait: 1 - peers' utilization / its own), in how
     many jobs, and the slowdown reason its rollups report."""
@@ -377,6 +369,8 @@ def detect_stragglers(rows, since, until) -> Result:
             per_job_hour[(row["job"], row["hour"])].append(row)
     for (node_id, node_name, gpu, instance), mine in sorted(per_gpu.items(), key=lambda item: item[0][1:]):
         subject = f"{node_name}/gpu{gpu}" + (f"/gi{instance}" if instance != -1 else "")
+        if only is not None and (node_id, gpu, instance) not in only:
+            continue  # judged on part of its rows only (read as a peer): not a subject here
         result.measured.add(f"{Finding.Kind.STRAGGLER}:{subject}")
         totals = _sum(mine, "gpu_seconds", "straggler_s", "used_seconds")
         if totals["gpu_seconds"] < MIN_SUBJECT_GPU_HOURS * 3600:
@@ -528,35 +522,36 @@ def _runs(hours: list[int]) -> list[list[int]]:
     return runs
 
 
-def detect_pool_idle(rows) -> Result:
-    """A pool whose GPUs were unallocated POOL_IDLE_MIN_SHARE or more in the same hours of the day, on
+def detect_pool_idle(since: datetime, until: datetime) -> Result:
+    """A pool whose GPUs were unallocated POOL_IDLE_MIN_SHARE or more in the same hours of the day (UTC), on
     average over POOL_IDLE_MIN_DAYS days or more: lend the nodes that stay idle through that window (the
-    fewest idle GPUs of any hour in it, in whole nodes) to a pool of the other kind in that window."""
+    fewest idle GPUs of any hour in it, in whole nodes) to a pool of the other kind in that window. Summed in
+    the database (per pool and hour, then per node for a pool found idle): 14 days of a fleet stay small."""
+    from django.db.models import Sum
+    from django.db.models.functions import ExtractHour
+
     from appliance.inventory.models import Pool
 
     result = Result()
+    window = CauseHour.objects.filter(hour__gte=since, hour__lt=until).exclude(pool="")
     per_pool: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
-        if row["pool"]:
-            per_pool[row["pool"]].append(row)
+    for slot in window.values("pool", "hour").annotate(gpu_s=Sum("gpu_seconds"), idle_s=Sum("idle_unallocated_s")):
+        per_pool[slot["pool"]].append(slot)
     pools = {p.name: p for p in Pool.objects.prefetch_related("memberships__node__platform")}
-    for pool_name, mine in sorted(per_pool.items()):
+    for pool_name, slots in sorted(per_pool.items()):
         result.measured.add(f"{Finding.Kind.POOL_IDLE}:{pool_name}")
         pool = pools.get(pool_name)
         if pool is None:
             continue
         by_hour: dict[int, dict] = defaultdict(lambda: {"days": set(), "gpu_s": 0.0, "idle_s": 0.0})
-        per_slot: dict[tuple, float] = defaultdict(float)
-        per_node: dict[tuple, float] = defaultdict(float)
-        for r in mine:
-            slot = by_hour[r["hour"].hour]
-            slot["days"].add(r["hour"].date())
-            slot["gpu_s"] += r["gpu_seconds"]
-            slot["idle_s"] += r["idle_unallocated_s"]
-            per_slot[r["hour"]] += r["idle_unallocated_s"]
-            per_node[(r["node__name"], r["hour"].hour)] += r["idle_unallocated_s"]
-        idle_hours = [h for h, s in by_hour.items() if s["gpu_s"] and s["idle_s"] / s["gpu_s"] >= POOL_IDLE_MIN_SHARE
-                      and len(s["days"]) >= POOL_IDLE_MIN_DAYS]
+        for slot in slots:
+            moment = slot["hour"].astimezone(UTC)
+            entry = by_hour[moment.hour]
+            entry["days"].add(moment.date())
+            entry["gpu_s"] += slot["gpu_s"] or 0.0
+            entry["idle_s"] += slot["idle_s"] or 0.0
+        idle_hours = [h for h, e in by_hour.items() if e["gpu_s"] and e["idle_s"] / e["gpu_s"] >= POOL_IDLE_MIN_SHARE
+                      and len(e["days"]) >= POOL_IDLE_MIN_DAYS]
         runs = [run for run in _runs(sorted(idle_hours)) if len(run) >= POOL_IDLE_MIN_HOURS]
         if not runs:
             continue
@@ -564,15 +559,16 @@ def detect_pool_idle(rows) -> Result:
         days = min(len(by_hour[h]["days"]) for h in run)
         share = sum(by_hour[h]["idle_s"] for h in run) / sum(by_hour[h]["gpu_s"] for h in run)
         # The fewest GPUs idle in any hour of the window on any day measured: what can go for the whole window.
-        fewest = min(seconds for moment, seconds in per_slot.items() if moment.hour in run) / 3600
+        fewest = min((slot["idle_s"] or 0.0) for slot in slots if slot["hour"].astimezone(UTC).hour in run) / 3600
         members = [m.node for m in pool.memberships.all()]
         per_node_gpus = max([(m.platform.gpu_count if m.platform else 0) for m in members] + [1]) or 1
-        lendable = int(math.floor(fewest / per_node_gpus + 1e-9))
-        lendable = min(lendable, max(len(members) - 1, 0))
+        lendable = min(int(math.floor(fewest / per_node_gpus + 1e-9)), max(len(members) - 1, 0))
         if lendable < 1:
             continue
-        idlest = sorted({name for name, _hour in per_node}, key=lambda name: (
-            -sum(per_node[(name, h)] for h in run), name))[:lendable]
+        per_node = (window.filter(pool=pool_name).annotate(hour_of_day=ExtractHour("hour", tzinfo=UTC))
+                    .filter(hour_of_day__in=run).values("node__name").annotate(idle_s=Sum("idle_unallocated_s")))
+        idlest = [r["node__name"] for r in sorted(per_node, key=lambda r: (-(r["idle_s"] or 0.0), r["node__name"]))]
+        idlest = idlest[:lendable]
         other = Pool.Kind.INFERENCE if pool.kind == Pool.Kind.TRAINING else Pool.Kind.TRAINING
         target = next((p for p in pools.values() if p.kind == other and p.appliance_id == pool.appliance_id), None)
         start, end = run[0], (run[-1] + 1) % 24
@@ -591,13 +587,76 @@ def detect_pool_idle(rows) -> Result:
     return result
 
 
+def _flagged(since: datetime, until: datetime) -> tuple[set[str], set[tuple], set[tuple], set[str]]:
+    """Which jobs and GPUs a detector could flag, from sums in the database (a constant number of queries
+    whatever the fleet), so that only their rows are read: (jobs, straggler GPUs, throttled GPUs, every
+    subject measured)."""
+    from django.db.models import Sum
+
+    window = CauseHour.objects.filter(hour__gte=since, hour__lt=until)
+    minimum = MIN_SUBJECT_GPU_HOURS * 3600
+    jobs, stragglers, throttled, measured = set(), set(), set(), set()
+    for row in window.exclude(job="").values("job").annotate(
+            gpu_s=Sum("gpu_seconds"), input_s=Sum("input_bound_s"), comm_s=Sum("communication_bound_s"),
+            idle_s=Sum("allocated_idle_s"), memory_s=Sum("memory_only_s")):
+        job, total = row["job"], row["gpu_s"] or 0.0
+        measured |= {f"{kind}:{job}" for kind in (Finding.Kind.INPUT_BOUND, Finding.Kind.COMMUNICATION_BOUND,
+                                                    Finding.Kind.ALLOCATED_IDLE, Finding.Kind.MEMORY_ONLY)}
+        if not total:
+            continue
+        if total >= minimum and (row["input_s"] / total >= INPUT_BOUND_MIN_SHARE
+                                 or row["comm_s"] / total >= COMMUNICATION_BOUND_MIN_SHARE
+                                 or row["memory_s"] / total >= MEMORY_ONLY_MIN_SHARE) \
+                or (row["idle_s"] / total >= ALLOCATED_IDLE_MIN_SHARE
+                    and row["idle_s"] >= ALLOCATED_IDLE_MIN_GPU_HOURS * 3600):
+            jobs.add(job)
+
+    def subject(row):
+        return f"{row['node__name']}/gpu{row['gpu']}" + (f"/gi{row['instance']}" if row["instance"] != -1 else "")
+
+    for row in window.exclude(job="").values("node_id", "node__name", "gpu", "instance").annotate(
+            gpu_s=Sum("gpu_seconds"), straggler_s=Sum("straggler_s")):
+        measured.add(f"{Finding.Kind.STRAGGLER}:{subject(row)}")
+        if row["gpu_s"] and row["gpu_s"] >= minimum and row["straggler_s"] / row["gpu_s"] >= STRAGGLER_MIN_SHARE:
+            stragglers.add((row["node_id"], row["gpu"], row["instance"]))
+    for row in window.values("node_id", "node__name", "gpu", "instance").annotate(
+            gpu_s=Sum("gpu_seconds"), throttled_s=Sum("throttled_s")):
+        measured.add(f"{Finding.Kind.THROTTLED}:{subject(row)}")
+        if row["gpu_s"] and row["gpu_s"] >= minimum and row["throttled_s"] / row["gpu_s"] >= THROTTLED_MIN_SHARE:
+            throttled.add((row["node_id"], row["gpu"], row["instance"]))
+    return jobs, stragglers, throttled, measured
+
+
+def _rows_of(since, until, jobs: set[str], gpus: set[tuple]) -> list[dict]:
+    from django.db.models import Q
+
+    if not jobs and not gpus:
+        return []
+    where = Q(job__in=sorted(jobs)) if jobs else Q(pk__in=[])
+    for node_id, gpu, instance in sorted(gpus):
+        where |= Q(node_id=node_id, gpu=gpu, instance=instance)
+    return list(CauseHour.objects.filter(where, hour__gte=since, hour__lt=until).values(*ROW_FIELDS))
+
+
 def detect(since: datetime, until: datetime, *, pool_since: datetime | None = None) -> Result:
-    """Every detector over the window (the pool-idle one over [pool_since, until), 14 days by default)."""
-    rows = _rows(since, until)
-    pool_rows = rows if pool_since is None or pool_since >= since else _rows(pool_since, until)
-    combined = Result()
-    for part in (detect_input_bound(rows), detect_communication_bound(rows), detect_stragglers(rows, since, until), detect_throttled(rows, since, until),
-                 detect_allocated_idle(rows), detect_memory_only(rows), detect_pool_idle(pool_rows)):
+    """Every detector over the window (the pool-idle one over [pool_since, until), 14 days by default).
+    Sums in the database pick the jobs and GPUs worth a look; only their rows are read."""
+    jobs, stragglers, throttled, measured = _flagged(since, until)
+    if stragglers:  # a straggler is judged against its peers: read every row of its jobs
+        jobs_of = CauseHour.objects.filter(hour__gte=since, hour__lt=until).exclude(job="")
+        for node_id, gpu, instance in stragglers:
+            jobs |= set(jobs_of.filter(node_id=node_id, gpu=gpu, instance=instance)
+                        .values_list("job", flat=True).distinct())
+    rows = _rows_of(since, until, jobs, throttled)
+    flagged_jobs = [row for row in rows if row["job"] in jobs]
+    combined = Result(measured=measured)
+    parts = (detect_input_bound(flagged_jobs), detect_communication_bound(flagged_jobs),
+             detect_stragglers(flagged_jobs, since, until, only=stragglers),
+             detect_throttled([row for row in rows if (row["node_id"], row["gpu"], row["instance"]) in throttled],
+                              since, until),
+             detect_allocated_idle(flagged_jobs), detect_memory_only(flagged_jobs),
+             detect_pool_idle(pool_since if pool_since is not None and pool_since < since else since, until))
+    for part in parts:
         combined.candidates += part.candidates
         combined.measured |= part.measured
     return combined
