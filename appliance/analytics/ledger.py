@@ -315,7 +315,9 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
     complete = _floor_minute(timezone.now() - timedelta(seconds=COMPLETE_AFTER_S))
     until = min(_floor_minute(until), complete) if until is not None else complete
     cursor_row, _ = AttributionCursor.objects.get_or_create(name=CURSOR)
-    since = cursor_row.attributed_until or _start()
+    since, first = cursor_row.attributed_until, _start()
+    if first is not None and (since is None or since < first):
+        since = first  # nothing before the oldest per-minute row (pruned, or never sent)
     totals = {"minutes": 0, "buckets": 0, "seconds": 0.0}
     if since is not None and max_minutes is not None:
         until = min(until, since + timedelta(minutes=max_minutes))
@@ -323,7 +325,7 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
         end = min(until, since + timedelta(minutes=CHUNK_MINUTES))
         with transaction.atomic():
             current = AttributionCursor.objects.select_for_update().get(name=CURSOR)
-            if (current.attributed_until or since) != since:  # another run went first
+            if current.attributed_until is not None and current.attributed_until > since:  # another run went first
                 since = current.attributed_until
                 continue
             window = attribute_window(since, end)

@@ -175,3 +175,10 @@ def test_the_columns_are_what_the_rows_hold(rows):
     assert columns["t"][i] == int(T0.timestamp()) and len(columns["t"]) == 8
     assert sorted(columns["share"].round(4).tolist()) == [0.1429, 0.4286] + [1.0] * 6
     assert set(columns["jobs"][columns["job_code"][columns["instance"] == 2]]) == {""}
+
+
+def test_a_cursor_older_than_the_oldest_row_starts_from_that_row(rows):
+    AttributionCursor.objects.create(name="rollups", attributed_until=T0 - timedelta(days=20))
+    result = ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert (result["minutes"], result["buckets"]) == (2, 11)
+    assert ledger_rows() == EXPECTED

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from appliance.analytics import attribution, rules  # noqa: E402
+from appliance.analytics import attribution, rules, vector  # noqa: E402
 from appliance.simulation import workload  # noqa: E402
 from appliance.simulation.workload import INTERVAL_S, Model, NodeSpec  # noqa: E402
 
@@ -122,6 +122,7 @@ def grade(name: str, models: list[tuple[Model, int]], offset_s: int = 0) -> tupl
     began = time.perf_counter()
     count = 0
     attribution_s = 0.0
+    disagreements = 0  # vector.py (the ledger's attribution over columns) against rules.classify
     late = offset_s / INTERVAL_S
     for model, days in models:
         refs = references(model.nodes, model.training_mount)
@@ -145,6 +146,8 @@ def grade(name: str, models: list[tuple[Model, int]], offset_s: int = 0) -> tupl
             attributing = time.perf_counter()
             verdicts = attribution.attribute(gpu_records, node_records, refs)
             attribution_s += time.perf_counter() - attributing
+            columns = vector.attribute_labels(gpu_records, node_records, refs)
+            disagreements += sum(a != b.label for a, b in zip(columns, verdicts, strict=True))
             for position, verdict in enumerate(verdicts):
                 confusion[(truth[position], verdict.label)] += 1 - late
                 if late:
@@ -156,6 +159,7 @@ def grade(name: str, models: list[tuple[Model, int]], offset_s: int = 0) -> tupl
     print(f"\n== {name}: {count / 60:,.0f} GPU-hours, accuracy {100 * accuracy:.2f}% of GPU-hours "
           f"({count:,} GPU-minutes with the model, records and attribution in {seconds:.1f} s; attribution "
           f"alone {attribution_s:.1f} s, {1e6 * attribution_s / count:.0f} us a GPU-minute)")
+    print(f"the ledger's attribution over columns (vector.py) gives another label to {disagreements} of them")
     print_matrix(confusion)
     return accuracy, confusion
 
