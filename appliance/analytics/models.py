@@ -121,3 +121,69 @@ class Finding(models.Model):
 
     def __str__(self):
         return f"{self.kind}: {self.subject}"
+
+
+class _Sums(models.Model):
+    """The sums of CauseHour's figures over a group of its rows (the Efficiency page reads these)."""
+
+    gpu_seconds = models.FloatField(default=0.0)
+    allocated_seconds = models.FloatField(default=0.0, help_text="gpu_seconds of the rows a job held")
+    used_seconds = models.FloatField(default=0.0)
+    busy_s = models.FloatField(default=0.0)
+    idle_unallocated_s = models.FloatField(default=0.0)
+    allocated_idle_s = models.FloatField(default=0.0)
+    input_bound_s = models.FloatField(default=0.0)
+    communication_bound_s = models.FloatField(default=0.0)
+    straggler_s = models.FloatField(default=0.0)
+    throttled_s = models.FloatField(default=0.0)
+    memory_only_s = models.FloatField(default=0.0)
+    memory_held_mib_s = models.FloatField(default=0.0)
+    memory_used_mib_s = models.FloatField(default=0.0)
+
+    class Meta:
+        abstract = True
+
+
+class PoolUserHour(_Sums):
+    """CauseHour summed per hour, pool and user (a few thousand rows a day where the ledger has 192,000 at
+    1,000 nodes): derived, rewritten by services.refresh_summary for the hours the ledger changed."""
+
+    hour = models.DateTimeField()
+    pool = models.CharField(max_length=64, blank=True)
+    user = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["hour", "pool", "user"], name="analytics_pooluserhour_key")]
+
+    def __str__(self):
+        return f"{self.hour:%Y-%m-%d %H}:00 {self.pool or '-'} {self.user or '-'}"
+
+
+class JobTotal(_Sums):
+    """CauseHour summed per job over its whole life (the jobs that left the most idle), with its first and
+    last hour; derived like PoolUserHour."""
+
+    job = models.CharField(max_length=100, unique=True)
+    pool = models.CharField(max_length=64, blank=True)
+    user = models.CharField(max_length=150, blank=True)
+    first_hour = models.DateTimeField()
+    last_hour = models.DateTimeField()
+    idle_seconds = models.FloatField(default=0.0, help_text="gpu_seconds less busy_s")
+
+    class Meta:
+        indexes = [models.Index(fields=["last_hour"], name="analytics_jobtotal_last")]
+
+    def __str__(self):
+        return self.job
+
+
+class SummaryState(models.Model):
+    """How far the summaries are: the ledger's cursor and its highest row id when they were last written."""
+
+    name = models.CharField(max_length=32, unique=True, default="efficiency")
+    ledger_until = models.DateTimeField(null=True, blank=True)
+    last_id = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"{self.name}: ledger until {self.ledger_until}, row {self.last_id}"

@@ -20,12 +20,13 @@ import statistics
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Max, Min, Q, Sum
 from django.utils import timezone
 
 from appliance.inventory.models import Node, Pool
 
-from .models import CAUSE_FIELDS, CauseHour
+from .models import CAUSE_FIELDS, AttributionCursor, CauseHour, JobTotal, PoolUserHour, SummaryState
 
 GROUPS = ("appliance", "pool", "node", "gpu", "job", "user", "hour", "day")
 HOUR_S = 3600.0
@@ -50,6 +51,13 @@ _SUMS = {"gpu_s": Sum("gpu_seconds"), "used_s": Sum("used_seconds"),
          "allocated_s": Sum("gpu_seconds", filter=~Q(job="")),
          "held_mib_s": Sum("memory_held_mib_s"), "filled_mib_s": Sum("memory_used_mib_s")}
 _SUMS.update({f"cause_{column}": Sum(column) for column in CAUSE_FIELDS.values()})
+# The same sums over the summary (PoolUserHour, JobTotal), and the summary's column for each.
+_SUMMARY_COLUMNS = {"gpu_s": "gpu_seconds", "used_s": "used_seconds", "allocated_s": "allocated_seconds",
+                    "held_mib_s": "memory_held_mib_s", "filled_mib_s": "memory_used_mib_s"}
+_SUMMARY_COLUMNS.update({f"cause_{column}": column for column in CAUSE_FIELDS.values()})
+_SUMMARY_SUMS = {name: Sum(column) for name, column in _SUMMARY_COLUMNS.items()}
+SUMMARY_GROUPS = ("appliance", "pool", "user", "hour", "day")
+JOB_CHUNK = 500
 # The columns each group is read by (day: by hour, folded here, so that no database's date functions differ).
 _COLUMNS = {"appliance": (), "pool": ("pool",), "node": ("node_id",), "gpu": ("node_id", "gpu", "instance"),
             "job": ("job",), "user": ("user",), "hour": ("hour",), "day": ("hour",)}
@@ -99,6 +107,61 @@ def _check_pool(pool: str | None) -> str | None:
     if not (Pool.objects.filter(name=pool).exists() or CauseHour.objects.filter(pool=pool).exists()):
         raise AnalyticsError(f"pool: no pool is named {str(pool)[:64]!r}")
     return pool
+
+
+def _floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def refresh_summary() -> dict:
+    """Bring the summaries (PoolUserHour, JobTotal) up to the ledger: the hours from the one that was still
+    filling at the last refresh, and every hour that has rows written since (a rebuild writes new rows),
+    are summed again; the jobs seen in them are summed again over their whole life. Nothing changed: three
+    small queries. Returns {"from": iso or None, "hours": n, "jobs": n}."""
+    state = SummaryState.objects.filter(name="efficiency").first()
+    cursor = AttributionCursor.objects.filter(name="rollups").values_list("attributed_until", flat=True).first()
+    fresh = CauseHour.objects.filter(id__gt=state.last_id if state else 0).aggregate(hour=Min("hour"), id=Max("id"))
+    starts = [fresh["hour"]] if fresh["id"] is not None else []
+    if state and state.ledger_until is not None and cursor != state.ledger_until:
+        starts.append(_floor_hour(state.ledger_until))  # its hour was still filling
+    if not starts:
+        if state and cursor != state.ledger_until:  # the ledger's first cursor: rows before it are summed
+            SummaryState.objects.filter(pk=state.pk).update(ledger_until=cursor)
+        return {"from": None, "hours": 0, "jobs": 0}
+    start = _floor_hour(min(starts))
+    with transaction.atomic():
+        state, _ = SummaryState.objects.select_for_update().get_or_create(name="efficiency")
+        last_id = CauseHour.objects.aggregate(id=Max("id"))["id"] or 0
+        recent = CauseHour.objects.filter(hour__gte=start)
+        PoolUserHour.objects.filter(hour__gte=start).delete()
+        hours = [PoolUserHour(hour=row.pop("hour"), pool=row.pop("pool"), user=row.pop("user"),
+                              **{_SUMMARY_COLUMNS[name]: value or 0.0 for name, value in row.items()})
+                 for row in recent.values("hour", "pool", "user").annotate(**_SUMS).order_by()]
+        PoolUserHour.objects.bulk_create(hours, batch_size=2000)
+        jobs = sorted(set(recent.exclude(job="").values_list("job", flat=True).distinct()))
+        for offset in range(0, len(jobs), JOB_CHUNK):
+            chunk = jobs[offset:offset + JOB_CHUNK]
+            JobTotal.objects.filter(job__in=chunk).delete()
+            totals = CauseHour.objects.filter(job__in=chunk).values("job").annotate(
+                first=Min("hour"), last=Max("hour"), pool_name=Max("pool"), user_name=Max("user"), **_SUMS).order_by()
+            JobTotal.objects.bulk_create([
+                JobTotal(job=row["job"], pool=row["pool_name"], user=row["user_name"], first_hour=row["first"],
+                         last_hour=row["last"], idle_seconds=(row["gpu_s"] or 0.0) - (row["cause_busy_s"] or 0.0),
+                         **{column: row[name] or 0.0 for name, column in _SUMMARY_COLUMNS.items()})
+                for row in totals], batch_size=2000)
+        state.ledger_until, state.last_id = cursor, max(last_id, state.last_id)
+        state.save()
+    return {"from": start.isoformat(), "hours": len({h.hour for h in hours}), "jobs": len(jobs)}
+
+
+def _summary_rows(since: datetime, until: datetime, columns, *, pool=None):
+    refresh_summary()
+    queryset = PoolUserHour.objects.filter(hour__gte=since, hour__lt=until)
+    if pool:
+        queryset = queryset.filter(pool=pool)
+    if columns:
+        return list(queryset.values(*columns).annotate(**_SUMMARY_SUMS).order_by())
+    return [queryset.aggregate(**_SUMMARY_SUMS)]
 
 
 def _rows(since: datetime, until: datetime, columns, *, pool=None, job=None, user=None):
@@ -183,7 +246,10 @@ def efficiency(*, since, until, pool: str | None = None, group: str = "pool", jo
         raise AnalyticsError(f"group: {str(group)[:32]!r} is not one of {', '.join(GROUPS)}")
     since, until = window(since, until)
     pool = _check_pool(pool)
-    rows = _rows(since, until, _COLUMNS[group], pool=pool, job=job)
+    if group in SUMMARY_GROUPS and job is None:
+        rows = _summary_rows(since, until, _COLUMNS[group], pool=pool)
+    else:
+        rows = _rows(since, until, _COLUMNS[group], pool=pool, job=job)
     names = _node_names(rows)
     groups = _fold(rows, group, names)
     total = _fold(rows, "appliance", names).get("appliance") or _Tally()
@@ -231,7 +297,7 @@ def overview(*, since, until, pool: str | None = None) -> dict:
     user, and each day."""
     since, until = window(since, until)
     pool = _check_pool(pool)
-    rows = _rows(since, until, ("pool", "user", "hour"), pool=pool)
+    rows = _summary_rows(since, until, ("pool", "user", "hour"), pool=pool)
 
     def folded(group):
         groups = _fold(rows, group, {})
@@ -244,25 +310,22 @@ def overview(*, since, until, pool: str | None = None) -> dict:
 
 
 def top_jobs(*, since, until, pool: str | None = None, limit: int = 10) -> list[dict]:
-    """The jobs that left the most GPU-hours idle (every cause but busy), most first."""
+    """The jobs that ran in the window and left the most GPU-hours idle (every cause but busy) over their
+    whole life, most first (JobTotal: one row per job, whatever the number of its GPUs and hours)."""
     since, until = window(since, until)
-    queryset = CauseHour.objects.filter(hour__gte=since, hour__lt=until).exclude(job="")
+    refresh_summary()
+    queryset = JobTotal.objects.filter(last_hour__gte=_floor_hour(since), first_hour__lt=until, idle_seconds__gt=0)
     if pool:
         queryset = queryset.filter(pool=pool)
-    rows = list(queryset.values("job", "user").annotate(**_SUMS).order_by())
-    jobs: dict[str, _Tally] = defaultdict(_Tally)
-    users: dict[str, str] = {}
-    for row in rows:
-        jobs[row["job"]].add(row)
-        users[row["job"]] = users.get(row["job"]) or row["user"]
     entries = []
-    for name, tally in jobs.items():
-        figures = tally.as_dict()
-        idle_hours = round(figures["gpu_hours"] - figures["by_cause"]["busy"], 4)
-        if idle_hours > 0:
-            entries.append({"job": name, "user": users[name], "idle_hours": idle_hours} | figures)
-    entries.sort(key=lambda entry: (-entry["idle_hours"], entry["job"]))
-    return entries[:limit]
+    for job in queryset.order_by("-idle_seconds", "job")[:limit]:
+        tally = _Tally()
+        tally.add({name: getattr(job, column) for name, column in _SUMMARY_COLUMNS.items()})
+        entries.append({"job": job.job, "user": job.user, "pool": job.pool,
+                        "idle_hours": round(job.idle_seconds / HOUR_S, 4),
+                        "first_hour": job.first_hour.isoformat(), "last_hour": job.last_hour.isoformat()}
+                       | tally.as_dict())
+    return entries
 
 
 def report(*, since=None, until=None, pool: str | None = None, now: datetime | None = None) -> dict:
