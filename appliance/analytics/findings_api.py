@@ -66,6 +66,8 @@ class FindingAPIView(FindingsView):
     def get(self, request, pk):
         finding = get_object_or_404(Finding.objects.select_related("node"), pk=pk)
         data = findings.as_dict(finding)
+        data["plans"] = [{"id": plan.pk, "state": plan.state} for plan in finding.lending_plans.order_by("pk")] \
+            if hasattr(finding, "lending_plans") else []
         if finding.job:
             try:
                 data["profile"] = profiling.suggest(finding.job, finding.window_start, finding.window_end)

@@ -246,6 +246,10 @@ def test_accepting_an_idle_pool_proposes_its_lending_plan(site, client_for):
         ["gpu01", "gpu02"], "training", "inference", finding.pk)
     assert (plan.window_end - plan.window_start) <= timedelta(hours=9) and plan.window_end.hour == 7
     assert AuditRecord.objects.filter(event="analytics.finding.accept").get().details["plan"] == plan.pk
+    viewer = client_for(Role.VIEWER)
+    assert viewer.get(f"/api/v1/analytics/findings/{finding.pk}/").json()["plans"] == [
+        {"id": plan.pk, "state": plan.state}]
+    assert f'href="/lending/plans/{plan.pk}/"' in viewer.get(f"/analytics/recommendations/{finding.pk}/").content.decode()
 
 
 def test_accepting_an_idle_pool_whose_policy_forbids_lending_changes_nothing(site, client_for):
