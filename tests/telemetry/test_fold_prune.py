@@ -104,7 +104,8 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
     services.fold(now=at(1, 11, 3))
     # a day later: minute rows before 12-01 11:00 go, but the 11:00 minute waits for its hour to be folded
     counts = services.prune(now=at(2, 11, 30))
-    assert counts == {"minute_gpu_rows": 5, "minute_node_rows": 2, "hour_gpu_rows": 0, "hour_node_rows": 0, "events": 0}
+    # the node's two minutes and the 10-minute row the fold made of them
+    assert counts == {"minute_gpu_rows": 5, "minute_node_rows": 3, "hour_gpu_rows": 0, "hour_node_rows": 0, "events": 0}
     assert list(GpuRollup.objects.filter(step=60).values_list("start", flat=True)) == [at(1, 11)]
     counts = services.prune(now=at(4, 0, 0))  # three days after: hour rows and the first event are past two days
     assert counts == {"minute_gpu_rows": 0, "minute_node_rows": 0, "hour_gpu_rows": 3, "hour_node_rows": 1, "events": 1}
