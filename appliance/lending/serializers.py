@@ -1,11 +1,28 @@
 """How plans, steps and policies look to the API and the portal's live table (one shape for both)."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .models import LendingPlan, LendingPolicy, PlanStep
+from .models import LendingPlan, LendingPolicy, PlanState, PlanStep
+
+
+# Plain strings with their values described: "state" and "outcome" enums already name other choice sets in
+# the API, and the schema's enum components are named by field.
+@extend_schema_field({"type": "string", "readOnly": True, "description": "one of " + ", ".join(PlanState.values)})
+class PlanStateField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "readOnly": True,
+                      "description": "one of " + ", ".join(PlanStep.Outcome.values)})
+class OutcomeField(serializers.CharField):
+    pass
 
 
 class PlanStepSerializer(serializers.ModelSerializer):
+    state = PlanStateField(read_only=True)
+    outcome = OutcomeField(read_only=True)
+
     class Meta:
         model = PlanStep
         fields = ["name", "state", "outcome", "message", "details", "actor", "at"]
@@ -18,6 +35,7 @@ class LendingPlanSerializer(serializers.ModelSerializer):
     proposed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     finding = serializers.PrimaryKeyRelatedField(read_only=True)
+    state = PlanStateField(read_only=True)
 
     class Meta:
         model = LendingPlan
