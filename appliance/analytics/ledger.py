@@ -118,18 +118,19 @@ def _read(table: str, names: tuple[str, ...], since: datetime, until: datetime) 
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {selected} FROM {table} WHERE {where}", params)
         rows = cursor.fetchall()
-    columns = dict(zip(names, zip(*rows, strict=True), strict=True)) if rows else {name: () for name in names}
+    table_ = np.array(rows, dtype=object).reshape(len(rows), len(names))  # None: NaN once made float
     result = {}
-    for name in names:
+    for index, name in enumerate(names):
+        column = table_[:, index]
         if name in STRINGS:
             codes: dict[str, int] = {"": 0}
-            result[f"{name}_code"] = np.array([codes.setdefault(value or "", len(codes)) for value in columns[name]],
+            result[f"{name}_code"] = np.array([codes.setdefault(value or "", len(codes)) for value in column],
                                               dtype=np.int64)
             result[f"{name}_values"] = np.array(list(codes), dtype=object)
         elif name == "throttle_reasons":
-            result[name] = np.array([value or 0 for value in columns[name]], dtype=np.int64)
+            result[name] = np.where(column == None, 0, column).astype(np.int64)  # noqa: E711 (element-wise)
         else:
-            result[name] = np.array(columns[name], dtype=np.int64 if name in INTEGERS else np.float64)
+            result[name] = column.astype(np.int64 if name in INTEGERS else np.float64)
     return result
 
 
