@@ -3,6 +3,7 @@ command and the service, and the report's figures worked out by hand beside each
 
 import gzip
 import io
+import json
 import tarfile
 
 import pyarrow as pa
@@ -45,6 +46,9 @@ def test_a_csv_of_fractions_and_relative_seconds_through_the_command(tmp_path):
     assert report["memory"] == {"samples": 5, "mean": 62.0}
     assert report["jobs"] == {"count": 2}
     assert report["trace"]["time"] == "relative" and report["trace"]["start"] is None
+    printed = io.StringIO()
+    call_command("analytics", "report", "--source", "alibaba", "--json", stdout=printed)
+    assert json.loads(printed.getvalue())["utilization"] == report["utilization"]
     assert report["trace"]["columns"] == {"value": "util", "time": "ts", "entity": "gpu", "memory": "mem",
                                           "job": "job"}
     assert sorted(Sample.objects.values_list("entity", "offset_s", "value", "memory", "job")) == [
