@@ -205,11 +205,8 @@ def attribute_window(since: datetime, until: datetime) -> dict | None:
                 "nvlink_line": lines[node_index], "read_saturated": np.zeros(len(node_ids), dtype=bool)}
     # Reads only matter to a stalled GPU that no rule before the input-bound one explained: without them,
     # the rows are judged first, then those GPUs' node rows are read and checked (rules' own reading).
-    iowait_or_cpu = columns.copy()
-    iowait_or_cpu["read_saturated"] = np.ones(len(node_ids), dtype=bool)
     without = vector.classify(columns)
-    with_reads = vector.classify(iowait_or_cpu)
-    undecided = (with_reads == INPUT_RULE) & (without != INPUT_RULE) & found
+    undecided = (without > INPUT_RULE) & found & vector.stalled_for_input(columns)
     decided = without
     if undecided.any():
         pairs = sorted({(int(n), int(t)) for n, t in zip(node_ids[undecided], gpu["t"][undecided], strict=True)})
@@ -281,10 +278,11 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
     firsts = np.flatnonzero(boundary)
     jobs = gpu["jobs"]
     rows = []
+    hours = {int(h): _param(datetime.fromtimestamp(int(h), UTC)) for h in np.unique(hour)}
     for index, first in enumerate(firsts.tolist()):
         position = order[first]
         node = info.get(int(node_id[position]))
-        rows.append((_param(datetime.fromtimestamp(int(hour[position]), UTC)), int(node_id[position]),
+        rows.append((hours[int(hour[position])], int(node_id[position]),
                      int(gpu_index[position]), int(instance[position]), jobs[gpu["job_code"][position]],
                      node.pool if node else "", "", float(sums["gpu_seconds"][index]),
                      float(sums["used_seconds"][index]), *(float(sums[c][index]) for c in CAUSE_COLUMNS),

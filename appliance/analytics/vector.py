@@ -169,6 +169,17 @@ def classify(c: Mapping[str, np.ndarray]) -> np.ndarray:
     return result
 
 
+def stalled_for_input(c: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The input-bound rule's own GPU condition (utilization and activity low): a row judged by a later rule
+    that meets it would be input-bound if its node's reads were saturated."""
+    t = _T["waits-on-input"]
+    util = np.asarray(c["util"], dtype=np.float64)
+    sm = np.asarray(c["sm_active"], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        activity = np.where(np.isnan(sm), util / 100, sm)
+    return _lt(util, t["stalled_util"]) & _lt(activity, t["stalled_sm_active"])
+
+
 def labels(rule_codes: np.ndarray) -> list[str]:
     return [rules.LABELS[RULE_LABEL[code]] for code in rule_codes]
 
