@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from django.conf import settings
-from django.db import connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Avg, Count, F, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -111,11 +111,12 @@ def import_trace(path, *, name: str, value: str, time: str, entity: str, memory:
                         "imported_at": old.imported_at.isoformat()}
             Sample.objects.filter(trace=old)._raw_delete(Sample.objects.db)
             old.delete()
-        trace = Trace.objects.create(
-            name=name, source_file=path.name[:255], format=file_format, compression=compression, columns=columns,
-            time_kind=parsed["time_kind"], scale=parsed["scale"], rows=parsed["rows"], entities=parsed["entities"],
-            started_at=parsed["started_at"], start_s=parsed["start_s"], duration_s=parsed["duration_s"],
-            imported_by=_actor_name(actor), imported_at=timezone.now())
+        try:
+            with transaction.atomic(using=router.db_for_write(Trace)):
+                trace = _create(name, path, file_format, compression, columns, parsed, actor)
+        except IntegrityError:
+            raise TraceError(_("--name %(name)s: another import of that name finished first; give --replace to "
+                               "replace it") % {"name": name}) from None
         _insert(trace.pk, parsed)
         details = {"file": trace.source_file, "format": file_format, "compression": compression,
                    "columns": columns, "rows": trace.rows, "entities": trace.entities, "time": trace.time_kind,
@@ -126,6 +127,14 @@ def import_trace(path, *, name: str, value: str, time: str, entity: str, memory:
                actor=actor)
     trace.import_seconds = clock.monotonic() - started
     return trace
+
+
+def _create(name, path, file_format, compression, columns, parsed, actor) -> Trace:
+    return Trace.objects.create(
+        name=name, source_file=path.name[:255], format=file_format, compression=compression, columns=columns,
+        time_kind=parsed["time_kind"], scale=parsed["scale"], rows=parsed["rows"], entities=parsed["entities"],
+        started_at=parsed["started_at"], start_s=parsed["start_s"], duration_s=parsed["duration_s"],
+        imported_by=_actor_name(actor), imported_at=timezone.now())
 
 
 def _existing(name: str) -> dict:

@@ -115,6 +115,16 @@ def test_a_gzipped_csv_with_iso_times_and_a_tar_gz_holding_one_csv(tmp_path):
     assert source_report("export")["entities"] == {"count": 2, "idle_majority": 1, "idle_majority_share": 0.5}
 
 
+def test_a_byte_order_mark_windows_line_ends_and_fractional_seconds(tmp_path):
+    # Arrow reads these times as a timestamp column itself (nanoseconds, UTC).
+    (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbfts,gpu,util\r\n2026-01-01T00:00:00Z,g1,0.5\r\n"
+                                         b"2026-01-01T00:01:00.5Z,g1,0.1\r\n")
+    trace = import_trace(tmp_path / "excel.csv", name="excel", value="util", time="ts", entity="gpu")
+    assert (trace.time_kind, trace.duration_s, trace.scale) == ("absolute", 60.5, "fraction")
+    assert trace.started_at.isoformat() == "2026-01-01T00:00:00+00:00"
+    assert source_report("excel")["utilization"]["mean"] == 30.0
+
+
 def add_file(tar, name: str, data: bytes):
     info = tarfile.TarInfo(name)
     info.size = len(data)
