@@ -530,14 +530,17 @@ def detect_pool_idle(since: datetime, until: datetime) -> Result:
     from django.db.models import Sum
     from django.db.models.functions import ExtractHour
 
-    from appliance.inventory.models import Pool
+    from appliance.inventory.models import Pool, PoolMembership
 
     result = Result()
     window = CauseHour.objects.filter(hour__gte=since, hour__lt=until).exclude(pool="")
     per_pool: dict[str, list[dict]] = defaultdict(list)
     for slot in window.values("pool", "hour").annotate(gpu_s=Sum("gpu_seconds"), idle_s=Sum("idle_unallocated_s")):
         per_pool[slot["pool"]].append(slot)
-    pools = {p.name: p for p in Pool.objects.prefetch_related("memberships__node__platform")}
+    pools = {p.name: p for p in Pool.objects.all()}
+    members: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for pool_id, name, gpus in PoolMembership.objects.values_list("pool_id", "node__name", "node__platform__gpu_count"):
+        members[pool_id].append((name, gpus or 0))
     for pool_name, slots in sorted(per_pool.items()):
         result.measured.add(f"{Finding.Kind.POOL_IDLE}:{pool_name}")
         pool = pools.get(pool_name)
@@ -560,9 +563,8 @@ def detect_pool_idle(since: datetime, until: datetime) -> Result:
         share = sum(by_hour[h]["idle_s"] for h in run) / sum(by_hour[h]["gpu_s"] for h in run)
         # The fewest GPUs idle in any hour of the window on any day measured: what can go for the whole window.
         fewest = min((slot["idle_s"] or 0.0) for slot in slots if slot["hour"].astimezone(UTC).hour in run) / 3600
-        members = [m.node for m in pool.memberships.all()]
-        per_node_gpus = max([(m.platform.gpu_count if m.platform else 0) for m in members] + [1]) or 1
-        lendable = min(int(math.floor(fewest / per_node_gpus + 1e-9)), max(len(members) - 1, 0))
+        per_node_gpus = max([gpus for _name, gpus in members[pool.pk]] + [1])
+        lendable = min(int(math.floor(fewest / per_node_gpus + 1e-9)), max(len(members[pool.pk]) - 1, 0))
         if lendable < 1:
             continue
         per_node = (window.filter(pool=pool_name).annotate(hour_of_day=ExtractHour("hour", tzinfo=UTC))
@@ -632,10 +634,10 @@ def _rows_of(since, until, jobs: set[str], gpus: set[tuple]) -> list[dict]:
 
     if not jobs and not gpus:
         return []
-    where = Q(job__in=sorted(jobs)) if jobs else Q(pk__in=[])
-    for node_id, gpu, instance in sorted(gpus):
-        where |= Q(node_id=node_id, gpu=gpu, instance=instance)
-    return list(CauseHour.objects.filter(where, hour__gte=since, hour__lt=until).values(*ROW_FIELDS))
+    # Jobs by name, GPUs by their nodes (then exactly): one flat condition whatever their number.
+    where = Q(job__in=sorted(jobs)) | Q(node_id__in=sorted({node_id for node_id, _gpu, _instance in gpus}))
+    rows = CauseHour.objects.filter(where, hour__gte=since, hour__lt=until).values(*ROW_FIELDS)
+    return [row for row in rows if row["job"] in jobs or (row["node_id"], row["gpu"], row["instance"]) in gpus]
 
 
 def detect(since: datetime, until: datetime, *, pool_since: datetime | None = None) -> Result:
