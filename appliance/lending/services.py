@@ -394,6 +394,11 @@ def _advance_once(plan: LendingPlan, now: datetime) -> bool:
     if plan.state == PlanState.APPROVED:
         if now < plan.window_start:
             return False
+        if now >= plan.window_end:  # approved too late, or no worker ran while its window lasted
+            _move(plan, PlanState.ROLLED_BACK)
+            plan.save(update_fields=["state", "updated"])
+            _step(plan, "rollback", Outcome.SUCCESS, "the window ended before the plan began: nothing was done")
+            return True
         _move(plan, PlanState.DRAINING)
         plan.deadline = now + wait
         plan.save(update_fields=["state", "deadline", "updated"])

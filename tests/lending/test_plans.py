@@ -137,6 +137,10 @@ def test_a_plan_not_yet_due_waits_and_a_proposed_plan_is_not_advanced(pools, mak
     services.approve(plan, make_user(Role.ADMINISTRATOR))
     assert services.advance(plan, now=night(-0.5)).state == PlanState.APPROVED  # the window has not begun
     assert services.advance_due(now=night(-0.5)) == []
+    # Nobody advanced it while its window lasted: it ends without touching anything.
+    assert services.advance_due(now=night(7)) == [plan.pk]
+    plan.refresh_from_db()
+    assert (plan.state, plan.message) == (PlanState.ROLLED_BACK, "the window ended before the plan began: nothing was done")
 
 
 def test_a_failed_slurm_command_fails_the_plan_and_it_can_be_rolled_back(pools, make_user, settings, tmp_path):
