@@ -105,15 +105,20 @@ def nodes_info(node_ids: Iterable[int] | None = None) -> dict[int, NodeInfo]:
     query = Node.objects.all()
     if node_ids is not None:
         query = query.filter(pk__in=list(node_ids))
-    rows = query.values_list("pk", "name", "pool_membership__pool__name", "facts__storage", "platform__spec")
-    return {pk: NodeInfo(name, pool or "", node_references({"storage": storage}, spec))
-            for pk, name, pool, storage, spec in rows}
+    from appliance.inventory.models import Platform
+
+    rows = list(query.values_list("pk", "name", "pool_membership__pool__name", "facts__storage", "platform_id"))
+    # A platform's description is read once, not once per node (a fleet has a few platforms, large specs).
+    specs = dict(Platform.objects.filter(pk__in={row[4] for row in rows if row[4] is not None})
+                 .values_list("pk", "spec")) if rows else {}
+    return {pk: NodeInfo(name, pool or "", node_references({"storage": storage}, specs.get(platform)))
+            for pk, name, pool, storage, platform in rows}
 
 
 def from_database(since, until, *, step: int = 60, node_ids: Iterable[int] | None = None,
                   job: str | None = None) -> tuple[list[Attributed], dict[int, NodeInfo]]:
-    """Attribute every GPU bucket of `step` starting in [since, until): three queries whatever the size
-    (GPU rows, node rows, nodes; a fourth for peers when filtered by node). A job's peers are read with it even on nodes outside `node_ids`."""
+    """Attribute every GPU bucket of `step` starting in [since, until): four queries whatever the size
+    (GPU rows, node rows, nodes, their platforms; a fifth for peers when filtered by node). A job's peers are read with it even on nodes outside `node_ids`."""
     from appliance.telemetry.models import GpuRollup, NodeRollup
 
     gpu_query = GpuRollup.objects.filter(step=step, start__gte=since, start__lt=until)

@@ -171,14 +171,18 @@ def _mounts(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict | None]:
     return result
 
 
-def attribute_window(since: datetime, until: datetime) -> dict | None:
+def attribute_window(since: datetime, until: datetime, known: dict | None = None) -> dict | None:
     """Every per-minute GPU bucket starting in [since, until) judged: the GPU columns with `rule` (index
-    in vector.RULE_NAMES) and `label` (index in rules.LABELS) added, and the nodes' info; None if no row."""
+    in vector.RULE_NAMES) and `label` (index in rules.LABELS) added, and the nodes' info (read for the nodes
+    not in `known`, which keeps them for the next window of a run); None if no row."""
     gpu = _gpu_columns(since, until)
     if not gpu:
         return None
     node = _node_columns(since, until)
-    info = attribution.nodes_info(np.unique(gpu["node_id"]).tolist())
+    info = known if known is not None else {}
+    missing = set(np.unique(gpu["node_id"]).tolist()) - set(info)
+    if missing:
+        info.update(attribution.nodes_info(sorted(missing)))
     base = int(since.timestamp())
     width = int((until - since).total_seconds()) // STEP + 1
     gpu_key = gpu["node_id"] * width + (gpu["t"] - base) // STEP
@@ -318,6 +322,7 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
     if first is not None and (since is None or since < first):
         since = first  # nothing before the oldest per-minute row (pruned, or never sent)
     totals = {"minutes": 0, "buckets": 0, "seconds": 0.0}
+    known: dict = {}  # the nodes' name, pool and references, read once a run
     if since is not None and max_minutes is not None:
         until = min(until, since + timedelta(minutes=max_minutes))
     while since is not None and since < until:
@@ -327,7 +332,7 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
             if current.attributed_until is not None and current.attributed_until > since:  # another run went first
                 since = current.attributed_until
                 continue
-            window = attribute_window(since, end)
+            window = attribute_window(since, end, known)
             rows, seconds = _ledger_rows(window) if window else ([], 0.0)
             _upsert(rows)
             buckets = len(window["gpu"]["t"]) if window else 0

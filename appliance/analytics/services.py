@@ -178,15 +178,24 @@ def _rows(since: datetime, until: datetime, columns, *, pool=None, job=None, use
     return [queryset.aggregate(**_SUMS)]
 
 
+_NAMES = tuple(_SUMS)
+
+
 class _Tally:
-    __slots__ = ("sums",)
+    __slots__ = ("values",)
 
     def __init__(self):
-        self.sums: dict[str, float] = defaultdict(float)
+        self.values = [0.0] * len(_NAMES)
 
     def add(self, row: dict) -> None:
-        for name in _SUMS:
-            self.sums[name] += row.get(name) or 0.0
+        self.add_values([row.get(name) or 0.0 for name in _NAMES])
+
+    def add_values(self, values: list[float]) -> None:
+        self.values = [a + b for a, b in zip(self.values, values, strict=True)]
+
+    @property
+    def sums(self) -> dict[str, float]:
+        return dict(zip(_NAMES, self.values, strict=True))
 
     def as_dict(self) -> dict:
         s = self.sums
@@ -233,8 +242,17 @@ def _key(group: str, row: dict, names: dict[int, str]) -> str:
 
 def _fold(rows, group: str, names: dict[int, str]) -> dict[str, _Tally]:
     groups: dict[str, _Tally] = defaultdict(_Tally)
+    keys: dict = {}  # rows of one hour (or node) share their key: computed once
     for row in rows:
-        groups[_key(group, row, names)].add(row)
+        values = [row.get(name) or 0.0 for name in _NAMES]
+        if group in ("hour", "day"):
+            hour = row["hour"]
+            key = keys.get(hour)
+            if key is None:
+                key = keys[hour] = _key(group, row, names)
+        else:
+            key = _key(group, row, names)
+        groups[key].add_values(values)
     return groups
 
 
@@ -253,7 +271,7 @@ def efficiency(*, since, until, pool: str | None = None, group: str = "pool", jo
     names = _node_names(rows)
     groups = _fold(rows, group, names)
     total = _fold(rows, "appliance", names).get("appliance") or _Tally()
-    entries = [{"key": key} | groups[key].as_dict() for key in sorted(groups) if groups[key].sums["gpu_s"]]
+    entries = [{"key": key} | groups[key].as_dict() for key in sorted(groups) if groups[key].values[0]]
     if group == "job":
         skews = {entry["job"]: entry for entry in job_skew(since=since, until=until, pool=pool, job=job)}
         for entry in entries:
@@ -298,14 +316,25 @@ def overview(*, since, until, pool: str | None = None) -> dict:
     since, until = window(since, until)
     pool = _check_pool(pool)
     rows = _summary_rows(since, until, ("pool", "user", "hour"), pool=pool)
+    total = _Tally()
+    pools: dict[str, _Tally] = defaultdict(_Tally)
+    users: dict[str, _Tally] = defaultdict(_Tally)
+    days: dict[str, _Tally] = defaultdict(_Tally)
+    day_of: dict = {}
+    for row in rows:  # one pass, four folds
+        values = [row.get(name) or 0.0 for name in _NAMES]
+        hour = row["hour"]
+        day = day_of.get(hour)
+        if day is None:
+            day = day_of[hour] = hour.astimezone(UTC).strftime("%Y-%m-%d")
+        for tally in (total, pools[row["pool"] or NO_POOL], users[row["user"] or NO_USER], days[day]):
+            tally.add_values(values)
 
-    def folded(group):
-        groups = _fold(rows, group, {})
-        return [{"key": key} | groups[key].as_dict() for key in sorted(groups) if groups[key].sums["gpu_s"]]
+    def folded(groups):
+        return [{"key": key} | groups[key].as_dict() for key in sorted(groups) if groups[key].values[0]]
 
-    total = _fold(rows, "appliance", {}).get("appliance") or _Tally()
     return {"since": since.isoformat(), "until": until.isoformat(), "pool": pool or "", "total": total.as_dict(),
-            "pools": folded("pool"), "users": folded("user"), "days": folded("day"),
+            "pools": folded(pools), "users": folded(users), "days": folded(days),
             "accuracy": ATTRIBUTION_ACCURACY}
 
 

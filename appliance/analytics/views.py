@@ -32,19 +32,23 @@ def causes() -> list[dict]:
 
 
 def bar(entry: dict) -> dict:
-    """The entry with its stacked bar: one segment per cause, x and width in percent of the group's GPU-hours."""
+    """The entry with its stacked bar: one segment per cause, x and width in percent of the group's GPU-hours,
+    and the texts the template writes (formatted here once: a page has a few hundred of them)."""
     hours = entry["gpu_hours"]
     segments, x = [], 0.0
     for label, name in CAUSE_NAMES.items():
         value = entry["by_cause"].get(label, 0.0)
         if hours and value > 0:
             width = 100.0 * value / hours
-            segments.append({"label": label, "name": name, "hours": value, "percent": f"{width:.1f}",
-                             "x": f"{x:.3f}", "width": f"{width:.3f}"})
+            segments.append({"label": label, "name": name, "hours": value, "hours_text": f"{value:.1f}",
+                             "percent": f"{width:.1f}", "x": f"{x:.3f}", "width": f"{width:.3f}"})
             x += width
+    parts = ", ".join(f"{s['name']} {s['percent']} %" for s in segments) or str(_("no GPU-hours"))
     return entry | {"segments": segments, "used_percent": f"{100 * entry['used_share']:.1f}",
                     "idle_percent": f"{100 * entry['idle_share']:.1f}",
-                    "memory_percent": f"{100 * entry['memory_used_share']:.1f}"}
+                    "memory_percent": f"{100 * entry['memory_used_share']:.1f}",
+                    "gpu_hours_text": f"{hours:.1f}",
+                    "aria": _("GPU-hours of %(key)s by cause: %(parts)s") % {"key": entry["key"], "parts": parts}}
 
 
 class AnalyticsPage(CapabilityMixin, TemplateView):
