@@ -264,6 +264,8 @@ def efficiency(*, since, until, pool: str | None = None, group: str = "pool", jo
         raise AnalyticsError(f"group: {str(group)[:32]!r} is not one of {', '.join(GROUPS)}")
     since, until = window(since, until)
     pool = _check_pool(pool)
+    if job is not None and len(job) > 100:
+        raise AnalyticsError("job: longer than 100 characters (a Slurm job id or a service's name)")
     if group in SUMMARY_GROUPS and job is None:
         rows = _summary_rows(since, until, _COLUMNS[group], pool=pool)
     else:
