@@ -69,7 +69,7 @@ class GpuRollup(models.Model):
         indexes = [models.Index(fields=["step", "start"], name="telemetry_gpu_step_start"),
                    models.Index(fields=["job", "step", "start"], name="telemetry_gpu_job"),
                    # the jobs of a range, read from the index alone
-                   models.Index(fields=["step", "start", "instance", "job", "node", "gpu", "util"],
+                   models.Index(fields=["step", "instance", "start", "job", "node", "gpu", "util"],
                                 name="telemetry_gpu_fleet_jobs")]
         ordering = ["node", "gpu", "instance", "step", "start"]
 
@@ -107,8 +107,9 @@ class NodeRollup(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["node", "step", "start"], name="telemetry_node_rollup_bucket")]
         indexes = [models.Index(fields=["step", "start"], name="telemetry_node_step_start"),
-                   # the fleet's heatmap and totals over a range, read from the index alone
-                   models.Index(fields=["step", "start", "node", "gpu_util", "gpu_power_w", "ib_tx_bps", "ib_rx_bps",
+                   # the fleet's heatmap and totals over a range (a seek per node) and a node's own rows,
+                   # read from the index alone
+                   models.Index(fields=["node", "step", "start", "gpu_util", "gpu_power_w", "ib_tx_bps", "ib_rx_bps",
                                         "fs_read_bps", "fs_write_bps"], name="telemetry_node_fleet")]
         ordering = ["node", "step", "start"]
 

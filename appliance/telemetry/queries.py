@@ -46,6 +46,8 @@ MAX_COLUMNS = 150
 # 10-minute rows, a day of hours), so the Overview answers in the same time whatever the fleet's size.
 LEVELS = (MINUTE, TEN_MINUTES, HOUR)
 MAX_ROWS = 60_000
+MAX_CELLS = 15_000  # a heatmap's nodes x columns
+MIN_COLUMNS = 12
 # A GPU's cell is "live" when its newest bucket started this recently (a bucket is sent when it closes,
 # so the newest one is normally one to two minutes old); otherwise the cell says "no data" and how old
 # its last bucket is.
@@ -85,9 +87,9 @@ def range_of(name: str | None) -> Range:
     return RANGES[name]
 
 
-def column_width(span_s: int, step: int) -> int:
-    """Seconds a heatmap column covers: a whole number of steps, at most MAX_COLUMNS columns in the span."""
-    return max(1, math.ceil(span_s / step / MAX_COLUMNS)) * step
+def column_width(span_s: int, step: int, columns: int = MAX_COLUMNS) -> int:
+    """Seconds a heatmap column covers: a whole number of steps, at most `columns` columns in the span."""
+    return max(1, math.ceil(span_s / step / columns)) * step
 
 
 def _epoch(moment: datetime | None) -> int | None:
@@ -131,9 +133,10 @@ def _collectors(nodes) -> dict[int, dict]:
 def resolution(rng: Range, count: int, levels: tuple[int, ...] = LEVELS) -> tuple[int, int]:
     """(level, width) of a fleet-wide read of `count` nodes (or GPUs) over a range: the rollup step it
     reads (the finest whose rows over the range stay within MAX_ROWS, never finer than the range's own
-    step) and the seconds of a column (a whole number of those steps, at most MAX_COLUMNS columns)."""
+    step) and the seconds of a heatmap column (a whole number of those steps, at most MAX_COLUMNS columns
+    and MAX_CELLS cells: 1,000 nodes are 15 columns, as many as 2-pixel rows can show)."""
     level = next((step for step in levels if step >= rng.step and count * rng.seconds / step <= MAX_ROWS), levels[-1])
-    return level, column_width(rng.seconds, level)
+    return level, column_width(rng.seconds, level, min(MAX_COLUMNS, max(MIN_COLUMNS, MAX_CELLS // max(count, 1))))
 
 
 def _segments(rng: Range, level: int, first: datetime, last: datetime, model=NodeRollup,
@@ -175,27 +178,29 @@ def _node_rows(nodes, step: int, start: datetime, end: datetime, included: bool)
 TOTALS = ("ib_tx_bps", "ib_rx_bps", "fs_read_bps", "fs_write_bps", "gpu_power_w")
 
 
-def _fleet_columns(nodes, segments, width: int) -> tuple[dict, dict]:
-    """The heatmap ({(node id, column): mean GPU utilization}) and the fleet's totals per column
-    ({column: {field: value}}), aggregated in the database: a column's value is the time-weighted mean of
-    the rows in it, whatever their step; a total is the sum over the nodes of their rate, over the part of
-    the column measured. Two queries a segment."""
+def _fleet_columns(nodes, segments, width: int, totals_width: int) -> tuple[dict, dict]:
+    """The heatmap ({(node id, column): mean GPU utilization}, `width` seconds a column) and the fleet's
+    totals ({column: {field: value}}, `totals_width` a column), aggregated in the database: a column's
+    value is the time-weighted mean of the rows in it, whatever their step; a total is the sum over the
+    nodes of their rate, over the part of the column measured. Two queries a segment."""
     cells: dict[tuple[int, int], list[float]] = {}
     totals: dict[int, dict] = {}
     for step, start, end, included in segments:
-        rows = _node_rows(nodes, step, start, end, included).order_by().annotate(column=Epoch("start") / width * width)
-        for node_id, column, total, count in (rows.values("node", "column")
+        rows = _node_rows(nodes, step, start, end, included).order_by()
+        for node_id, column, total, count in (rows.annotate(column=Epoch("start") / width * width)
+                                              .values("node", "column")
                                               .annotate(total=Sum("gpu_util"), count=Count("gpu_util"))
                                               .values_list("node", "column", "total", "count")):
             if count:
                 cell = cells.setdefault((node_id, column), [0.0, 0])
                 cell[0] += total * step
                 cell[1] += count * step
-        for row in (rows.values("column").annotate(buckets=Count("start", distinct=True), util=Sum("gpu_util"),
-                                                    util_n=Count("gpu_util"), **{f: Sum(f) for f in TOTALS})):
-            entry = totals.setdefault(row["column"], {"seconds": 0, "util": 0.0, "util_s": 0,
-                                                      **{f: None for f in TOTALS}})
-            entry["seconds"] += row["buckets"] * step
+        # per bucket (no conversion of each row's time), then into columns here
+        for row in (rows.values("start").annotate(t=Epoch("start"), util=Sum("gpu_util"), util_n=Count("gpu_util"),
+                                                  **{f: Sum(f) for f in TOTALS})):
+            column = row["t"] // totals_width * totals_width
+            entry = totals.setdefault(column, {"seconds": 0, "util": 0.0, "util_s": 0, **{f: None for f in TOTALS}})
+            entry["seconds"] += step
             if row["util_n"]:
                 entry["util"] += row["util"] * step
                 entry["util_s"] += row["util_n"] * step
@@ -255,12 +260,14 @@ def overview(appliance=None, range: str | None = None, now: datetime | None = No
     columns = list(range_steps(first, last, width))
     column_index = {start: i for i, start in enumerate(columns)}
     heat = {node_id: [None] * len(columns) for node_id, _ in node_rows}
-    cells, totals = _fleet_columns(nodes, _segments(rng, level, first, last), width)
+    totals_width = column_width(rng.seconds, level)
+    cells, totals = _fleet_columns(nodes, _segments(rng, level, first, last), width, totals_width)
     for (node_id, column), util in cells.items():
         i = column_index.get(column)
         if i is not None and node_id in heat:
             heat[node_id][i] = round(util, 1)
-    times = [column for column in totals if column in column_index]
+    first_column = columns[0] if columns else 0
+    times = [column for column in totals if first_column <= column <= last.timestamp()]
 
     def series(fields, digits):
         return {"t": times, **{f: [_round(totals[t][f], digits) for t in times] for f in fields}}
@@ -390,8 +397,10 @@ def node_series(node: Node, range: str | None = None, now: datetime | None = Non
         if t in position:
             mounts[path][side][position[t]] = _round(total / count, 0)
     gpus: dict[int, dict] = {}
-    gpu_rows = GpuRollup.objects.filter(node=node, step=rng.step, instance=WHOLE_GPU, start__gte=first,
-                                        start__lte=last).order_by()
+    indexes = list(node.gpus.order_by("index").values_list("index", flat=True))
+    # gpu__in: the (node, gpu, instance, step, start) index then reads the node's GPUs' rows alone
+    gpu_rows = GpuRollup.objects.filter(node=node, gpu__in=indexes, step=rng.step, instance=WHOLE_GPU,
+                                        start__gte=first, start__lte=last).order_by()
     for index, t, util, fb_used, power in (gpu_rows.annotate(t=column).values("gpu", "t")
                                            .annotate(util_=Avg("util"), fb_=Avg("fb_used_mib"), power_=Avg("power_w"))
                                            .values_list("gpu", "t", "util_", "fb_", "power_")):
@@ -407,7 +416,6 @@ def node_series(node: Node, range: str | None = None, now: datetime | None = Non
     for index, job_id in gpu_rows.exclude(job="").values_list("gpu", "job").distinct():
         jobs.setdefault(index, set()).add(job_id)
     collector = NodeCollector.objects.filter(node=node).values("node", "last_bucket", "last_seen").first()
-    indexes = list(node.gpus.order_by("index").values_list("index", flat=True))
     series = {"t": times, **{f: [_round(row[f], _digits(f)) for row in points] for f in NODE_FIELDS},
               "ib_errors": [row["ib_errors"] for row in points]}
     return {

@@ -31,8 +31,9 @@ def large_fleet(monkeypatch):
 
 
 @pytest.mark.parametrize(("name", "count", "expected"), [
-    ("1h", 1000, (MINUTE, 60)), ("6h", 1000, (TEN_MINUTES, 600)), ("24h", 1000, (HOUR, 3600)),
-    ("7d", 1000, (HOUR, 7200)), ("30d", 1000, (HOUR, 18000)),
+    # 1,000 nodes: at most 15 columns (15,000 cells), of whole steps
+    ("1h", 1000, (MINUTE, 240)), ("6h", 1000, (TEN_MINUTES, 1800)), ("24h", 1000, (HOUR, 7200)),
+    ("7d", 1000, (HOUR, 43200)), ("30d", 1000, (HOUR, 172800)),
     ("1h", 20, (MINUTE, 60)), ("6h", 20, (MINUTE, 180)), ("24h", 20, (MINUTE, 600)), ("7d", 20, (HOUR, 7200)),
 ])
 def test_the_level_a_range_reads_grows_coarser_with_the_fleet(name, count, expected):

@@ -22,10 +22,10 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='gpurollup',
-            index=models.Index(fields=['step', 'start', 'instance', 'job', 'node', 'gpu', 'util'], name='telemetry_gpu_fleet_jobs'),
+            index=models.Index(fields=['step', 'instance', 'start', 'job', 'node', 'gpu', 'util'], name='telemetry_gpu_fleet_jobs'),
         ),
         migrations.AddIndex(
             model_name='noderollup',
-            index=models.Index(fields=['step', 'start', 'node', 'gpu_util', 'gpu_power_w', 'ib_tx_bps', 'ib_rx_bps', 'fs_read_bps', 'fs_write_bps'], name='telemetry_node_fleet'),
+            index=models.Index(fields=['node', 'step', 'start', 'gpu_util', 'gpu_power_w', 'ib_tx_bps', 'ib_rx_bps', 'fs_read_bps', 'fs_write_bps'], name='telemetry_node_fleet'),
         ),
     ]
