@@ -279,18 +279,15 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
                                              groups)}
     for code, column in enumerate(CAUSE_COLUMNS):
         sums[column] = np.bincount(group, np.where(labels == code, s, 0.0), groups)
-    firsts = np.flatnonzero(boundary)
-    jobs = gpu["jobs"]
-    rows = []
+    positions = order[np.flatnonzero(boundary)]
     hours = {int(h): _param(datetime.fromtimestamp(int(h), UTC)) for h in np.unique(hour)}
-    for index, first in enumerate(firsts.tolist()):
-        position = order[first]
-        node = info.get(int(node_id[position]))
-        rows.append((hours[int(hour[position])], int(node_id[position]),
-                     int(gpu_index[position]), int(instance[position]), jobs[gpu["job_code"][position]],
-                     node.pool if node else "", "", float(sums["gpu_seconds"][index]),
-                     float(sums["used_seconds"][index]), *(float(sums[c][index]) for c in CAUSE_COLUMNS),
-                     float(sums["memory_held_mib_s"][index]), float(sums["memory_used_mib_s"][index])))
+    pools = {pk: entry.pool for pk, entry in info.items()}
+    keys = zip(hour[positions].tolist(), node_id[positions].tolist(), gpu_index[positions].tolist(),
+               instance[positions].tolist(), gpu["jobs"][gpu["job_code"][positions]].tolist(), strict=True)
+    figures = np.column_stack([sums[name] for name in ("gpu_seconds", "used_seconds", *CAUSE_COLUMNS,
+                                                       "memory_held_mib_s", "memory_used_mib_s")]).tolist()
+    rows = [(hours[h], n, g, i, job, pools.get(n, ""), "", *values)
+            for (h, n, g, i, job), values in zip(keys, figures, strict=True)]
     return rows, float(sums["gpu_seconds"].sum())
 
 
