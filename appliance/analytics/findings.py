@@ -324,26 +324,36 @@ def detect_communication_bound(rows) -> Result:
     return result
 
 
-def _gpu_rollups(node_id, gpu, since, until) -> dict:
-    """A GPU's slowdown reasons, mean clock, temperature and power over the window (per-hour rollups where
-    there are, else per-minute)."""
+def _gpu_clocks(keys, since, until) -> dict[tuple, dict]:
+    """Per GPU (node id, index): its slowdown reasons, mean SM clock, temperature and power over the window
+    (per-hour rollups where there are, else per-minute); one query for all of them."""
     from appliance.telemetry.models import GpuRollup
 
-    rows = list(GpuRollup.objects.filter(node_id=node_id, gpu=gpu, instance=-1, start__gte=since, start__lt=until)
-                .values("step", "throttle_reasons", "throttled_share", "sm_clock_mhz", "temp_c", "power_w"))
-    step = 3600 if any(r["step"] == 3600 for r in rows) else 60
-    rows = [r for r in rows if r["step"] == step]
-    reasons = 0
-    for r in rows:
-        reasons |= int(r["throttle_reasons"] or 0)
+    wanted = {(node_id, gpu) for node_id, gpu, *_rest in keys}
+    grouped: dict[tuple, list[dict]] = defaultdict(list)
+    if wanted:
+        for r in GpuRollup.objects.filter(node_id__in=sorted({n for n, _g in wanted}), instance=-1, start__gte=since,
+                                          start__lt=until).values("node_id", "gpu", "step", "throttle_reasons",
+                                                                  "sm_clock_mhz", "temp_c", "power_w"):
+            if (r["node_id"], r["gpu"]) in wanted:
+                grouped[(r["node_id"], r["gpu"])].append(r)
+    result = {}
+    for key in wanted:
+        rows = grouped.get(key, [])
+        step = 3600 if any(r["step"] == 3600 for r in rows) else 60
+        rows = [r for r in rows if r["step"] == step]
+        reasons = 0
+        for r in rows:
+            reasons |= int(r["throttle_reasons"] or 0)
 
-    def mean(name):
-        values = [r[name] for r in rows if r[name] is not None]
-        return round(sum(values) / len(values), 1) if values else None
+        def mean(name, rows=rows):
+            values = [r[name] for r in rows if r[name] is not None]
+            return round(sum(values) / len(values), 1) if values else None
 
-    names = sorted({SLOWDOWN_NAMES[name] for name, bit in rules.SLOWDOWN_REASONS.items() if reasons & bit})
-    return {"reasons": names, "sm_clock_mhz": mean("sm_clock_mhz"), "temp_c": mean("temp_c"),
-            "power_w": mean("power_w")}
+        names = sorted({SLOWDOWN_NAMES[name] for name, bit in rules.SLOWDOWN_REASONS.items() if reasons & bit})
+        result[key] = {"reasons": names, "sm_clock_mhz": mean("sm_clock_mhz"), "temp_c": mean("temp_c"),
+                       "power_w": mean("power_w")}
+    return result
 
 
 def _cause_proposal(reasons: list[str]) -> str:
@@ -356,7 +366,7 @@ def _cause_proposal(reasons: list[str]) -> str:
     return _("check cooling and power of this GPU")
 
 
-def detect_stragglers(rows, since, until, only: set[tuple] | None = None) -> Result:
+def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks: dict | None = None) -> Result:
     """A GPU judged a straggler for STRAGGLER_MIN_SHARE or more of the seconds it held for its jobs: how much
     slower than its peers (the share of each step its peers wait: 1 - peers' utilization / its own), in how
     many jobs, and the slowdown reason its rollups report."""
@@ -389,8 +399,9 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None) -> Res
         own = totals["used_seconds"] / totals["gpu_seconds"]
         peers = peers_used / peers_seconds if peers_seconds else None
         slower = 1 - peers / own if peers is not None and own else None
-        clocks = _gpu_rollups(node_id, gpu, since, until)
-        cause = "/".join(clocks["reasons"]) or _("no slowdown reason reported")
+        measured_clocks = (clocks if clocks is not None and (node_id, gpu) in clocks else _gpu_clocks(
+            {(node_id, gpu)}, since, until))[(node_id, gpu)]
+        cause = "/".join(measured_clocks["reasons"]) or _("no slowdown reason reported")
         summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its time)") % {
             "gpu": gpu, "node": node_name, "jobs": len(straggled), "all": len(jobs), "share": _pct(share)}
         if slower is not None:
@@ -398,17 +409,17 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None) -> Res
                 "slower": _pct(slower), "own": _pct(own), "peers": _pct(peers)}
         summary += _(" (throttled: %(cause)s)") % {"cause": cause}
         result.candidates.append(Candidate(
-            Finding.Kind.STRAGGLER, subject, summary, _cause_proposal(clocks["reasons"]),
+            Finding.Kind.STRAGGLER, subject, summary, _cause_proposal(measured_clocks["reasons"]),
             _hours(totals["straggler_s"]),
             {"share": round(share, 4), "straggler_gpu_hours": _hours(totals["straggler_s"]), "jobs": jobs,
              "jobs_held_back": straggled, "utilization": round(own, 4),
              "peers_utilization": None if peers is None else round(peers, 4),
-             "slower": None if slower is None else round(slower, 4)} | clocks,
+             "slower": None if slower is None else round(slower, 4)} | measured_clocks,
             node_id=node_id, pool=mine[0]["pool"]))
     return result
 
 
-def detect_throttled(rows, since, until) -> Result:
+def detect_throttled(rows, since, until, clocks: dict | None = None) -> Result:
     """A GPU slowed by power or thermal limits for THROTTLED_MIN_SHARE or more of the seconds it was measured,
     with the reasons, mean SM clock and temperature its rollups report."""
     result = Result()
@@ -424,16 +435,17 @@ def detect_throttled(rows, since, until) -> Result:
         share = totals["throttled_s"] / totals["gpu_seconds"]
         if share < THROTTLED_MIN_SHARE:
             continue
-        clocks = _gpu_rollups(node_id, gpu, since, until)
+        measured_clocks = (clocks if clocks is not None and (node_id, gpu) in clocks else _gpu_clocks(
+            {(node_id, gpu)}, since, until))[(node_id, gpu)]
         summary = _("GPU %(gpu)s of %(node)s was throttled %(share)s of its time (%(hours)s GPU-hours; reason: "
                     "%(cause)s; SM clock %(clock)s MHz of %(max)s, %(temp)s °C)") % {
             "gpu": gpu, "node": node_name, "share": _pct(share), "hours": _hours(totals["throttled_s"]),
-            "cause": "/".join(clocks["reasons"]) or "-", "clock": clocks["sm_clock_mhz"] or "-",
-            "max": rules.NOMINAL_MAX_SM_CLOCK_MHZ, "temp": clocks["temp_c"] or "-"}
+            "cause": "/".join(measured_clocks["reasons"]) or "-", "clock": measured_clocks["sm_clock_mhz"] or "-",
+            "max": rules.NOMINAL_MAX_SM_CLOCK_MHZ, "temp": measured_clocks["temp_c"] or "-"}
         result.candidates.append(Candidate(
-            Finding.Kind.THROTTLED, subject, summary, _cause_proposal(clocks["reasons"]), _hours(totals["throttled_s"]),
+            Finding.Kind.THROTTLED, subject, summary, _cause_proposal(measured_clocks["reasons"]), _hours(totals["throttled_s"]),
             {"share": round(share, 4), "throttled_gpu_hours": _hours(totals["throttled_s"]),
-             "gpu_hours": _hours(totals["gpu_seconds"])} | clocks, node_id=node_id, pool=mine[0]["pool"]))
+             "gpu_hours": _hours(totals["gpu_seconds"])} | measured_clocks, node_id=node_id, pool=mine[0]["pool"]))
     return result
 
 
@@ -650,12 +662,13 @@ def detect(since: datetime, until: datetime, *, pool_since: datetime | None = No
             jobs |= set(jobs_of.filter(node_id=node_id, gpu=gpu, instance=instance)
                         .values_list("job", flat=True).distinct())
     rows = _rows_of(since, until, jobs, throttled)
+    clocks = _gpu_clocks(stragglers | throttled, since, until)
     flagged_jobs = [row for row in rows if row["job"] in jobs]
     combined = Result(measured=measured)
     parts = (detect_input_bound(flagged_jobs), detect_communication_bound(flagged_jobs),
-             detect_stragglers(flagged_jobs, since, until, only=stragglers),
+             detect_stragglers(flagged_jobs, since, until, only=stragglers, clocks=clocks),
              detect_throttled([row for row in rows if (row["node_id"], row["gpu"], row["instance"]) in throttled],
-                              since, until),
+                              since, until, clocks),
              detect_allocated_idle(flagged_jobs), detect_memory_only(flagged_jobs),
              detect_pool_idle(pool_since if pool_since is not None and pool_since < since else since, until))
     for part in parts:
