@@ -39,9 +39,6 @@ BUFFER_DIR = "/var/lib/appliance/collector"
 UNIT_NAME = "appliance-collector.service"
 # The modules of appliance/telemetry a node runs (the standard library, pynvml and influxdb-client only).
 PACKAGE_MODULES = ("__init__", "agent", "collector", "buffer", "sinks", "exposition", "rollup")
-# The appliance's portal (and ingest endpoint) on a real management node: `appliance install --production`
-# serves it over TLS on this port unless told otherwise (README "Production install").
-PORTAL_PORT = 8443
 INGEST_PATH = "/telemetry/ingest"
 
 DEFAULTS = {"interval_s": 1.0, "metrics_port": 9400, "buffer_max_mib": 256}
@@ -56,25 +53,19 @@ def telemetry_settings(appliance) -> dict:
     return dict((appliance.settings or {}).get("telemetry") or {})
 
 
-def _host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
-
-
 def default_ingest_url(appliance) -> str:
     """The appliance's ingest endpoint as nodes reach it when the site names none: the installed portal's
-    (settings.TELEMETRY_INGEST_URL), else the demo's portal port on a simulated appliance, else https on port
-    8443 of the first management node's management address; "" when there is none."""
+    (settings.TELEMETRY_INGEST_URL, which `appliance install --production` writes), else the demo's portal port
+    on a simulated appliance; "" otherwise. Nothing is derived from the inventory: a management node's
+    address is site data an Operator imports, and the nodes' tokens must only go where an Administrator (or
+    the installer) said."""
     if settings.TELEMETRY_INGEST_URL:
         return settings.TELEMETRY_INGEST_URL
     if appliance.simulated:
         from appliance.simulation import ports
 
         return f"http://127.0.0.1:{ports.portal_port(settings.SIMULATION_DIR)}{INGEST_PATH}"
-    management = (appliance.nodes.filter(role="management").exclude(management_address=None)
-                  .order_by("name").first())
-    if management is None:
-        return ""
-    return f"https://{_host(management.management_address)}:{PORTAL_PORT}{INGEST_PATH}"
+    return ""
 
 
 _PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----")
@@ -155,8 +146,9 @@ def monitoring_vars(appliance, nodes) -> dict:
             raise SecretUnavailable(f"appliance {appliance.name}: {exc}") from None
     ingest_url = (configured.get("ingest_url") or default_ingest_url(appliance)).rstrip("/")
     if not ingest_url:
-        raise RenderError(f"appliance {appliance.name}: no ingest URL for the collectors (the site sets none in "
-                          "telemetry.ingest_url and has no management node with a management address)")
+        raise RenderError(f"appliance {appliance.name}: no ingest URL for the collectors: the site sets no "
+                          "telemetry.ingest_url and the portal was not installed with APPLIANCE_TELEMETRY_INGEST_URL "
+                          "(`appliance install --production` writes it)")
     ca = ingest_ca(ingest_url)
     endpoints = metrics_endpoints(appliance, nodes)
     return {"appliance_collector": {

@@ -28,7 +28,8 @@ def files_under(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_a_run_gives_each_node_its_token_and_stores_it_nowhere(state_dir, appliance):
+def test_a_run_gives_each_node_its_token_and_stores_it_nowhere(state_dir, appliance, settings):
+    settings.TELEMETRY_INGEST_URL = "https://appliance.example:8443/telemetry/ingest"  # as the installer writes it
     run = services.create_run(appliance, kind=Run.Kind.STAGES, stages=["monitoring"], catalogue=TOKEN_STAGE)
     run = services.execute_run(run.pk, catalogue=TOKEN_STAGE)
 
@@ -46,7 +47,7 @@ def test_a_run_gives_each_node_its_token_and_stores_it_nowhere(state_dir, applia
         assert config == {
             "hostname": node.name, "interval_s": 1.0, "buffer_dir": "/var/lib/appliance/collector",
             "buffer_max_mib": 256,
-            "appliance": {"url": "https://192.168.50.3:8443/telemetry/ingest",
+            "appliance": {"url": "https://appliance.example:8443/telemetry/ingest",
                           "token_file": "/etc/appliance/collector.token", "ca_file": ""},
             "influxdb": {"url": "", "org": "appliance", "bucket": "telemetry", "token_file": ""},
             "metrics": {"address": "0.0.0.0", "port": 9400}}

@@ -77,7 +77,9 @@ def files_under(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_a_run_writes_the_token_0600_on_every_node_and_stores_it_nowhere(state_dir, appliance, tmp_path):  # noqa: F811
+def test_a_run_writes_the_token_0600_on_every_node_and_stores_it_nowhere(state_dir, appliance, tmp_path,  # noqa: F811
+                                                                         settings):
+    settings.TELEMETRY_INGEST_URL = "https://appliance.example:8443/telemetry/ingest"
     credentials.create("influx-token", kind="influxdb", secret=TOKEN, endpoints=[INFLUX])
     with_influxdb(appliance)
     playbook = tmp_path / "influxdb_token.yml"
@@ -122,7 +124,7 @@ def test_a_run_writes_the_token_0600_on_every_node_and_stores_it_nowhere(state_d
 
 @pytest.fixture
 def site(db, settings):
-    settings.TELEMETRY_INGEST_URL = ""
+    settings.TELEMETRY_INGEST_URL = "https://appliance.example:8443/telemetry/ingest"
     settings.TELEMETRY_INGEST_CA_FILE = ""
     appliance_row = Appliance.objects.create(name="site1")
     Node.objects.create(appliance=appliance_row, name="mgmt01", role="management", management_address="10.0.0.5")

@@ -1,6 +1,6 @@
 """Where the monitoring stage sends the collectors and which CA they trust: the site's telemetry.ingest_url,
 else the installed portal's (APPLIANCE_TELEMETRY_INGEST_URL), else the demo portal on a simulated appliance,
-else https on port 8443 of the first management node; the CA file's certificates (never a key beside them)
+and nothing derived from the inventory; the CA file's certificates (never a key beside them)
 travel to the nodes for an https URL only. (The role writing them: tests/playbooks/test_monitoring_stage.py.)"""
 
 import pytest
@@ -41,22 +41,22 @@ def appliance_section(appliance, node) -> dict:
     return rendered(appliance, node)["configs"]["gpu01"]["appliance"]
 
 
-def test_a_real_appliance_defaults_to_the_first_management_nodes_tls_portal():
-    appliance, node = make()
-    assert appliance_section(appliance, node) == {"url": "https://10.0.0.5:8443/telemetry/ingest",
-                                                  "token_file": "/etc/appliance/collector.token", "ca_file": ""}
+def test_a_real_appliance_without_an_installed_portal_url_sends_nowhere_derived_from_the_inventory():
+    """A management node's address is site data an Operator imports: an attacker's address there must not
+    become where every node sends its token. Without the installed portal's URL or an allowed site URL, the
+    stage is refused."""
+    appliance, node = make(management="203.0.113.66")
+    with pytest.raises(RenderError, match=r"^appliance site1: no ingest URL for the collectors: the site sets no "
+                                          r"telemetry.ingest_url and the portal was not installed with "
+                                          r"APPLIANCE_TELEMETRY_INGEST_URL"):
+        rendered(appliance, node)
 
 
-def test_an_ipv6_management_address_is_bracketed():
-    appliance, node = make(management="fd00::5")
-    assert appliance_section(appliance, node)["url"] == "https://[fd00::5]:8443/telemetry/ingest"
-
-
-def test_the_installed_portals_url_comes_before_the_derived_one(settings):
+def test_the_installed_portals_url_is_the_default(settings):
     settings.TELEMETRY_INGEST_URL = "https://appliance.example:443/telemetry/ingest"
     appliance, node = make()
     assert appliance_section(appliance, node)["url"] == "https://appliance.example:443/telemetry/ingest"
-    # ... and before the demo portal: a simulated appliance managed by an installed portal sends there too.
+    # ... and comes before the demo portal: a simulated appliance managed by an installed portal sends there too.
     simulated = Appliance.objects.create(name="demo", simulated=True)
     assert stage_vars.default_ingest_url(simulated) == "https://appliance.example:443/telemetry/ingest"
 
@@ -82,12 +82,6 @@ def test_a_simulated_appliance_without_an_installed_portal_sends_to_the_demo_por
     assert stage_vars.cleartext_warning("http://localhost:8000/telemetry/ingest") == ""
 
 
-def test_no_url_at_all_is_refused_naming_the_appliance():
-    appliance, node = make(management=None)
-    with pytest.raises(RenderError, match=r"^appliance site1: no ingest URL for the collectors"):
-        stage_vars.monitoring_vars(appliance, [node])
-
-
 @pytest.fixture
 def ca_file(tmp_path, settings):
     cert, key = self_signed_certificate(["appliance.example"], ["127.0.0.1"])
@@ -98,13 +92,14 @@ def ca_file(tmp_path, settings):
     return cert.decode(), key.decode()
 
 
-def test_the_ca_travels_for_an_https_url_and_collector_json_names_it(ca_file):
+def test_the_ca_travels_for_an_https_url_and_collector_json_names_it(ca_file, settings):
     cert, key = ca_file
+    settings.TELEMETRY_INGEST_URL = "https://appliance.example:8443/telemetry/ingest"
     appliance, node = make()
     values = rendered(appliance, node)
     assert values["ingest_ca"] == cert
     assert "PRIVATE KEY" not in str(values)
-    assert values["configs"]["gpu01"]["appliance"] == {"url": "https://10.0.0.5:8443/telemetry/ingest",
+    assert values["configs"]["gpu01"]["appliance"] == {"url": "https://appliance.example:8443/telemetry/ingest",
                                                        "token_file": "/etc/appliance/collector.token",
                                                        "ca_file": "/etc/appliance/ingest-ca.pem"}
     assert values["ingest_warning"] == ""
@@ -121,6 +116,7 @@ def test_an_http_url_takes_no_ca_and_is_warned_about_without_a_token(ca_file):
 
 
 def test_a_ca_file_that_cannot_be_read_or_holds_no_certificate_is_named(tmp_path, settings):
+    settings.TELEMETRY_INGEST_URL = "https://appliance.example:8443/telemetry/ingest"
     appliance, node = make()
     settings.TELEMETRY_INGEST_CA_FILE = str(tmp_path / "missing.pem")
     with pytest.raises(RenderError, match=rf"^APPLIANCE_TELEMETRY_INGEST_CA_FILE {tmp_path}/missing.pem: "

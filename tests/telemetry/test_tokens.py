@@ -59,7 +59,9 @@ def test_a_dry_run_issues_no_token(node):
 
     secrets = stage_vars.monitoring_stage_secrets(run, [node])
 
-    assert secrets == {"appliance_collector_tokens": {"gpu07": "not-issued-in-a-dry-run"}}
+    # (No InfluxDB token either: the site names no InfluxDB.)
+    assert secrets == {"appliance_collector_tokens": {"gpu07": "not-issued-in-a-dry-run"},
+                       "appliance_influxdb_tokens": {}}
     assert not NodeCollector.objects.exists()
     assert not AuditRecord.objects.filter(event="telemetry.collector.register").exists()
 
