@@ -68,7 +68,10 @@ class Sample(models.Model):
     memory and job."""
 
     id = RowIdField(primary_key=True)
-    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="samples")
+    # No foreign key constraint in the database: PostgreSQL would check it by a trigger per row (most of a
+    # million-row COPY's time). Samples are only written by the import, in the transaction that creates their
+    # trace, and deleted with it.
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="samples", db_constraint=False)
     entity = models.CharField(max_length=200)
     offset_s = models.FloatField(help_text=_("seconds from the trace's first sample"))
     value = models.FloatField(help_text=_("utilization in percent (0-100)"))
