@@ -54,6 +54,11 @@ def beat_schedule() -> dict:
             "task": "analytics.attribute",
             "schedule": max(10, settings.ANALYTICS_ATTRIBUTE_EVERY_SECONDS),
         },
+        # Lending plans move on: drains whose jobs ended (or whose deadline passed), windows that closed.
+        "lending-advance": {
+            "task": "lending.advance",
+            "schedule": 60,
+        },
         # The database queue keeps the rows of the messages workers took: delete them.
         "queue-cleanup": {
             "task": "core.queue_cleanup",

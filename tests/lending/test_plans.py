@@ -262,3 +262,11 @@ def test_portal_pages(pools, client_for, users):
                                                "reason": "quiet night"})
     assert made.status_code == 302
     assert LendingPlan.objects.get(nodes=["gpu02"]).state == PlanState.PROPOSED
+
+
+def test_the_beat_advances_plans_every_minute():
+    from appliance.celery import app, beat_schedule
+
+    assert beat_schedule()["lending-advance"] == {"task": "lending.advance", "schedule": 60}
+    app.loader.import_default_modules()
+    assert "lending.advance" in app.tasks
