@@ -8,7 +8,7 @@ Content-Security-Policy allows neither), with the figures beside them in tables 
 from datetime import timedelta
 
 from django.shortcuts import render
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.generic import TemplateView
 
@@ -51,6 +51,16 @@ def bar(entry: dict) -> dict:
                     "aria": _("GPU-hours of %(key)s by cause: %(parts)s") % {"key": entry["key"], "parts": parts}}
 
 
+def linked(jobs: list[dict]) -> list[dict]:
+    """Each job with its page's address (none for a name the job pages' route refuses)."""
+    for job in jobs:
+        try:
+            job["url"] = reverse("analytics:job", args=[job["job"]])
+        except NoReverseMatch:
+            job["url"] = ""
+    return jobs
+
+
 class AnalyticsPage(CapabilityMixin, TemplateView):
     capability = "analytics.view"
 
@@ -83,7 +93,7 @@ class EfficiencyView(AnalyticsPage):
         return {"data": data, "total": bar({"key": "appliance"} | data["total"]),
                 "pools": [bar(p) for p in data["pools"]], "users": [bar(u) for u in users[:MAX_USERS]],
                 "more_users": max(0, len(users) - MAX_USERS), "days": [bar(d) for d in data["days"]],
-                "top_jobs": services.top_jobs(since=since, until=until, pool=pool),
+                "top_jobs": linked(services.top_jobs(since=since, until=until, pool=pool)),
                 "accuracy": services.ATTRIBUTION_ACCURACY, "pool": pool or "",
                 "pool_names": sorted(set(Pool.objects.values_list("name", flat=True))),
                 "ranges": [{"name": name, "label": label, "current": name == self.range}
@@ -128,7 +138,7 @@ class ReportView(AnalyticsPage):
         users = sorted(data["users"], key=lambda u: (-u["gpu_hours"], u["key"]))
         return {"data": data, "total": bar({"key": "appliance"} | data["total"]),
                 "pools": [bar(p) for p in data["pools"]], "users": [bar(u) for u in users[:MAX_USERS]],
-                "days": [bar(d) for d in data["days"]], "top_jobs": data["top_jobs"],
+                "days": [bar(d) for d in data["days"]], "top_jobs": linked(data["top_jobs"]),
                 "accuracy": services.ATTRIBUTION_ACCURACY, "pool": data["pool"],
                 "since_at": services.parse_time(data["since"], "since"),
                 "until_at": services.parse_time(data["until"], "until"),
