@@ -39,7 +39,7 @@ CHUNK_MINUTES = 60
 COMPLETE_AFTER_S = 120
 CURSOR = "rollups"
 MIG_COMPUTE_SLICES = 7
-UPSERT_BATCH = 5000
+UPSERT_BATCH = 1000  # rows a statement: 21 parameters each, under SQLite's 32,766
 CAUSE_COLUMNS = tuple(CAUSE_FIELDS[label] for label in rules.LABELS)
 INPUT_RULE = vector.RULE_NAMES.index("waits-on-input")
 
@@ -234,13 +234,17 @@ def _upsert(rows: list[tuple]) -> None:
              *CAUSE_COLUMNS, "memory_held_mib_s", "memory_used_mib_s"]
     added = names[7:]
     quoted = [connection.ops.quote_name(name) for name in names]
-    sql = (f"INSERT INTO {table} ({', '.join(quoted)}) VALUES ({', '.join(['%s'] * len(names))}) "
-           f"ON CONFLICT (hour, node_id, gpu, instance, job) DO UPDATE SET "
-           + ", ".join(f"{connection.ops.quote_name(name)} = {table}.{connection.ops.quote_name(name)} + "
-                       f"excluded.{connection.ops.quote_name(name)}" for name in added))
+    one = f"({', '.join(['%s'] * len(names))})"
+    update = (" ON CONFLICT (hour, node_id, gpu, instance, job) DO UPDATE SET "
+              + ", ".join(f"{connection.ops.quote_name(name)} = {table}.{connection.ops.quote_name(name)} + "
+                          f"excluded.{connection.ops.quote_name(name)}" for name in added))
+    # Many rows a statement (a statement per row costs a round trip and a plan each): the keys of one call
+    # are distinct, as ON CONFLICT DO UPDATE requires.
     with connection.cursor() as cursor:
         for first in range(0, len(rows), UPSERT_BATCH):
-            cursor.executemany(sql, rows[first:first + UPSERT_BATCH])
+            batch = rows[first:first + UPSERT_BATCH]
+            cursor.execute(f"INSERT INTO {table} ({', '.join(quoted)}) VALUES {', '.join([one] * len(batch))}{update}",
+                           [value for row in batch for value in row])
 
 
 def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
