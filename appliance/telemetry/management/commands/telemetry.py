@@ -158,14 +158,20 @@ class Command(BaseCommand):
                                           replace=options["replace"])
         except services.TraceError as exc:
             raise CommandError(str(exc)) from None
+        from django.utils.translation import gettext as _
+
         seconds = trace.import_seconds
-        span = (f"from {trace.started_at:%Y-%m-%d %H:%M:%S} UTC" if trace.started_at
-                else f"relative, from {trace.start_s:g} s") + f", {trace.duration_s:g} s long"
-        self.stdout.write(f"Imported trace {trace.name}: {trace.rows} row(s) of {trace.entities} entit"
-                          f"{'y' if trace.entities == 1 else 'ies'} ({trace.format}"
-                          f"{', ' + trace.compression if trace.compression else ''}; values read as {trace.scale}; "
-                          f"time {span}) in {seconds:.2f} s ({trace.rows / max(seconds, 1e-9):,.0f} rows/s). "
-                          f"Report: manage.py analytics report --source {trace.name} --json")
+        if trace.started_at:
+            span = _("from %(start)s UTC") % {"start": f"{trace.started_at:%Y-%m-%d %H:%M:%S}"}
+        else:
+            span = _("relative, from %(start)s s") % {"start": f"{trace.start_s:g}"}
+        self.stdout.write(_("Imported trace %(name)s: %(rows)s row(s) of %(entities)s entities (%(format)s; values "
+                            "read as %(scale)s; time %(span)s, %(duration)s s long) in %(seconds)s s (%(rate)s "
+                            "rows/s). Report: manage.py analytics report --source %(name)s --json")
+                          % {"name": trace.name, "rows": trace.rows, "entities": trace.entities,
+                             "format": trace.format + (", " + trace.compression if trace.compression else ""),
+                             "scale": trace.scale, "span": span, "duration": f"{trace.duration_s:g}",
+                             "seconds": f"{seconds:.2f}", "rate": f"{trace.rows / max(seconds, 1e-9):,.0f}"})
 
     def collect(self, options):
         from appliance.inventory.models import Node
