@@ -238,9 +238,11 @@ def _upsert(rows: list[tuple]) -> None:
     update = (" ON CONFLICT (hour, node_id, gpu, instance, job) DO UPDATE SET "
               + ", ".join(f"{connection.ops.quote_name(name)} = {table}.{connection.ops.quote_name(name)} + "
                           f"excluded.{connection.ops.quote_name(name)}" for name in added))
-    # Many rows a statement (a statement per row costs a round trip and a plan each): the keys of one call
-    # are distinct, as ON CONFLICT DO UPDATE requires.
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":  # psycopg pipelines the statements (one round trip)
+            cursor.executemany(f"INSERT INTO {table} ({', '.join(quoted)}) VALUES {one}{update}", rows)
+            return
+        # SQLite: many rows a statement; the keys of one call are distinct, as ON CONFLICT DO UPDATE requires.
         for first in range(0, len(rows), UPSERT_BATCH):
             batch = rows[first:first + UPSERT_BATCH]
             cursor.execute(f"INSERT INTO {table} ({', '.join(quoted)}) VALUES {', '.join([one] * len(batch))}{update}",
