@@ -63,5 +63,7 @@ class ApiV1RootView(APIRootView):
         "audit": "audit-api-root",
         "provisioning": "provisioning-api-root",
         "telemetry": "telemetry-api-root",
+        "analytics": "analytics-api-root",
+        "lending": "lending-api-root",
         "schema": "schema",
     }

@@ -20,6 +20,9 @@ class NavEntry:
 NAVIGATION: list[NavEntry] = [
     NavEntry(_("Overview"), "portal:overview", "portal.view"),
     NavEntry(_("Telemetry"), "telemetry:index", "telemetry.view", "telemetry"),
+    NavEntry(_("Efficiency"), "analytics:efficiency", "analytics.view", "analytics"),
+    NavEntry(_("Recommendations"), "analytics:recommendations", "analytics.view", "analytics"),
+    NavEntry(_("Lending"), "lending:plans", "analytics.view", "lending"),
     NavEntry(_("Nodes"), "inventory:node-list", "inventory.view", "inventory"),
     NavEntry(_("Fabric"), "portal:fabric", "inventory.view", "inventory"),
     NavEntry(_("Storage"), "portal:storage", "inventory.view", "inventory"),
