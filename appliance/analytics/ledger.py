@@ -248,8 +248,14 @@ def _upsert(rows: list[tuple]) -> None:
               + ", ".join(f"{connection.ops.quote_name(name)} = {table}.{connection.ops.quote_name(name)} + "
                           f"excluded.{connection.ops.quote_name(name)}" for name in added))
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":  # psycopg pipelines the statements (one round trip)
-            cursor.executemany(f"INSERT INTO {table} ({', '.join(quoted)}) VALUES {one}{update}", rows)
+        if connection.vendor == "postgresql":  # one statement: a column an array, unnested by the server
+            if not rows:
+                return
+            types = ["timestamptz", "bigint", "integer", "integer", "text", "text", "text"]
+            types += ["double precision"] * (len(names) - len(types))
+            arrays = ", ".join(f"%s::{kind}[]" for kind in types)
+            cursor.execute(f"INSERT INTO {table} ({', '.join(quoted)}) SELECT * FROM unnest({arrays}){update}",
+                           [list(column) for column in zip(*rows, strict=True)])
             return
         # SQLite: many rows a statement; the keys of one call are distinct, as ON CONFLICT DO UPDATE requires.
         for first in range(0, len(rows), UPSERT_BATCH):
