@@ -78,7 +78,7 @@ STRINGS = {"job", "profile"}
 
 def _read(table: str, names: tuple[str, ...], since: datetime, until: datetime) -> dict[str, np.ndarray]:
     """One window's columns of a rollup table as numpy arrays (NULL: NaN; a text column as `<name>_code`, an
-    index into `<name>_values`, where code 0 is the empty text). PostgreSQL sends them as CSV (COPY), which
+    index into `<name>_values`, where code 0 is the empty text). PostgreSQL sends them as one CSV text, which
     pyarrow parses in C++; SQLite's rows go through its cursor."""
     selected = ", ".join(_epoch_sql("start") if name == "t" else name for name in names)
     where = "step = %s AND start >= %s AND start < %s"

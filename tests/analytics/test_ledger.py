@@ -160,7 +160,7 @@ def test_the_clock_attributes_every_minute(db):
 
 
 def test_the_columns_are_what_the_rows_hold(rows):
-    """The raw column read (CSV through COPY on PostgreSQL, the cursor on SQLite) gives every value exactly,
+    """The raw column read (one CSV text on PostgreSQL, the cursor on SQLite) gives every value exactly,
     a missing one as NaN, texts as codes."""
     gpu01, _ = rows
     GpuRollup.objects.create(node=gpu01, gpu=5, step=60, start=T0, samples=60, job="x", util=1 / 3, sm_active=None,
