@@ -10,7 +10,12 @@ from . import ledger
 # (analytics.attribution.rebuild).
 @shared_task(name="analytics.attribute", audit_record_run=False)
 def attribute() -> dict:
-    return ledger.run_incremental()
+    result = ledger.run_incremental()
+    # The page's summaries follow at once, so the first read after a new minute does not pay for it.
+    from . import services
+
+    result["summary"] = services.refresh_summary()
+    return result
 
 
 # Every 15 minutes: the findings follow the attributed hours. No `task.run` record of every tick; a

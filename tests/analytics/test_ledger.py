@@ -156,7 +156,18 @@ def test_the_clock_attributes_every_minute(db):
 
     assert beat_schedule()["analytics-attribute"] == {"task": "analytics.attribute", "schedule": 60}
     assert tasks.attribute.apply().get() == {"minutes": 0, "buckets": 0, "seconds": 0.0, "attributed_until": None,
-                                             "elapsed_s": pytest.approx(0, abs=5)}
+                                             "elapsed_s": pytest.approx(0, abs=5),
+                                             "summary": {"from": None, "hours": 0, "jobs": 0}}
+
+
+def test_the_clock_brings_the_pages_summaries_up_to_the_ledger(rows):
+    from appliance.analytics import tasks
+    from appliance.analytics.models import PoolUserHour
+
+    result = tasks.attribute.apply().get()
+    assert result["minutes"] > 0
+    assert result["summary"]["hours"] == 1 and result["summary"]["jobs"] == 3  # 4182, chat-7b, embed
+    assert sorted(PoolUserHour.objects.values_list("pool", flat=True)) == ["inference", "training"]
 
 
 def test_the_columns_are_what_the_rows_hold(rows):
