@@ -61,6 +61,14 @@ def linked(jobs: list[dict]) -> list[dict]:
     return jobs
 
 
+
+def accuracy_shown() -> dict:
+    """The attribution's benchmark accuracy as the pages print it: percent with one decimal."""
+    figures = services.ATTRIBUTION_ACCURACY
+    return {"source": figures["source"],
+            "held_out": f"{figures['held_out']['matched'] * 100:.1f} %",
+            "in_sample": f"{figures['in_sample']['matched'] * 100:.1f} %"}
+
 class AnalyticsPage(CapabilityMixin, TemplateView):
     capability = "analytics.view"
 
@@ -94,7 +102,7 @@ class EfficiencyView(AnalyticsPage):
                 "pools": [bar(p) for p in data["pools"]], "users": [bar(u) for u in users[:MAX_USERS]],
                 "more_users": max(0, len(users) - MAX_USERS), "days": [bar(d) for d in data["days"]],
                 "top_jobs": linked(services.top_jobs(since=since, until=until, pool=pool)),
-                "accuracy": services.ATTRIBUTION_ACCURACY, "pool": pool or "",
+                "accuracy": accuracy_shown(), "pool": pool or "",
                 "pool_names": sorted(set(Pool.objects.values_list("name", flat=True))),
                 "ranges": [{"name": name, "label": label, "current": name == self.range}
                            for name, (_span, label) in RANGES.items()],
@@ -139,7 +147,7 @@ class ReportView(AnalyticsPage):
         return {"data": data, "total": bar({"key": "appliance"} | data["total"]),
                 "pools": [bar(p) for p in data["pools"]], "users": [bar(u) for u in users[:MAX_USERS]],
                 "days": [bar(d) for d in data["days"]], "top_jobs": linked(data["top_jobs"]),
-                "accuracy": services.ATTRIBUTION_ACCURACY, "pool": data["pool"],
+                "accuracy": accuracy_shown(), "pool": data["pool"],
                 "since_at": services.parse_time(data["since"], "since"),
                 "until_at": services.parse_time(data["until"], "until"),
                 "api_url": reverse("analytics-api-report")}
