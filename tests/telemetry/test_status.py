@@ -53,7 +53,8 @@ def test_every_node_has_a_state_by_written_down_thresholds(fleet):
     assert {name: entry["state"] for name, entry in status.items()} == {
         "gpu01": "ok", "gpu02": "late", "gpu03": "silent", "gpu04": "silent", "storage01": "not deployed"}
     assert (status["gpu01"]["open_alerts"], status["gpu01"]["buffer_points"], status["gpu01"]["version"]) == (1, 9, "0.9.0")
-    assert round(status["gpu02"]["lag_s"]) == 600
+    # 600 s when the fixture wrote it, and the seconds a loaded machine took since.
+    assert 600 <= status["gpu02"]["lag_s"] < 630
     assert status["gpu02"]["sink_error"] == "http://10.0.0.5:8086: refused"
     assert (status["gpu03"]["dropped_points"], status["gpu04"]["last_seen"], status["storage01"]["registered"]) == \
         (12, None, False)
