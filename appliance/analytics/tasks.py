@@ -9,8 +9,10 @@ from . import ledger
 # attribution adds derived figures, not anything an actor changed; a rebuild a person asks for is recorded
 # (analytics.attribution.rebuild).
 @shared_task(name="analytics.attribute", audit_record_run=False)
-def attribute() -> dict:
-    result = ledger.run_incremental()
+def attribute(*, until: str | None = None) -> dict:
+    from datetime import datetime
+
+    result = ledger.run_incremental(until=datetime.fromisoformat(until) if until else None)
     # The page's summaries follow at once, so the first read after a new minute does not pay for it.
     from . import services
 
