@@ -17,6 +17,7 @@ api_v1_patterns = [
     path("telemetry/", include("appliance.telemetry.api_urls")),
     path("analytics/", include("appliance.analytics.api_urls")),
     path("lending/", include("appliance.lending.api_urls")),
+    path("partitioning/", include("appliance.partitioning.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's start script as a file: the Content-Security-Policy forbids inline scripts.
     path("schema/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="schema-docs"),
@@ -34,6 +35,7 @@ urlpatterns = [
     path("telemetry/", include("appliance.telemetry.urls")),
     path("analytics/", include("appliance.analytics.urls")),
     path("lending/", include("appliance.lending.urls")),
+    path("partitioning/", include("appliance.partitioning.urls")),
     # GET /api/ names the versions; anything else under /api/ outside a version is a 404 whose message
     # points to /api/v1/ (core_views.page_not_found), not a redirect: see appliance.core.api_root.
     path("api/", api_root.api_index, name="api-index"),
