@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -43,8 +44,11 @@ IOWAIT_HIGH = 0.20
 # the fabric counts as saturated at or above FABRIC_SATURATED_SHARE of the ports' line rate.
 COMMUNICATION_BOUND_MIN_SHARE = 0.30
 FABRIC_SATURATED_SHARE = 0.80
-# straggler: a GPU judged straggler at least this share of the seconds it held for its jobs.
+# straggler: a GPU judged straggler at least this share of the seconds it held for its jobs, and slower than its
+# peers by at least STRAGGLER_MIN_SLOWER over the hours it straggled (its utilization against theirs in those
+# hours only: averaged over the whole job, a GPU that held the others back for an hour reads "1% slower").
 STRAGGLER_MIN_SHARE = 0.20
+STRAGGLER_MIN_SLOWER = 0.10
 # throttled: a GPU slowed by power or thermal limits at least this share of the seconds it was measured.
 THROTTLED_MIN_SHARE = 0.10
 # allocated-idle: a job that held GPUs idle at least this share of its GPU-seconds, and at least this much.
@@ -366,10 +370,26 @@ def _cause_proposal(reasons: list[str]) -> str:
     return _("check cooling and power of this GPU")
 
 
+def _local_span(hours) -> str:
+    """The hours given (UTC starts) as a span of local time (settings.TIME_ZONE), with the zone's name:
+    "2026-01-07 10:00 to 12:00 UTC" (an hour's end: one hour after the last start)."""
+    zone = timezone.get_default_timezone()
+    first = min(hours).astimezone(zone)
+    last = (max(hours) + timedelta(hours=1)).astimezone(zone)
+    end = f"{last:%H:%M}" if last.date() == first.date() else f"{last:%Y-%m-%d %H:%M}"
+    return _("%(start)s to %(end)s %(zone)s") % {"start": f"{first:%Y-%m-%d %H:%M}", "end": end,
+                                                 "zone": _zone_name()}
+
+
+def _zone_name() -> str:
+    return str(settings.TIME_ZONE)
+
+
 def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks: dict | None = None) -> Result:
     """A GPU judged a straggler for STRAGGLER_MIN_SHARE or more of the seconds it held for its jobs: how much
-    slower than its peers (the share of each step its peers wait: 1 - peers' utilization / its own), in how
-    many jobs, and the slowdown reason its rollups report."""
+    slower than its peers over the hours it straggled (the share of each step its peers wait: 1 - peers'
+    utilization / its own, both over those hours only), in how many jobs, and the slowdown reason its rollups
+    report. A GPU less than STRAGGLER_MIN_SLOWER slower than its peers in those hours is not a finding."""
     result = Result()
     per_gpu: dict[tuple, list[dict]] = defaultdict(list)
     per_job_hour: dict[tuple, list[dict]] = defaultdict(list)
@@ -389,30 +409,39 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
         if share < STRAGGLER_MIN_SHARE:
             continue
         jobs = sorted({r["job"] for r in mine})
-        straggled = sorted({r["job"] for r in mine if r["straggler_s"]})
+        straggled_rows = [r for r in mine if r["straggler_s"]]
+        straggled = sorted({r["job"] for r in straggled_rows})
+        hours = sorted({r["hour"] for r in straggled_rows})
+        own_used = sum(r["used_seconds"] for r in straggled_rows)
+        own_seconds = sum(r["gpu_seconds"] for r in straggled_rows)
         peers_used = peers_seconds = 0.0
-        for r in mine:
+        for r in straggled_rows:
             for peer in per_job_hour[(r["job"], r["hour"])]:
                 if (peer["node_id"], peer["gpu"], peer["instance"]) != (node_id, gpu, instance):
                     peers_used += peer["used_seconds"]
                     peers_seconds += peer["gpu_seconds"]
-        own = totals["used_seconds"] / totals["gpu_seconds"]
+        own = own_used / own_seconds if own_seconds else None
         peers = peers_used / peers_seconds if peers_seconds else None
         slower = 1 - peers / own if peers is not None and own else None
+        if slower is not None and slower < STRAGGLER_MIN_SLOWER:
+            continue  # a slowdown too small to act on
         measured_clocks = (clocks if clocks is not None and (node_id, gpu) in clocks else _gpu_clocks(
             {(node_id, gpu)}, since, until))[(node_id, gpu)]
         cause = "/".join(measured_clocks["reasons"]) or _("no slowdown reason reported")
         summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its time)") % {
             "gpu": gpu, "node": node_name, "jobs": len(straggled), "all": len(jobs), "share": _pct(share)}
         if slower is not None:
-            summary += _(": it runs %(slower)s slower than its peers (utilization %(own)s vs %(peers)s)") % {
-                "slower": _pct(slower), "own": _pct(own), "peers": _pct(peers)}
+            summary += _(": in the %(hours)s hour(s) it straggled (%(span)s) it ran %(slower)s slower than its peers "
+                         "(utilization %(own)s vs %(peers)s)") % {
+                "hours": len(hours), "span": _local_span(hours), "slower": _pct(slower), "own": _pct(own),
+                "peers": _pct(peers)}
         summary += _(" (throttled: %(cause)s)") % {"cause": cause}
         result.candidates.append(Candidate(
             Finding.Kind.STRAGGLER, subject, summary, _cause_proposal(measured_clocks["reasons"]),
             _hours(totals["straggler_s"]),
             {"share": round(share, 4), "straggler_gpu_hours": _hours(totals["straggler_s"]), "jobs": jobs,
-             "jobs_held_back": straggled, "utilization": round(own, 4),
+             "jobs_held_back": straggled, "hours_straggled": [h.isoformat() for h in hours],
+             "utilization": None if own is None else round(own, 4),
              "peers_utilization": None if peers is None else round(peers, 4),
              "slower": None if slower is None else round(slower, 4)} | measured_clocks,
             node_id=node_id, pool=mine[0]["pool"]))
@@ -535,7 +564,8 @@ def _runs(hours: list[int]) -> list[list[int]]:
 
 
 def detect_pool_idle(since: datetime, until: datetime) -> Result:
-    """A pool whose GPUs were unallocated POOL_IDLE_MIN_SHARE or more in the same hours of the day (UTC), on
+    """A pool whose GPUs were unallocated POOL_IDLE_MIN_SHARE or more in the same hours of the day (the
+    appliance's local time, settings.TIME_ZONE, as lending policies' windows are), on
     average over POOL_IDLE_MIN_DAYS days or more: lend the nodes that stay idle through that window (the
     fewest idle GPUs of any hour in it, in whole nodes) to a pool of the other kind in that window. Summed in
     the database (per pool and hour, then per node for a pool found idle): 14 days of a fleet stay small."""
@@ -545,6 +575,7 @@ def detect_pool_idle(since: datetime, until: datetime) -> Result:
     from appliance.inventory.models import Pool, PoolMembership
 
     result = Result()
+    zone = timezone.get_default_timezone()
     window = CauseHour.objects.filter(hour__gte=since, hour__lt=until).exclude(pool="")
     per_pool: dict[str, list[dict]] = defaultdict(list)
     for slot in window.values("pool", "hour").annotate(gpu_s=Sum("gpu_seconds"), idle_s=Sum("idle_unallocated_s")):
@@ -560,7 +591,7 @@ def detect_pool_idle(since: datetime, until: datetime) -> Result:
             continue
         by_hour: dict[int, dict] = defaultdict(lambda: {"days": set(), "gpu_s": 0.0, "idle_s": 0.0})
         for slot in slots:
-            moment = slot["hour"].astimezone(UTC)
+            moment = slot["hour"].astimezone(zone)
             entry = by_hour[moment.hour]
             entry["days"].add(moment.date())
             entry["gpu_s"] += slot["gpu_s"] or 0.0
@@ -574,26 +605,27 @@ def detect_pool_idle(since: datetime, until: datetime) -> Result:
         days = min(len(by_hour[h]["days"]) for h in run)
         share = sum(by_hour[h]["idle_s"] for h in run) / sum(by_hour[h]["gpu_s"] for h in run)
         # The fewest GPUs idle in any hour of the window on any day measured: what can go for the whole window.
-        fewest = min((slot["idle_s"] or 0.0) for slot in slots if slot["hour"].astimezone(UTC).hour in run) / 3600
+        fewest = min((slot["idle_s"] or 0.0) for slot in slots if slot["hour"].astimezone(zone).hour in run) / 3600
         per_node_gpus = max([gpus for _name, gpus in members[pool.pk]] + [1])
         lendable = min(int(math.floor(fewest / per_node_gpus + 1e-9)), max(len(members[pool.pk]) - 1, 0))
         if lendable < 1:
             continue
-        per_node = (window.filter(pool=pool_name).annotate(hour_of_day=ExtractHour("hour", tzinfo=UTC))
+        per_node = (window.filter(pool=pool_name).annotate(hour_of_day=ExtractHour("hour", tzinfo=zone))
                     .filter(hour_of_day__in=run).values("node__name").annotate(idle_s=Sum("idle_unallocated_s")))
         idlest = [r["node__name"] for r in sorted(per_node, key=lambda r: (-(r["idle_s"] or 0.0), r["node__name"]))]
         idlest = idlest[:lendable]
         other = Pool.Kind.INFERENCE if pool.kind == Pool.Kind.TRAINING else Pool.Kind.TRAINING
         target = next((p for p in pools.values() if p.kind == other and p.appliance_id == pool.appliance_id), None)
         start, end = run[0], (run[-1] + 1) % 24
-        summary = _("%(pool)s pool idle %(share)s between %(start)02d:00 and %(end)02d:00 for %(days)s days") % {
-            "pool": pool_name, "share": _pct(share), "start": start, "end": end, "days": days}
+        summary = _("%(pool)s pool idle %(share)s between %(start)02d:00 and %(end)02d:00 (%(zone)s) for %(days)s "
+                    "days") % {"pool": pool_name, "share": _pct(share), "start": start, "end": end, "days": days,
+                               "zone": _zone_name()}
         proposal = _("lend %(count)s node(s) (%(nodes)s) to the %(target)s pool in that window") % {
             "count": lendable, "nodes": ", ".join(idlest), "target": target.name if target else other}
         result.candidates.append(Candidate(
             Finding.Kind.POOL_IDLE, pool_name, summary, proposal,
             round(sum(by_hour[h]["idle_s"] for h in run) / 3600 / max(days, 1), 2),
-            {"share": round(share, 4), "window_hours": [start, end], "days": days, "fewest_idle_gpus": round(fewest, 2),
+            {"share": round(share, 4), "window_hours": [start, end], "time_zone": _zone_name(), "days": days, "fewest_idle_gpus": round(fewest, 2),
              "gpus_per_node": per_node_gpus, "nodes": idlest, "from_pool": pool_name,
              "to_pool": target.name if target else "",
              "hours": {f"{h:02d}": round(by_hour[h]["idle_s"] / by_hour[h]["gpu_s"], 4) for h in sorted(by_hour)}},
@@ -746,14 +778,20 @@ def _decidable(finding: Finding) -> Finding:
 
 
 def _next_window(hours: list[int], now: datetime) -> tuple[datetime, datetime]:
-    """The next occurrence of the daily window [start:00, end:00) (UTC), or the current one if inside it."""
+    """The next occurrence of the daily window [start:00, end:00) of local time (settings.TIME_ZONE, the
+    zone pool-idle findings count hours in), or the current one if inside it; returned in UTC."""
     start_hour, end_hour = hours
-    today = now.replace(hour=start_hour, minute=0, second=0, microsecond=0)
-    length = timedelta(hours=(end_hour - start_hour) % 24 or 24)
-    for start in (today - timedelta(days=1), today, today + timedelta(days=1)):
-        if now < start + length:
-            return max(start, now.replace(second=0, microsecond=0)), start + length
-    return today + timedelta(days=1), today + timedelta(days=1) + length  # pragma: no cover (loop returns)
+    zone = timezone.get_default_timezone()
+    local = now.astimezone(zone)
+    hours_long = (end_hour - start_hour) % 24 or 24
+    for offset in (-1, 0, 1, 2):
+        day = local.date() + timedelta(days=offset)
+        start = datetime(day.year, day.month, day.day, start_hour, tzinfo=zone).astimezone(UTC)
+        end_day = datetime(day.year, day.month, day.day, tzinfo=zone) + timedelta(hours=start_hour + hours_long)
+        end = datetime(end_day.year, end_day.month, end_day.day, end_day.hour, tzinfo=zone).astimezone(UTC)
+        if now < end:
+            return max(start, now.astimezone(UTC).replace(second=0, microsecond=0)), end
+    raise FindingError("window_hours: no next occurrence")  # pragma: no cover (a day later always comes)
 
 
 def accept(finding: Finding, user, *, note: str = "") -> dict:

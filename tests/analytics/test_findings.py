@@ -112,8 +112,9 @@ def test_input_bound_job_with_the_mounts_measured_throughput_cpu_and_gdscheck(si
 def test_straggler_gpu_how_much_slower_and_its_throttle_cause(site):
     found = by_kind(findings.detect(SINCE, UNTIL).candidates)
     gpu = found[("straggler", "gpu02/gpu3")]
-    assert gpu.summary == ("GPU 3 of gpu02 held back 1 of its 1 jobs (straggler 83% of its time): it runs 64% slower "
-                           "than its peers (utilization 97% vs 35%) (throttled: power)")
+    assert gpu.summary == ("GPU 3 of gpu02 held back 1 of its 1 jobs (straggler 83% of its time): in the 1 hour(s) it "
+                           "straggled (2026-01-07 10:00 to 11:00 UTC) it ran 64% slower than its peers (utilization "
+                           "97% vs 35%) (throttled: power)")
     assert gpu.proposal == "check power: the power cap, the PSUs and the power brake of this node"
     assert (gpu.evidence["slower"], gpu.evidence["sm_clock_mhz"], gpu.node_id) == (0.6392, 1620.0, site["gpu02"].pk)
     assert ("straggler", "gpu02/gpu0") not in found
@@ -157,10 +158,43 @@ def test_memory_only_service_gets_the_smallest_mig_slice_that_fits(site):
 def test_pool_idle_window_over_days_lends_the_idle_nodes(site):
     found = by_kind(findings.detect(SINCE, UNTIL, pool_since=DAY0).candidates)
     pool = found[("pool-idle", "training")]
-    assert pool.summary == "training pool idle 67% between 22:00 and 07:00 for 3 days"
+    assert pool.summary == "training pool idle 67% between 22:00 and 07:00 (UTC) for 3 days"
     assert pool.proposal == "lend 2 node(s) (gpu01, gpu02) to the inference pool in that window"
     assert (pool.evidence["fewest_idle_gpus"], pool.evidence["window_hours"], pool.severity) == (16.0, [22, 7], 144.0)
     assert ("pool-idle", "inference") not in found  # one day measured: too few
+
+
+def test_straggler_slowdown_is_measured_over_the_hours_it_straggled_only(site):
+    # Job 77 runs two more hours on gpu02 with GPU 3 as fast as its peers (60%): over the job, GPU 3 ran
+    # 1 - (0.35 + 0.6 + 0.6) / (0.97 + 0.6 + 0.6) = 29% slower; in the hour it straggled, 64%.
+    for hour in (1, 2):
+        for gpu in range(4):
+            CauseHour.objects.create(hour=JOB_HOUR + timedelta(hours=hour), node=site["gpu02"], gpu=gpu, job="77",
+                                     pool="training", gpu_seconds=HOUR, used_seconds=0.6 * HOUR, busy_s=HOUR)
+    gpu = by_kind(findings.detect(SINCE, UNTIL).candidates)[("straggler", "gpu02/gpu3")]
+    assert "in the 1 hour(s) it straggled (2026-01-07 10:00 to 11:00 UTC) it ran 64% slower" in gpu.summary
+    assert (gpu.evidence["slower"], gpu.evidence["utilization"], gpu.evidence["peers_utilization"]) == (
+        0.6392, 0.97, 0.35)
+    assert gpu.evidence["hours_straggled"] == ["2026-01-07T10:00:00+00:00"]
+
+
+def test_straggler_barely_slower_than_its_peers_is_no_finding(site):
+    # GPU 3 straggles 83% of the hour but at 38% against its peers' 35%: 8% slower, under the 10% threshold.
+    CauseHour.objects.filter(node=site["gpu02"], gpu=3, job="77").update(used_seconds=0.38 * HOUR)
+    found = by_kind(findings.detect(SINCE, UNTIL).candidates)
+    assert ("straggler", "gpu02/gpu3") not in found
+    assert "straggler:gpu02/gpu3" in findings.detect(SINCE, UNTIL).measured  # measured: an open one resolves
+
+
+def test_straggler_hours_and_pool_idle_window_in_the_appliances_time_zone(site, settings):
+    settings.TIME_ZONE = "Europe/Berlin"  # UTC+1 in January: the idle hours 22-07 UTC are 23-08 local
+    found = by_kind(findings.detect(SINCE, UNTIL, pool_since=DAY0).candidates)
+    pool = found[("pool-idle", "training")]
+    assert pool.summary == "training pool idle 67% between 23:00 and 08:00 (Europe/Berlin) for 3 days"
+    assert (pool.evidence["window_hours"], pool.evidence["time_zone"]) == ([23, 8], "Europe/Berlin")
+    assert "(2026-01-07 11:00 to 12:00 Europe/Berlin)" in found[("straggler", "gpu02/gpu3")].summary
+    start, end = findings._next_window([23, 8], datetime(2026, 1, 8, 12, 0, tzinfo=UTC))
+    assert (start, end) == (datetime(2026, 1, 8, 22, 0, tzinfo=UTC), datetime(2026, 1, 9, 7, 0, tzinfo=UTC))
 
 
 def test_refresh_opens_updates_and_resolves_audited(site):
