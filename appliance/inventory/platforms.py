@@ -136,6 +136,7 @@ def _parse(root: Cursor, slug: str, path: Path, digest: str) -> PlatformSpec | N
             values["gpu_memory_mib"] = (memory.integer(minimum=1) if memory else None) or 0
             if "mig_capable" in gpu:
                 values["mig_capable"] = bool(gpu_cursor.child("mig_capable").boolean())
+            _check_mig_model(gpu_cursor, gpu, values)
             values["nvlink_all_to_all"] = any(bool(gpu[key].value) for key in ("nvlink", "nvswitch_count")
                                               if key in gpu)
 
@@ -178,3 +179,24 @@ def _parse(root: Cursor, slug: str, path: Path, digest: str) -> PlatformSpec | N
         return None
     return PlatformSpec(slug=slug, name=name, path=path, digest=digest, gpu_count=gpu_count,
                         ports=tuple(ports), spec=to_plain(root.value), **values)
+
+
+def _check_mig_model(gpu_cursor: Cursor, gpu: dict, values: dict) -> None:
+    """gpu.mig_model names the GPU's model in the one MIG profile table (appliance/partitioning/profiles.py),
+    which the simulated hardware, the planner and the partitioning stage read; a MIG-capable GPU needs it,
+    and the table's model must be the one whose NVML name gpu.model gives."""
+    from appliance.partitioning import profiles
+
+    if "mig_model" not in gpu:
+        if values.get("mig_capable"):
+            gpu_cursor.error(f"mig_capable is true but mig_model is missing (one of: {', '.join(profiles.MODELS)})")
+        return
+    cursor = gpu_cursor.child("mig_model")
+    model_id = cursor.choice(tuple(profiles.MODELS))
+    if model_id is None:
+        return
+    table_model = profiles.MODELS[model_id]
+    name = values.get("gpu_model")
+    if name and name not in table_model.names:
+        cursor.error(f"is {model_id!r}, whose GPUs NVML names {', '.join(map(repr, table_model.names))}, "
+                     f"but gpu.model is {name!r}")

@@ -1,9 +1,14 @@
 """Changes to a simulated GPU (persistence, MIG mode, MIG instances), shared by the simulated
 nvidia-smi and the simulated NVML library so both follow the same rules. Pure Python, no Django.
 
-Rules follow Hopper: a MIG mode change applies at once on an idle GPU (no reset); GPU instances take
-memory slices [start, start + size) that may not overlap, at the placements the profile allows and
-at most `max` of a profile; compute instances share their GPU instance's compute slices.
+Rules follow Hopper: a MIG mode change applies at once on an idle GPU (no reset) and is refused while GPU
+instances exist; GPU instances take memory slices [start, start + size) that may not overlap, at the
+placements the profile allows, at most `max` of a profile and at most one instance holding the media
+extensions (+me) on a GPU; compute instances share their GPU instance's compute slices, and a GPU
+instance with compute instances cannot be destroyed. The return codes are those real NVML gives:
+MIG mode off NOT_SUPPORTED, a placement the profile does not allow INVALID_ARGUMENT, overlap or no room
+INSUFFICIENT_RESOURCES, instances still there IN_USE. The simulated NVML library (nvml/simnvml.c) checks
+the same before it calls here.
 """
 
 from __future__ import annotations
@@ -81,6 +86,36 @@ def _require_mig(target: dict) -> None:
         raise GpuError(NVML_ERROR_NOT_SUPPORTED, f"GPU {target['index']} is not in MIG mode")
 
 
+def _media_holder(target: dict) -> dict | None:
+    """The GPU instance holding the media extensions, if one does."""
+    media_ids = {p["id"] for p in target["mig"]["profiles"] if p.get("media_extensions")}
+    return next((gi for gi in target["mig"]["gpu_instances"] if gi["profile_id"] in media_ids), None)
+
+
+def remaining_capacity(target: dict, chosen: dict) -> int:
+    """How many more instances of `chosen` fit the GPU now (nvmlDeviceGetGpuInstanceRemainingCapacity): the
+    free placements that do not overlap one another, within the profile's maximum and the +me rule."""
+    if chosen.get("media_extensions") and _media_holder(target) is not None:
+        return 0
+    existing = sum(1 for gi in target["mig"]["gpu_instances"] if gi["profile_id"] == chosen["id"])
+    fitting, end = 0, -1
+    for start in free_placements(target, chosen):
+        if start >= end:
+            fitting, end = fitting + 1, start + chosen["memory_slices"]
+    return max(0, min(fitting, chosen["max"] - existing))
+
+
+def engines(chosen: dict) -> dict:
+    """The engines of an instance of a Hopper profile (MIG user guide, H100 profiles): one copy engine,
+    decoder and JPEG engine per compute slice (8 copy engines on the whole GPU); the media extensions
+    take every decoder and JPEG engine and the optical-flow accelerator; no encoders in MIG mode."""
+    compute = chosen["compute_slices"]
+    if chosen.get("media_extensions"):
+        return {"copy": compute, "decoders": 7, "encoders": 0, "jpeg": 7, "ofa": 1}
+    return {"copy": 8 if compute == 7 else compute, "decoders": compute, "encoders": 0, "jpeg": compute,
+            "ofa": 1 if compute == 7 else 0}
+
+
 def free_placements(target: dict, chosen: dict) -> list[int]:
     used = [(gi["placement_start"], gi["placement_start"] + gi["placement_size"]) for gi in target["mig"]["gpu_instances"]]
     return [start for start in chosen["placements"]
@@ -92,17 +127,22 @@ def create_gpu_instance(state: dict, index: int, profile_id: int, placement: int
     _require_mig(target)
     chosen = profile(target, profile_id=profile_id)
     instances = target["mig"]["gpu_instances"]
+    if placement is not None and placement not in chosen["placements"]:
+        raise GpuError(NVML_ERROR_INVALID_ARGUMENT, f"GPU {index}: {chosen['name']} cannot start at memory slice "
+                                                    f"{placement} (allowed: {chosen['placements']})")
     if sum(1 for gi in instances if gi["profile_id"] == chosen["id"]) >= chosen["max"]:
         raise GpuError(NVML_ERROR_INSUFFICIENT_RESOURCES,
                        f"GPU {index}: at most {chosen['max']} instance(s) of {chosen['name']}")
+    holder = _media_holder(target) if chosen.get("media_extensions") else None
+    if holder is not None:
+        raise GpuError(NVML_ERROR_INSUFFICIENT_RESOURCES,
+                       f"GPU {index}: GPU instance {holder['id']} ({holder['profile']}) already holds the media "
+                       "extensions; one instance per GPU may")
     free = free_placements(target, chosen)
     if placement is None:
         if not free:
             raise GpuError(NVML_ERROR_INSUFFICIENT_RESOURCES, f"GPU {index}: no free placement for {chosen['name']}")
         placement = free[0]
-    elif placement not in chosen["placements"]:
-        raise GpuError(NVML_ERROR_INVALID_ARGUMENT, f"GPU {index}: {chosen['name']} cannot start at memory slice "
-                                                    f"{placement} (allowed: {chosen['placements']})")
     elif placement not in free:
         raise GpuError(NVML_ERROR_INSUFFICIENT_RESOURCES,
                        f"GPU {index}: {chosen['name']} at slice {placement} overlaps an existing instance")

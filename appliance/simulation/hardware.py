@@ -18,15 +18,6 @@ NAMESPACE = uuid.UUID("5b7c7e4e-9d1c-4f0e-8a53-1a6f0c1e2d3b")
 # HGX H100 baseboard: the PCI bus of each GPU (as on a DGX H100), its rail HCA sits behind the same switch.
 GPU_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 SM_COUNT = {"hopper": 132, "ampere": 108}
-# (compute slices, memory slices) -> (NVML_GPU_INSTANCE_PROFILE_*, profile id nvidia-smi shows, SMs of a Hopper GPU)
-MIG_PROFILE_IDS = {
-    (1, 1): (0x0, 19, 16),
-    (1, 2): (0x9, 15, 26),
-    (2, 2): (0x1, 14, 32),
-    (3, 4): (0x2, 9, 60),
-    (4, 4): (0x3, 5, 64),
-    (7, 8): (0x4, 0, 132),
-}
 # Field figures of a healthy node (what the acceptance gates are compared with).
 NOMINAL_BENCHMARKS = {
     "all_reduce_perf": {"hopper": 482.4, "ampere": 231.0},   # GB/s bus bandwidth, 8 GPUs, 8 GiB messages
@@ -58,23 +49,39 @@ def guid(node_name: str, device: str) -> str:
     return "0x248a07" + _digest(node_name, device)[:10]
 
 
+class PlatformError(ValueError):
+    """A platform profile the simulated hardware cannot be built from; the message names the field."""
+
+
 def mig_profiles(gpu_spec: dict) -> list[dict]:
-    architecture = gpu_spec.get("architecture", "hopper")
+    """The MIG profiles of one GPU of the platform, as the node's state holds them (what nvidia-smi and
+    the simulated NVML read), from the one profile table (appliance/partitioning/profiles.py) by the
+    platform's `gpu.mig_model`. Memory per instance is the board's memory times memory slices / 8.
+
+    profiles.py is imported here, not at the top: the node's copy of the simulated commands imports this
+    module (gpu_ops uses mig_uuid) but never builds a factory state, and carries only the simulation."""
+    from appliance.partitioning import profiles as table
+
+    model_id = gpu_spec.get("mig_model")
+    if not model_id:
+        raise PlatformError("gpu.mig_model: missing, and gpu.mig_capable is true (name the MIG profile table's "
+                            f"model: {', '.join(table.MODELS)})")
+    try:
+        gpu_model = table.model(str(model_id))
+    except table.UnknownModel as exc:
+        raise PlatformError(f"gpu.mig_model: {exc.args[0]}") from None
     memory_mib = int(gpu_spec.get("memory_mib", 0))
-    profiles = []
-    for name, spec in (gpu_spec.get("mig_profiles") or {}).items():
-        key = (int(spec["compute"]), int(spec["memory_slices"]))
-        if key not in MIG_PROFILE_IDS:
-            raise ValueError(f"gpu.mig_profiles.{name}: no NVML profile has {key[0]} compute and {key[1]} memory slices")
-        nvml_profile, profile_id, sms = MIG_PROFILE_IDS[key]
-        if architecture != "hopper":
-            sms = sms * SM_COUNT.get(architecture, 132) // 132
-        profiles.append({
-            "name": name, "nvml_profile": nvml_profile, "id": profile_id, "compute_slices": key[0],
-            "memory_slices": key[1], "max": int(spec["max"]), "placements": [int(p) for p in spec["placements"]],
-            "memory_mib": memory_mib * key[1] // 8, "multiprocessors": sms,
-        })
-    return sorted(profiles, key=lambda profile: profile["nvml_profile"])
+    whole_sms = SM_COUNT.get(gpu_spec.get("architecture", "hopper"), 132)
+    return [{
+        "name": profile.name, "nvml_profile": profile.nvml_profile, "id": profile.profile_id,
+        "compute_slices": profile.compute_slices, "memory_slices": profile.memory_slices,
+        "max": profile.max_instances, "placements": list(profile.placements),
+        "memory_mib": memory_mib * profile.memory_slices // table.MEMORY_SLICES,
+        # The table leaves out counts NVIDIA does not publish (B200): the compute share of the board's SMs.
+        "multiprocessors": (profile.multiprocessors if profile.multiprocessors is not None
+                            else whole_sms * profile.compute_slices // table.COMPUTE_SLICES),
+        "media_extensions": profile.media_extensions,
+    } for profile in gpu_model.profiles]
 
 
 def _gpu(node_name: str, index: int, spec: dict, software: dict) -> dict:

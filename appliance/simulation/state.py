@@ -323,7 +323,8 @@ def _nvml_sidecar(state: dict) -> str:
             lines.append(
                 f"text profile {slot} {profile['nvml_profile']} {profile['id']} {profile['compute_slices']} "
                 f"{profile['memory_slices']} {profile['max']} {profile['memory_mib']} "
-                f"{profile['multiprocessors']} {','.join(str(p) for p in profile['placements'])} {profile['name']}")
+                f"{profile['multiprocessors']} {1 if profile.get('media_extensions') else 0} "
+                f"{','.join(str(p) for p in profile['placements'])} {profile['name']}")
         for instance in mig.get("gpu_instances", []):
             lines.append(f"gi {slot} {instance['id']} {instance['profile_id']} {instance['placement_start']} "
                          f"{instance['placement_size']}")

@@ -200,4 +200,4 @@ def test_slurm_parser_rejects_a_wrong_key(tmp_path, slurm_parser):
 
 def test_platform_files_carry_the_h200_gate():
     assert platform("hgx-h200-8gpu")["acceptance"]["nccl_all_reduce_busbw_gbs"]["min"] == 480
-    assert "7g.141gb" in platform("hgx-h200-8gpu")["gpu"]["mig_profiles"]
+    assert platform("hgx-h200-8gpu")["gpu"]["mig_model"] == "h200"  # its MIG profiles: appliance/partitioning/profiles.py

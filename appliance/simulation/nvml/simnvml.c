@@ -53,7 +53,7 @@
 extern char **environ;
 
 struct sim_profile {
-    unsigned nvml_profile, id, compute, memory_slices, max, memory_mib, sms, placement_count;
+    unsigned nvml_profile, id, compute, memory_slices, max, memory_mib, sms, media, placement_count;
     unsigned placements[8];
     char name[64];
 };
@@ -160,8 +160,8 @@ static void parse_line(char *line)
             struct sim_profile p;
             char placements[64];
             memset(&p, 0, sizeof p);
-            if (sscanf(rest, "profile %u %u %u %u %u %u %u %u %63s %n", &slot, &p.nvml_profile, &p.id, &p.compute,
-                       &p.memory_slices, &p.max, &p.memory_mib, &p.sms, placements, &used) == 9 && used) {
+            if (sscanf(rest, "profile %u %u %u %u %u %u %u %u %u %63s %n", &slot, &p.nvml_profile, &p.id, &p.compute,
+                       &p.memory_slices, &p.max, &p.memory_mib, &p.sms, &p.media, placements, &used) == 10 && used) {
                 gpu = &node.gpu[slot % MAX_GPUS];
                 copy_text(p.name, sizeof p.name, rest + used);
                 for (char *token = strtok(placements, ","); token && p.placement_count < 8; token = strtok(NULL, ","))
@@ -739,6 +739,10 @@ static nvmlReturn_t mig_mode_set(nvmlDevice_t device, unsigned int mode, nvmlRet
     nvmlReturn_t result;
     GPU_OR_FAIL(device, gpu);
     if (!activation || mode > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpu->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    if (mode == NVML_DEVICE_MIG_DISABLE)
+        for (unsigned g = 0; g < MAX_GI_ID; g++)
+            if (gpu->gi[g].used) return NVML_ERROR_IN_USE; /* destroy the GPU instances first */
     result = apply("mig-mode", NULL, 2, (int)gpu->index, (int)mode);
     /* Hopper applies the change at once on an idle GPU: no reset pending. */
     *activation = result;
@@ -771,15 +775,18 @@ static void fill_profile(struct sim_profile *p, unsigned *id, unsigned *slices, 
                          unsigned *copy, unsigned *dec, unsigned *enc, unsigned *jpeg, unsigned *ofa,
                          unsigned long long *memory)
 {
+    /* Hopper's engines (MIG user guide, H100 profiles; gpu_ops.engines says the same for nvidia-smi): one
+     * copy engine, decoder and JPEG engine per compute slice, 8 copy engines on the whole GPU; the media
+     * extensions take every decoder and JPEG engine and the optical-flow accelerator. */
     *id = p->id;
     *slices = p->compute;
     *count = p->max;
     *sms = p->sms;
-    *copy = p->compute;
-    *dec = p->compute;
+    *copy = p->compute == 7 ? 8 : p->compute;
+    *dec = p->media ? 7 : p->compute;
     *enc = 0;
-    *jpeg = p->compute;
-    *ofa = p->compute == 7 ? 1 : 0;
+    *jpeg = p->media ? 7 : p->compute;
+    *ofa = (p->media || p->compute == 7) ? 1 : 0;
     *memory = p->memory_mib;
 }
 
@@ -871,7 +878,11 @@ static nvmlReturn_t remaining_capacity(nvmlDevice_t device, unsigned int profile
                 overlaps = 1;
         free_count += !overlaps;
     }
-    for (unsigned g = 0; g < MAX_GI_ID; g++) existing += gpu->gi[g].used && gpu->gi[g].profile_id == p->id;
+    for (unsigned g = 0; g < MAX_GI_ID; g++) {
+        struct sim_profile *other = gpu->gi[g].used ? profile_by(gpu, -1, (int)gpu->gi[g].profile_id) : NULL;
+        existing += gpu->gi[g].used && gpu->gi[g].profile_id == p->id;
+        if (p->media && other && other->media) existing = p->max; /* one +me instance per GPU */
+    }
     *count = existing >= p->max ? 0 : (free_count < p->max - existing ? free_count : p->max - existing);
     return NVML_SUCCESS;
 }
@@ -887,6 +898,32 @@ static nvmlGpuInstance_t gi_handle(unsigned slot, unsigned gi)
     return &gi_handles[slot][gi];
 }
 
+/* What real NVML refuses before a GPU instance is made (gpu_ops.create_gpu_instance applies the same
+ * rules to the state): MIG mode off, an unknown profile, a start the profile does not allow, more than the
+ * profile's maximum, a second instance with the media extensions, memory slices already taken. */
+static nvmlReturn_t gi_refusal(struct sim_gpu *gpu, unsigned int profile_id, const nvmlGpuInstancePlacement_t *placement)
+{
+    struct sim_profile *p, *other;
+    unsigned existing = 0, allowed = 0;
+    if (!gpu->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    if (!(p = profile_by(gpu, -1, (int)profile_id))) return NVML_ERROR_INVALID_ARGUMENT;
+    if (placement) {
+        for (unsigned i = 0; i < p->placement_count; i++) allowed |= p->placements[i] == placement->start;
+        if (!allowed || (placement->size && placement->size != p->memory_slices)) return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    for (unsigned g = 0; g < MAX_GI_ID; g++) {
+        struct sim_gi *gi = &gpu->gi[g];
+        if (!gi->used) continue;
+        existing += gi->profile_id == p->id;
+        other = profile_by(gpu, -1, (int)gi->profile_id);
+        if (p->media && other && other->media) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+        if (placement && !(placement->start + p->memory_slices <= gi->start || placement->start >= gi->start + gi->size))
+            return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    }
+    if (existing >= p->max) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t create_gi(nvmlDevice_t device, unsigned int profile_id, const nvmlGpuInstancePlacement_t *placement,
                               nvmlGpuInstance_t *instance)
 {
@@ -894,6 +931,8 @@ static nvmlReturn_t create_gi(nvmlDevice_t device, unsigned int profile_id, cons
     nvmlReturn_t result;
     GPU_OR_FAIL(device, gpu);
     if (!instance) return NVML_ERROR_INVALID_ARGUMENT;
+    result = gi_refusal(gpu, profile_id, placement);
+    if (result != NVML_SUCCESS) return result;
     result = apply("create-gi", &created, 3, (int)gpu->index, (int)profile_id, placement ? (int)placement->start : -1);
     if (result != NVML_SUCCESS) return result;
     if (created < 0 || created >= MAX_GI_ID) return NVML_ERROR_UNKNOWN;
@@ -962,6 +1001,7 @@ static nvmlReturn_t destroy_gi(nvmlGpuInstance_t instance)
 {
     struct sim_gi *gi = gi_of(instance);
     if (!gi) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gi->ci_count) return NVML_ERROR_IN_USE; /* its compute instances go first */
     return apply("destroy-gi", NULL, 2, (int)node.gpu[instance->slot].index, (int)gi->id);
 }
 nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t instance) { LOCKED(destroy_gi(instance)); }

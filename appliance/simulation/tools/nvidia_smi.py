@@ -223,17 +223,33 @@ def _mig(tool, state_args: Options) -> int:
         tool.print("+-------------------------------------------------------+")
         return 0
     if "-lgip" in rest or "-lgipp" in rest:
-        for gpu in _selected(state, state_args.ids):
+        mig_gpus = [gpu for gpu in _selected(state, state_args.ids) if gpu["mig"]["current"]]
+        if not mig_gpus:
+            raise tool.fail("No MIG-enabled devices found.", 6)
+    if "-lgipp" in rest:
+        # As nvidia-smi prints them: the allowed first memory slices of each profile, then its size.
+        for gpu in mig_gpus:
             for chosen in gpu["mig"]["profiles"]:
-                if "-lgipp" in rest:
-                    placements = ",".join(f"{start}:{chosen['memory_slices']}" for start in chosen["placements"])
-                    tool.print(f"GPU {gpu['index']:>2} Profile ID {chosen['id']:>2} Placements: {{{placements}}}:"
-                               f"{chosen['memory_slices']}")
-                else:
-                    free = len(gpu_ops.free_placements(gpu, chosen))
-                    tool.print(f"|  {gpu['index']:<3} MIG {chosen['name']:<12} {chosen['id']:>3} "
-                               f"{min(free, chosen['max'])}/{chosen['max']} {chosen['memory_mib'] / 1024:>8.2f} GiB "
-                               f"{chosen['multiprocessors']:>4} SMs |")
+                label = "Placements:" if len(chosen["placements"]) > 1 else "Placement :"
+                tool.print(f"GPU {gpu['index']:>2} Profile ID {chosen['id']:>2} {label} "
+                           f"{{{','.join(str(start) for start in chosen['placements'])}}}:{chosen['memory_slices']}")
+        return 0
+    if "-lgip" in rest:
+        rule = "+" + "-" * 77 + "+"
+        tool.print(rule)
+        tool.print("| GPU instance profiles:".ljust(78) + "|")
+        tool.print("| GPU   Name             ID    Instances   Memory     P2P    SM    DEC   ENC  |")
+        tool.print("|                              Free/Total   GiB              CE    JPEG  OFA  |")
+        tool.print("|" + "=" * 77 + "|")
+        for gpu in mig_gpus:
+            for chosen in gpu["mig"]["profiles"]:
+                units = gpu_ops.engines(chosen)
+                free = gpu_ops.remaining_capacity(gpu, chosen)
+                tool.print(f"|  {gpu['index']:>2}  MIG {chosen['name']:<13} {chosen['id']:>3}  {free:>5}/{chosen['max']:<5}"
+                           f"{chosen['memory_mib'] / 1024:>10.2f}       No  {chosen['multiprocessors']:>5} "
+                           f"{units['decoders']:>5} {units['encoders']:>5}   |")
+                tool.print(f"|{'':<58}{units['copy']:>5} {units['jpeg']:>5} {units['ofa']:>5}   |")
+                tool.print(rule)
         return 0
     raise tool.unsupported(state_args.rest)
 
