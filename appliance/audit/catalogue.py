@@ -138,6 +138,11 @@ _BASE = [
     EventType("lending.plan.resume", "lending", "high", "A lending plan's nodes were resumed in Slurm (in the borrowing pool, or back in the lending one).", 3004, 3, _OPERATION),
     EventType("lending.plan.return", "lending", "medium", "A lending plan's nodes are back in their pool: the plan ended returned.", 3004, 3, _OPERATION),
     EventType("lending.plan.rollback", "lending", "high", "A lending plan was rolled back: nodes back in their pool, resumed in Slurm.", 3004, 3, _CHANGE),
+    # Partition plans (MIG and time-slicing): made, applied through the partitioning stage, rolled back.
+    EventType("partitioning.plan.create", "partitioning", "low", "A partition plan (MIG and time-slicing layout) was planned and saved.", 3004, 1, _CHANGE),
+    EventType("partitioning.plan.apply", "partitioning", "high", "A partition plan was applied: the partitioning stage started on the nodes whose GPUs change (or it was refused, with the reason).", 3004, 3, _CHANGE),
+    EventType("partitioning.plan.rollback", "partitioning", "high", "The previous partition plan's layout was planned again and applied.", 3004, 3, _CHANGE),
+    EventType("partitioning.plan.state", "partitioning", "medium", "A partition plan followed its run: applied, failed, or superseded by the next one.", 3004, 3, _OPERATION),
     # Traces from elsewhere: an import (file, format, column mapping, rows) and its replacement by name.
     EventType("traces.trace.import", "traces", "low", "A utilization trace from another system was imported (file, format, column mapping, rows).", 3004, 1, _CHANGE),
     EventType("traces.trace.replace", "traces", "medium", "An imported trace was replaced by a new import under its name (the old rows deleted).", 3004, 3, _CHANGE),

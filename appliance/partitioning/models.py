@@ -35,6 +35,9 @@ class Plan(AuditedModel, TimestampedModel):
     previous = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     run = models.ForeignKey("provisioning.Run", null=True, blank=True, on_delete=models.SET_NULL,
                             related_name="partition_plans")
+    # Every run that carried this plan, dry runs included (the partitioning stage finds its plan here);
+    # `run` above is the one that applied it.
+    runs = models.ManyToManyField("provisioning.Run", blank=True, related_name="partition_plans_carried")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     applied_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,

@@ -1,0 +1,322 @@
+"""Partition plans: planned against the appliance's current layout, saved, applied through the
+partitioning stage (a provisioning run), rolled back by applying the previous layout again.
+
+A plan's state follows its run (follow_run, connected to the run's saves in apps.py): applying ->
+applied (the plan applied before it -> superseded) or failed.
+
+Provisioning sits above partitioning in the app order; only the functions that start a run import it,
+inside the function, as the CLI and the portal do.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from appliance import audit
+from appliance.core.roles import can
+from appliance.inventory.models import Appliance
+
+from . import profiles
+from .layout import current_layout, planner_current, planner_gpus
+from .models import Plan
+
+STAGE = "partitioning"
+MAX_TIME_SLICING_REPLICAS = 64
+APPLICABLE_STATES = (Plan.State.DRAFT, Plan.State.FAILED)
+
+
+class PlanRefused(ValueError):
+    """A plan that cannot be made or applied; each line names the place (requests[3].memory_gb, gpu04/gpu0)."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = [str(e) for e in errors]
+        super().__init__("\n".join(self.errors))
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout comparison
+
+def _mig_set(mig) -> frozenset | None:
+    return None if mig is None else frozenset((str(i["profile"]), int(i["start"])) for i in mig)
+
+
+def _replicas(slicing) -> int:
+    return int((slicing or {}).get("replicas") or 0) if isinstance(slicing, dict) else 0
+
+
+def _same(a: dict, b: dict) -> bool:
+    return _mig_set(a.get("mig")) == _mig_set(b.get("mig")) and _replicas(a.get("time_slicing")) == _replicas(
+        b.get("time_slicing"))
+
+
+def disruption(current: list[dict], target: list[dict]) -> dict:
+    """What going from `current` to `target` (both [{id, mig, time_slicing}]) destroys, creates and keeps;
+    GPUs `target` does not name keep their layout."""
+    now = {g["id"]: g for g in current}
+    result = {"destroyed": [], "created": [], "kept": [], "mig_mode_changes": [], "time_slicing_changes": [],
+              "gpus_changed": []}
+    for gpu in target:
+        before = now.get(gpu["id"], {"mig": None, "time_slicing": None})
+        old, new = _mig_set(before.get("mig")) or frozenset(), _mig_set(gpu.get("mig")) or frozenset()
+        for key, instances in (("destroyed", old - new), ("created", new - old), ("kept", old & new)):
+            result[key] += [{"gpu": gpu["id"], "profile": p, "start": s} for p, s in sorted(instances, key=lambda i: i[1])]
+        if (before.get("mig") is None) != (gpu.get("mig") is None):
+            result["mig_mode_changes"].append({"gpu": gpu["id"], "enabled": gpu.get("mig") is not None})
+        if _replicas(before.get("time_slicing")) != _replicas(gpu.get("time_slicing")):
+            result["time_slicing_changes"].append({"gpu": gpu["id"], "from": _replicas(before.get("time_slicing")),
+                                                   "to": _replicas(gpu.get("time_slicing"))})
+        if not _same(before, gpu):
+            result["gpus_changed"].append(gpu["id"])
+    return result
+
+
+def result_errors(result, layout: dict) -> list[str]:
+    """Why a planner result cannot be applied to the appliance whose layout is `layout`: GPUs it does not
+    have, models that differ, an impossible MIG layout, MIG and time-slicing on one GPU."""
+    if not isinstance(result, dict) or not isinstance(result.get("gpus"), list):
+        return [_("result: a planner result has a list \"gpus\"")]
+    known = {g["id"]: g for g in layout["gpus"]}
+    errors = []
+    seen = set()
+    for n, gpu in enumerate(result["gpus"]):
+        where = f"gpus[{n}]"
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("id"), str):
+            errors.append(_("%(where)s: each GPU has a string \"id\"") % {"where": where})
+            continue
+        where = f"gpus[{n}] ({gpu['id']})"
+        if gpu["id"] in seen:
+            errors.append(_("%(where)s: the GPU is listed twice") % {"where": where})
+        seen.add(gpu["id"])
+        mine = known.get(gpu["id"])
+        if mine is None:
+            errors.append(_("%(where)s: the appliance has no such GPU") % {"where": where})
+            continue
+        mig, slicing = gpu.get("mig"), gpu.get("time_slicing")
+        if mig is not None:
+            if mine["model"] is None:
+                errors.append(_("%(where)s: this GPU has no MIG profiles") % {"where": where})
+                continue
+            if gpu.get("model") not in (None, mine["model"]):
+                errors.append(_("%(where)s: model %(model)s, but the GPU is a %(actual)s") % {
+                    "where": where, "model": gpu.get("model"), "actual": mine["model"]})
+            if not isinstance(mig, list) or not all(
+                    isinstance(i, dict) and isinstance(i.get("profile"), str) and type(i.get("start")) is int
+                    for i in mig):
+                errors.append(_("%(where)s.mig: a list of {profile, start}") % {"where": where})
+                continue
+            for reason in profiles.layout_errors(profiles.model(mine["model"]), [(i["profile"], i["start"]) for i in mig]):
+                errors.append(f"{where}.mig: {reason}")
+            if slicing is not None:
+                errors.append(_("%(where)s: a GPU is MIG or time-sliced, never both") % {"where": where})
+        if slicing is not None:
+            replicas = slicing.get("replicas") if isinstance(slicing, dict) else None
+            if type(replicas) is not int or not 2 <= replicas <= MAX_TIME_SLICING_REPLICAS:
+                errors.append(_("%(where)s.time_slicing.replicas: an integer from 2 to %(most)d") % {
+                    "where": where, "most": MAX_TIME_SLICING_REPLICAS})
+    return errors
+
+
+def changed_nodes(target: list[dict], layout: dict) -> dict[str, list[str]]:
+    """node -> the GPUs of it the target changes."""
+    by_id = {g["id"]: g for g in layout["gpus"]}
+    nodes: dict[str, list[str]] = {}
+    for gpu in target:
+        mine = by_id.get(gpu["id"])
+        if mine is not None and not _same(mine, gpu):
+            nodes.setdefault(mine["node"], []).append(gpu["id"])
+    return dict(sorted(nodes.items()))
+
+
+def _current_of(layout: dict, ids: set[str]) -> list[dict]:
+    return [g for g in planner_current(layout) if g["id"] in ids]
+
+
+# --------------------------------------------------------------------------------------------------
+# Plans
+
+def _next_number(appliance) -> int:
+    return (Plan.objects.filter(appliance=appliance).aggregate(n=Max("number"))["n"] or 0) + 1
+
+
+def applied_plan(appliance) -> Plan | None:
+    return Plan.objects.filter(appliance=appliance, state=Plan.State.APPLIED).order_by("-applied_at", "-number").first()
+
+
+def _create(appliance, *, user, description, requests, gpus, current, result) -> Plan:
+    with transaction.atomic():
+        Appliance.objects.select_for_update().filter(pk=appliance.pk).first()
+        plan = Plan.objects.create(
+            appliance=appliance, number=_next_number(appliance), description=description[:200],
+            requests=requests, gpus=gpus, current=current, result=result, previous=applied_plan(appliance),
+            created_by=user if getattr(user, "is_authenticated", False) else None)
+        audit.record("partitioning.plan.create", target=plan, details={
+            "number": plan.number, "requests": len(requests), "gpus": len(gpus),
+            "served_weight": result.get("served_weight"), "total_weight": result.get("total_weight"),
+            "unplaced": len(result.get("unplaced") or []),
+            "gpus_changed": list((result.get("disruption") or {}).get("gpus_changed") or [])})
+    return plan
+
+
+def save_plan(appliance, requests, *, user, description: str = "", gpus=None) -> Plan:
+    """Plan `requests` for the appliance's GPUs (or `gpus`, a subset of them) against its current layout
+    and save the plan (a draft). Raises PlanRefused naming the bad item."""
+    from . import planner
+
+    layout = current_layout(appliance)
+    if gpus is None:
+        gpus = planner_gpus(layout)
+    else:
+        known = {g["id"] for g in layout["gpus"]}
+        unknown = [str(g.get("id")) for g in gpus if not isinstance(g, dict) or g.get("id") not in known]
+        if unknown:
+            raise PlanRefused([_("gpus: %(ids)s not in appliance %(appliance)s") % {
+                "ids": ", ".join(unknown), "appliance": appliance.name}])
+    current = _current_of(layout, {g["id"] for g in gpus})
+    try:
+        result = planner.plan(gpus, requests, current)
+    except planner.PlanInputError as exc:
+        raise PlanRefused([str(exc)]) from None
+    return _create(appliance, user=user, description=description, requests=list(requests), gpus=list(gpus),
+                   current=current, result=result)
+
+
+def save_result(appliance, result, *, user, description: str = "") -> Plan:
+    """Save a planner result made elsewhere (a file given to `partition apply`) as a plan, after checking
+    it against the appliance; its disruption is computed here against the current layout."""
+    layout = current_layout(appliance)
+    errors = result_errors(result, layout)
+    if errors:
+        raise PlanRefused(errors)
+    ids = {g["id"] for g in result["gpus"]}
+    current = _current_of(layout, ids)
+    target = [{"id": g["id"], "model": next(m["model"] for m in layout["gpus"] if m["id"] == g["id"]),
+               "mig": None if g.get("mig") is None else [{"profile": i["profile"], "start": i["start"]} for i in g["mig"]],
+               "time_slicing": None if g.get("time_slicing") is None else {"replicas": g["time_slicing"]["replicas"]}}
+              for g in result["gpus"]]
+    saved = {**{k: v for k, v in result.items() if k in ("placed", "unplaced", "served_weight", "total_weight")},
+             "gpus": target, "disruption": disruption(current, target)}
+    gpus = [g for g in planner_gpus(layout) if g["id"] in ids]
+    return _create(appliance, user=user, description=description, requests=[], gpus=gpus, current=current,
+                   result=saved)
+
+
+def plan_problems(plan: Plan, layout: dict | None = None) -> list[str]:
+    """Why `plan` cannot be applied now: errors in its layout, or a layout that changed since it was made."""
+    layout = layout or current_layout(plan.appliance)
+    errors = result_errors(plan.result, layout)
+    if errors:
+        return errors
+    ids = {g["id"] for g in plan.result["gpus"]}
+    now = {g["id"]: g for g in _current_of(layout, ids)}
+    then = {g["id"]: g for g in plan.current or []}
+    moved = sorted(i for i in ids if i in now and not _same(now[i], then.get(i, {"mig": None, "time_slicing": None})))
+    if moved:
+        return [_("plan %(number)d is stale: the layout of %(gpus)s changed since it was made; plan again") % {
+            "number": plan.number, "gpus": ", ".join(moved)}]
+    return []
+
+
+def check_may_apply(user) -> None:
+    """Applying a plan changes the GPUs through a provisioning run: partitioning.change and provisioning.run."""
+    if user is None:
+        return  # the CLI, run by the appliance's own account
+    missing = [c for c in ("partitioning.change", "provisioning.run") if not can(user, c)]
+    if missing:
+        raise PermissionDenied(_("applying a partition plan needs %(capabilities)s") % {
+            "capabilities": ", ".join(missing)})
+
+
+def _refuse(plan: Plan, errors: list[str], user) -> None:
+    audit.record("partitioning.plan.apply", target=plan, outcome="failure", reason="; ".join(errors)[:500],
+                 details={"number": plan.number}, actor=user if getattr(user, "is_authenticated", False) else None)
+    raise PlanRefused(errors)
+
+
+def apply_plan(plan: Plan, *, user, dry_run: bool = False):
+    """Start the partitioning stage on the nodes whose GPUs the plan changes; returns the provisioning run.
+    A dry run reports the instance diff through the stage's check mode and leaves the plan a draft."""
+    from appliance.core import dispatch
+    from appliance.provisioning import services as provisioning
+    from appliance.provisioning.tasks import execute_run_task
+
+    check_may_apply(user)
+    if plan.state not in APPLICABLE_STATES:
+        _refuse(plan, [_("plan %(number)d is %(state)s; only a draft (or a failed plan) is applied") % {
+            "number": plan.number, "state": plan.state}], user)
+    layout = current_layout(plan.appliance)
+    problems = plan_problems(plan, layout)
+    if problems:
+        _refuse(plan, problems, user)
+    nodes = changed_nodes(plan.result["gpus"], layout)
+    if not nodes:
+        _refuse(plan, [_("plan %(number)d changes no GPU: the layout is already the plan's") % {
+            "number": plan.number}], user)
+    try:
+        with transaction.atomic():
+            run = provisioning.create_run(plan.appliance, kind="stages", stages=[STAGE], nodes=list(nodes),
+                                          dry_run=dry_run, user=user)
+            plan.runs.add(run)
+            if not dry_run:
+                plan.run, plan.state = run, Plan.State.APPLYING
+                plan.applied_by = user if getattr(user, "is_authenticated", False) else None
+                plan.save(update_fields=["run", "state", "applied_by", "updated"])
+            audit.record("partitioning.plan.apply", target=plan, details={
+                "number": plan.number, "run": run.pk, "dry_run": dry_run, "nodes": nodes})
+    except provisioning.RunRefused as exc:
+        _refuse(plan, exc.errors, user)
+    transaction.on_commit(lambda: dispatch.enqueue(execute_run_task, run.pk))
+    return run
+
+
+def rollback(appliance, *, user):
+    """Plan the layout the appliance had before its applied plan (the previous applied plan's, or the one
+    the first plan was made against) as a new plan, and apply it. Returns the new plan."""
+    check_may_apply(user)
+    applied = applied_plan(appliance)
+    if applied is None:
+        raise PlanRefused([_("appliance %(appliance)s has no applied partition plan to roll back") % {
+            "appliance": appliance.name}])
+    if applied.previous is not None and applied.previous.result.get("gpus"):
+        target, source = applied.previous.result["gpus"], _("plan %(number)d") % {"number": applied.previous.number}
+    else:
+        target, source = applied.current, _("the layout before plan %(number)d") % {"number": applied.number}
+    result = {"gpus": [{"id": g["id"], "model": g.get("model"), "mig": g.get("mig"),
+                        "time_slicing": g.get("time_slicing")} for g in target]}
+    plan = save_result(appliance, result, user=user,
+                       description=_("Rollback of plan %(number)d to %(source)s") % {"number": applied.number,
+                                                                                    "source": source})
+    audit.record("partitioning.plan.rollback", target=plan, details={
+        "number": plan.number, "rolls_back": applied.number, "to": str(source)})
+    apply_plan(plan, user=user)
+    plan.refresh_from_db()
+    return plan
+
+
+def follow_run(run) -> None:
+    """A run that carried a plan ended: the plan is applied (the one applied before it superseded) or failed."""
+    from appliance.provisioning.states import RunState
+
+    if run.dry_run or run.state not in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED):
+        return
+    for plan in Plan.objects.filter(run=run, state=Plan.State.APPLYING):
+        with transaction.atomic():
+            if run.state == RunState.SUCCEEDED:
+                for older in Plan.objects.filter(appliance=plan.appliance, state=Plan.State.APPLIED):
+                    older.state = Plan.State.SUPERSEDED
+                    older.save(update_fields=["state", "updated"])
+                    audit.record("partitioning.plan.state", target=older,
+                                 details={"number": older.number, "state": older.state, "by": plan.number})
+                plan.state, plan.applied_at = Plan.State.APPLIED, timezone.now()
+            else:
+                plan.state = Plan.State.FAILED
+            plan.save(update_fields=["state", "applied_at", "updated"])
+            audit.record("partitioning.plan.state", target=plan,
+                         details={"number": plan.number, "state": plan.state, "run": run.pk, "run_state": run.state})
+
+
+def plan_for_run(run) -> Plan | None:
+    return Plan.objects.filter(runs=run).order_by("-number").first()
