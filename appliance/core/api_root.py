@@ -65,5 +65,6 @@ class ApiV1RootView(APIRootView):
         "telemetry": "telemetry-api-root",
         "analytics": "analytics-api-root",
         "lending": "lending-api-root",
+        "partitioning": "partitioning-api-root",
         "schema": "schema",
     }

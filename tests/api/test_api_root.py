@@ -36,6 +36,7 @@ def test_v1_root_lists_each_app_for_a_signed_in_user(client_for):
         "telemetry": "http://testserver/api/v1/telemetry/",
         "analytics": "http://testserver/api/v1/analytics/",
         "lending": "http://testserver/api/v1/lending/",
+        "partitioning": "http://testserver/api/v1/partitioning/",
         "schema": "http://testserver/api/v1/schema/",
     }
     assert Client().get("/api/v1/").status_code == 401
