@@ -11,7 +11,8 @@ that, from a buffer after an outage, is not counted unless a person asks for a r
 Weighting, as services.gpu_share does: a row counts `step` seconds times the share of its GPU it measures
 (a MIG instance its profile's compute slices out of 7); a whole GPU's row is not counted in a bucket where
 its MIG instances report. Pool is the node's pool when the chunk is attributed. The collectors do not
-report a job's owner, so `user` stays blank until the scheduler's accounting is joined in.
+report a job's owner: `user` is the one the training pool's Slurm names for the job (owners.py: squeue, or
+sacct where accounting is kept, asked once a job), blank for an inference service.
 
 `rebuild` (a backfill a person asks for) deletes the ledger from an hour on, moves the cursor back and
 attributes again; it is audited (analytics.attribution.rebuild). The periodic runs are not: they change
@@ -31,7 +32,7 @@ import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import attribution, rules, vector
+from . import attribution, owners, rules, vector
 from .models import CAUSE_FIELDS, AttributionCursor, CauseHour
 
 STEP = 60
@@ -303,11 +304,14 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
     positions = order[np.flatnonzero(boundary)]
     hours = {int(h): _param(datetime.fromtimestamp(int(h), UTC)) for h in np.unique(hour)}
     pools = {pk: entry.pool for pk, entry in info.items()}
+    codes = np.unique(gpu["job_code"][positions])
+    users = owners.users_of({str(gpu["jobs"][code]) for code in codes.tolist() if code > 0},
+                            np.unique(node_id[positions]).tolist())
     keys = zip(hour[positions].tolist(), node_id[positions].tolist(), gpu_index[positions].tolist(),
                instance[positions].tolist(), gpu["jobs"][gpu["job_code"][positions]].tolist(), strict=True)
     figures = np.column_stack([sums[name] for name in ("gpu_seconds", "used_seconds", *CAUSE_COLUMNS,
                                                        "memory_held_mib_s", "memory_used_mib_s")]).tolist()
-    rows = [(hours[h], n, g, i, job, pools.get(n, ""), "", *values)
+    rows = [(hours[h], n, g, i, job, pools.get(n, ""), users.get(job, ""), *values)
             for (h, n, g, i, job), values in zip(keys, figures, strict=True)]
     return rows, float(sums["gpu_seconds"].sum())
 

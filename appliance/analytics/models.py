@@ -187,3 +187,17 @@ class SummaryState(models.Model):
 
     def __str__(self):
         return f"{self.name}: ledger until {self.ledger_until}, row {self.last_id}"
+
+
+class JobOwner(models.Model):
+    """Who ran a Slurm job, as the scheduler said (squeue, or sacct where accounting is kept) when the
+    ledger first met the job in the telemetry: the ledger's rows copy it. `user` blank: Slurm no longer
+    knew the job when asked (it is not asked again)."""
+
+    job = models.CharField(max_length=100, unique=True)
+    user = models.CharField(max_length=150, blank=True)
+    source = models.CharField(max_length=16, help_text="squeue/sacct, or unknown")
+    asked_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"{self.job}: {self.user or '-'}"

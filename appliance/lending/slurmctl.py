@@ -73,3 +73,34 @@ def node_states(appliance, nodes: list[str]) -> dict[str, str]:
         name, _, state = line.partition(" ")
         states[name] = state.strip()
     return states
+
+
+def job_users(appliance, job_ids: list[str]) -> dict[str, str]:
+    """{job id: user} of the jobs named, as Slurm reports them: squeue for the jobs slurmctld still knows
+    (running, pending, and finished ones for MinJobAge), then sacct for the rest where accounting is kept
+    (an error there, as on a cluster without accounting storage, only leaves them out). The ids are checked
+    by the caller (digits, an array's _index); they reach the command line as list items."""
+    wanted = set(job_ids)
+    if not wanted:
+        return {}
+    users = {}
+    output = _client(appliance, "squeue", "--noheader", "--states=all", "--format=%i|%A|%u")
+    for line in output.splitlines():
+        shown, _, rest = line.strip().partition("|")
+        base, _, user = rest.partition("|")
+        user = user.strip()
+        for job in (shown, base):
+            if job in wanted and user:
+                users[job] = user
+    missing = sorted(wanted - set(users))
+    if missing:
+        try:
+            output = _client(appliance, "sacct", "--noheader", "--parsable2", "--allocations",
+                             f"--jobs={','.join(missing)}", "--format=JobID,User")
+        except SlurmCommandError:
+            output = ""
+        for line in output.splitlines():
+            job, _, user = line.strip().partition("|")
+            if job in wanted and user.strip():
+                users.setdefault(job, user.strip())
+    return users
