@@ -70,6 +70,11 @@ PROFILES = ("demo", *KINDS)
 GIB = 2**30
 USER_HZ = 100
 STORAGE_READ_GBPS = 21.4  # per node, as the nominal storage benchmark of a healthy node (hardware.py)
+# The demo's researchers: each training job is submitted as one of them (sbatch --uid, as the simulated Slurm's
+# daemons run as root), picked from the job's name, so the ledger and the findings name distinct users. Only
+# the accounts the host has are used (`useradd --no-create-home --shell /usr/sbin/nologin alice` adds one);
+# with none of them, or not as root, jobs run as the user who started the driver.
+DEMO_USERS = ("alice", "bob", "carol", "dave")
 # Clock event reasons (nvml.h nvmlClocksEventReason*).
 GPU_IDLE, SW_POWER_CAP, SW_THERMAL, HW_THERMAL = 0x1, 0x4, 0x20, 0x40
 
@@ -455,9 +460,11 @@ class Driver:
 
     def _submit(self, activity: Activity, t: float) -> None:
         remaining = max(1.0, (activity.end - t) / self.speed)
+        user = self.user_of(activity)
         argv = ["sbatch", "--parsable", f"--job-name={activity.name}", f"--nodelist={activity.node}", "--nodes=1",
                 "--exclusive", f"--gres=gpu:{len(activity.gpus)}", f"--time={max(1, math.ceil(remaining / 60) + 1)}",
-                "--output=/dev/null", "--wrap", f"sleep {remaining:.1f}"]
+                "--output=/dev/null", *([f"--uid={user}"] if user != self.config["user"] else []),
+                "--wrap", f"sleep {remaining:.1f}"]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
                                 env={**os.environ, "SLURM_CONF": self.config["slurm_conf"]})
         if result.returncode != 0:
@@ -467,8 +474,16 @@ class Driver:
         job = result.stdout.strip().split(";")[0]
         self.jobs[activity.name] = job
         with open(self.directory / "jobs.jsonl", "a") as handle:
-            handle.write(json.dumps({"activity": activity.name, "job": job, "node": activity.node,
+            handle.write(json.dumps({"activity": activity.name, "job": job, "node": activity.node, "user": user,
                                      "gpus": list(activity.gpus), "submitted_at": round(time.time(), 3)}) + "\n")
+
+    def user_of(self, activity: Activity) -> str:
+        """The user a training job runs as: one of the configured users (DEMO_USERS the host has), by the
+        job's name; the driver's own user where there is none."""
+        users = self.config.get("users") or []
+        if not users:
+            return self.config["user"]
+        return users[int(hashlib.sha256(activity.name.encode()).hexdigest(), 16) % len(users)]
 
     def _owners(self, node: NodeSpec, t: float) -> dict:
         owners = {}
@@ -477,7 +492,7 @@ class Driver:
             if activity is None:
                 continue
             if activity.slurm:
-                owners[str(gpu)] = {"kind": "slurm", "job": self.jobs.get(activity.name, ""), "user": self.config["user"],
+                owners[str(gpu)] = {"kind": "slurm", "job": self.jobs.get(activity.name, ""), "user": self.user_of(activity),
                                     "name": activity.name}
             else:
                 owners[str(gpu)] = {"kind": "inference", "service": activity.name}
@@ -572,6 +587,20 @@ def node_specs(appliance) -> tuple[list[dict], str, str]:
     return nodes, training, inference
 
 
+def host_users() -> list[str]:
+    """The DEMO_USERS this host has an account for (Slurm resolves a job's user on the host)."""
+    import pwd
+
+    found = []
+    for name in DEMO_USERS:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        found.append(name)
+    return found
+
+
 def start(appliance, *, profile: str = "demo", speed: float = 60.0, seed: int = 1) -> dict:
     """Start the driver in the background (one per state directory). Training jobs need the simulated
     Slurm running (slurm.start)."""
@@ -604,7 +633,8 @@ def start(appliance, *, profile: str = "demo", speed: float = 60.0, seed: int = 
         (directory / name).unlink(missing_ok=True)
     config = {"directory": str(directory), "profile": profile, "speed": speed, "seed": seed, "nodes": nodes,
               "training_mount": training_mount, "inference_mount": inference_mount, "started_at": time.time(),
-              "slurm_conf": str(slurm.conf_path()) if needs_slurm else "", "user": getpass.getuser()}
+              "slurm_conf": str(slurm.conf_path()) if needs_slurm else "", "user": getpass.getuser(),
+              "users": host_users() if os.geteuid() == 0 else []}
     (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (directory / "run.json").write_text(json.dumps(
         {key: config[key] for key in ("profile", "speed", "seed", "started_at")} | {"interval_s": INTERVAL_S},

@@ -2,6 +2,7 @@
 asked once a job and kept; an inference service has none; a job whose rows were written while Slurm could
 not answer gets its user once Slurm answers, and the Efficiency summaries follow."""
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -83,3 +84,39 @@ def test_each_jobs_user_comes_from_slurm_and_late_answers_fill_written_rows(demo
     GpuRollup.objects.bulk_create([rollup(gpu02, 2, 2, "999")])
     ledger.run_incremental(until=T0 + 3 * MINUTE)
     assert JobOwner.objects.count() == 3
+
+
+def test_the_demo_users_are_those_the_host_has(monkeypatch):
+    from appliance.simulation import workload
+
+    monkeypatch.setattr(workload, "DEMO_USERS", ("nobody", "no-such-user-here", "daemon"))
+    assert workload.host_users() == ["nobody", "daemon"]
+
+
+@pytest.mark.slow
+def test_the_workload_submits_its_jobs_as_distinct_users_slurm_names(demo_appliance, tmp_path):  # noqa: F811
+    from appliance.simulation import workload
+
+    for node in demo_appliance.nodes.filter(name__in=["gpu01", "gpu02", "gpu03"]):
+        node.facts = {**node.facts, "gpu_cores": {str(gpu): "0-55" if gpu < 4 else "56-111" for gpu in range(8)}}
+        node.save(update_fields=["facts"])
+    write_stage_files(demo_appliance)
+    nodes, training, inference = workload.node_specs(demo_appliance)
+    config = {"directory": str(tmp_path), "profile": "demo", "speed": 60.0, "seed": 1, "nodes": nodes,
+              "training_mount": training, "inference_mount": inference, "started_at": time.time(),
+              "slurm_conf": str(slurm.conf_path()), "user": "root", "users": ["nobody", "daemon"]}
+    driver = workload.Driver(config)
+    try:
+        slurm.start(demo_appliance)
+        for name, node in (("train-a", "gpu01"), ("train-b", "gpu02")):
+            driver._submit(workload.Activity(name, "compute-bound", node, (0,), 0, 3600), 0.0)
+        assert driver.jobs == {"train-a": "1", "train-b": "2"}
+        shown = slurm.client("squeue", "--noheader", "--states=all", "--format=%j %u").stdout.split("\n")
+        assert sorted(line.strip() for line in shown if line.strip()) == ["train-a daemon", "train-b nobody"]
+        from appliance.lending import slurmctl
+
+        assert slurmctl.job_users(demo_appliance, ["1", "2", "3"]) == {"1": "daemon", "2": "nobody"}
+    finally:
+        slurm.stop(demo_appliance)
+    submitted = [json.loads(line) for line in (tmp_path / "jobs.jsonl").read_text().splitlines()]
+    assert [(s["job"], s["user"]) for s in submitted] == [("1", "daemon"), ("2", "nobody")]
