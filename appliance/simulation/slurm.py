@@ -53,6 +53,7 @@ from django.conf import settings
 from appliance import audit
 
 from . import ports
+from . import state as sim_state
 
 SLURMCTLD = "/usr/sbin/slurmctld"
 SLURMD = "/usr/sbin/slurmd"
@@ -243,6 +244,51 @@ def _make_devices(directory: Path, files: list[str]) -> None:
     (directory / "shm").mkdir(mode=0o1777, exist_ok=True)
 
 
+def mig_device_files(node_state_value: dict) -> list[str]:
+    """The MIG device files a node has for the GPU and compute instances that exist in its state: per GPU
+    instance its access file, per compute instance one more, numbered as /proc/driver/nvidia-caps/mig-minors
+    numbers them (renderers.slurm.MigInstance.files, which gres.conf names)."""
+    from appliance.partitioning.renderers.slurm import MigInstance
+
+    files = set()
+    for gpu in node_state_value.get("gpus", []):
+        for instance in gpu.get("mig", {}).get("gpu_instances", []):
+            computes = instance.get("compute_instances") or []
+            for compute_id in [compute["id"] for compute in computes] or [None]:
+                _, access, compute_file = MigInstance(gpu=int(gpu["index"]), profile=instance["profile"],
+                                                      gpu_instance=int(instance["id"]),
+                                                      compute_instance=compute_id or 0).files
+                files.add(access)
+                if compute_id is not None:
+                    files.add(compute_file)
+    return sorted(files)
+
+
+def _sync_caps(directory: Path, files: list[str]) -> None:
+    """/dev/nvidia-caps of one slurmd as the node's instances are: the files of instances that exist are
+    made (a character device of NVIDIA_CAPS_MAJOR), those of instances that are gone removed."""
+    caps = directory / "nvidia-caps"
+    wanted = {path.removeprefix("/dev/nvidia-caps/") for path in files}
+    if caps.is_dir():
+        for entry in caps.iterdir():
+            if entry.name not in wanted:
+                entry.unlink()
+    _make_devices(directory, files)
+
+
+def sync_mig_devices(node) -> list[str]:
+    """After the MIG instances of a simulated node changed (the partitioning stage calls this): its slurmd's
+    /dev/nvidia-caps holds the device files of exactly the instances its state has. The slurmd's /dev is
+    a bind mount of SIMULATION_DIR/slurm/dev/<node>, so a running slurmd sees the change at once; before
+    Slurm was configured there is nothing to update (configure() makes them at start). Returns the files."""
+    directory = slurm_dir() / "dev" / node.name
+    if not node.sysroot or not directory.is_dir():
+        return []
+    files = mig_device_files(sim_state.load(node.sysroot))
+    _sync_caps(directory, files)
+    return files
+
+
 def _require_host() -> None:
     if os.geteuid() != 0:
         raise SlurmUnavailable("the simulated Slurm needs root: each daemon runs in its own mount namespace with the "
@@ -274,8 +320,14 @@ def configure(appliance) -> dict:
                            user=getpass.getuser())
     for name, content in (("slurm.conf", text), ("gres.conf", files["gres.conf"]), ("cgroup.conf", files["cgroup.conf"])):
         (directory / "etc" / name).write_text(content)
+    members = {member.name: member for member in appliance.nodes.filter(name__in=nodes)}
     for name in nodes:
-        _make_devices(directory / "dev" / name, gres_device_files(files["gres.conf"], name))
+        # /dev/nvidia<N> as gres.conf names them; /dev/nvidia-caps only for the MIG instances the node has
+        # (a gres.conf naming an instance that does not exist fails as on a real node).
+        gpu_files = [path for path in gres_device_files(files["gres.conf"], name)
+                     if not path.startswith("/dev/nvidia-caps/")]
+        _make_devices(directory / "dev" / name, gpu_files)
+        _sync_caps(directory / "dev" / name, mig_device_files(sim_state.load(members[name].sysroot)))
     return {"controller": controller, "nodes": nodes, "ports": allocation}
 
 

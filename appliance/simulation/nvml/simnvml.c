@@ -834,6 +834,20 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
     LOCKED(profile_info_v(device, profile, info));
 }
 
+static nvmlReturn_t profile_info_by_id(nvmlDevice_t device, unsigned int profile_id, nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    struct sim_profile *p;
+    GPU_OR_FAIL(device, gpu);
+    if (!gpu->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    if (!(p = profile_by(gpu, -1, (int)profile_id))) return NVML_ERROR_NOT_SUPPORTED;
+    return profile_info_v(device, p->nvml_profile, info);
+}
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device, unsigned int profile_id,
+                                                      nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    LOCKED(profile_info_by_id(device, profile_id, info));
+}
+
 static nvmlReturn_t possible_placements(nvmlDevice_t device, unsigned int profile_id,
                                         nvmlGpuInstancePlacement_t *placements, unsigned int *count)
 {
@@ -1107,6 +1121,39 @@ static nvmlReturn_t destroy_ci(nvmlComputeInstance_t compute)
     return apply("destroy-ci", NULL, 3, (int)node.gpu[compute->slot].index, (int)compute->gi, (int)compute->ci);
 }
 nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t compute) { LOCKED(destroy_ci(compute)); }
+
+static nvmlReturn_t ci_info(nvmlComputeInstance_t compute, nvmlComputeInstanceInfo_t *info)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    unsigned start = 0;
+    if (!compute || !info || !IN_TABLE(compute, ci_handles) || !(gpu = gpu_at(compute->slot))) return NVML_ERROR_INVALID_ARGUMENT;
+    if (compute->gi >= MAX_GI_ID || !(gi = &gpu->gi[compute->gi])->used) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < gi->ci_count; i++) {
+        /* Compute slices are handed out in creation order: a compute instance starts after those before it. */
+        if (gi->ci[i].id != compute->ci) {
+            start += gi->ci[i].slices;
+            continue;
+        }
+        device_handles[compute->slot].slot = compute->slot;
+        info->device = &device_handles[compute->slot];
+        info->gpuInstance = gi_handle(compute->slot, compute->gi);
+        info->id = gi->ci[i].id;
+        info->profileId = gi->ci[i].profile_id;
+        info->placement.start = start;
+        info->placement.size = gi->ci[i].slices;
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t compute, nvmlComputeInstanceInfo_t *info)
+{
+    LOCKED(ci_info(compute, info));
+}
+nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t compute, nvmlComputeInstanceInfo_t *info)
+{
+    LOCKED(ci_info(compute, info));
+}
 
 static nvmlReturn_t max_mig_count(nvmlDevice_t device, unsigned int *count)
 {
