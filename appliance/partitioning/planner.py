@@ -1,0 +1,834 @@
+"""The MIG and time-slicing planner: from the appliance's GPUs, what its services need and the layout now,
+a layout for every GPU with explicit MIG placements, which request replica lands where, what does not fit
+and why, and the disruption compared with the layout now.
+
+    plan(gpus, requests, current=None, *, options=None) -> dict
+
+Pure Python, no Django (the CLI, the services, the portal and the benchmarks call it).
+
+How it packs: every valid MIG layout of a GPU model is enumerated once (a few hundred on 8 memory
+slices, checked with profiles.layout_errors), indexed by the multiset of its profiles. Request replicas
+are then placed greedily by weight per share of a GPU (densest first), each on the option that costs the
+least: a current instance that already fits (nothing changes), a new instance or a time-sliced share on
+a GPU already in use (best fit: the smallest profile, the fullest GPU), a free GPU, and last a GPU whose
+unused current instances have to go. New instances on a GPU are re-arranged freely (the table gives a
+placement for the whole multiset); current instances kept stay where they are. A few orderings and
+policies (soft requests preferring MIG or time-slicing, hard isolation first) are run and the plan that
+serves the most weight, then disrupts least, wins.
+
+Rules the result always keeps: every MIG layout passes profiles.layout_errors; time-sliced services on a
+GPU need at most its memory together (and at most its 7 compute slices, counting the requests that state
+compute_slices); a GPU is MIG, time-sliced or whole, never two; exclusive requests get one whole GPU per
+replica; a request with a pool only lands on GPUs of that pool; a GPU with nothing placed keeps its
+current layout unless the plan needs it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_left, insort
+from itertools import count
+
+from appliance.partitioning import profiles as P
+
+GPU_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+POOL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+ISOLATIONS = ("hard", "soft", "exclusive")
+MAX_REPLICAS = 100_000
+MAX_GPUS = 100_000
+GPU_FIELDS = {"id", "model", "pool"}
+REQUEST_FIELDS = {"name", "memory_gb", "compute_slices", "replicas", "isolation", "weight", "pool"}
+
+
+class PlanInputError(ValueError):
+    """Bad input to plan(): the message names the item and field ("requests[3].memory_gb: ...")."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Valid layouts per GPU model
+
+
+_LAYOUTS: dict[str, dict[tuple[str, ...], list[tuple[tuple[str, int], ...]]]] = {}
+
+
+def valid_layouts(gpu_model: P.GpuModel) -> dict[tuple[str, ...], list[tuple[tuple[str, int], ...]]]:
+    """{sorted profile names: [layouts as sorted ((name, start), ...)]} for every valid layout of the model
+    (the empty one included), each checked with profiles.layout_errors."""
+    found = _LAYOUTS.get(gpu_model.id)
+    if found is not None:
+        return found
+    layouts: list[tuple[tuple[str, int], ...]] = []
+
+    def walk(slice_: int, chosen: list[tuple[str, int]]) -> None:
+        if slice_ >= P.MEMORY_SLICES:
+            layouts.append(tuple(sorted(chosen)))
+            return
+        walk(slice_ + 1, chosen)
+        for profile in gpu_model.profiles:
+            if slice_ in profile.placements:
+                chosen.append((profile.name, slice_))
+                if not P.layout_errors(gpu_model, chosen):
+                    walk(slice_ + profile.memory_slices, chosen)
+                chosen.pop()
+
+    walk(0, [])
+    index: dict[tuple[str, ...], list[tuple[tuple[str, int], ...]]] = {}
+    for layout in layouts:
+        assert not P.layout_errors(gpu_model, list(layout))
+        index.setdefault(tuple(sorted(name for name, _ in layout)), []).append(layout)
+    for candidates in index.values():
+        # Deterministic choice: new instances as low as they go.
+        candidates.sort(key=lambda layout: [start for _, start in layout])
+    _LAYOUTS[gpu_model.id] = index
+    return index
+
+
+_ARRANGE: dict[tuple, tuple[tuple[str, int], ...] | None] = {}
+
+
+def arrange(gpu_model: P.GpuModel, fixed: tuple[tuple[str, int], ...], new: tuple[str, ...]):
+    """A valid layout holding the `fixed` instances where they are and the profiles `new` somewhere, as
+    the new instances' ((name, start), ...) sorted; None when there is none."""
+    key = (gpu_model.id, fixed, new)
+    if key in _ARRANGE:
+        return _ARRANGE[key]
+    result = None
+    names = tuple(sorted([name for name, _ in fixed] + list(new)))
+    fixed_set = set(fixed)
+    for layout in valid_layouts(gpu_model).get(names, ()):
+        if fixed_set.issubset(layout):
+            rest = list(layout)
+            for item in fixed:
+                rest.remove(item)
+            result = tuple(sorted(rest))
+            break
+    _ARRANGE[key] = result
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# Input
+
+
+def _number(value, where: str, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PlanInputError(f"{where}: {value!r} is not a number")
+    if positive and value <= 0:
+        raise PlanInputError(f"{where}: {value!r} must be greater than 0")
+    if value > 1e9:
+        raise PlanInputError(f"{where}: {value!r} is out of range")
+    return value
+
+
+def _integer(value, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanInputError(f"{where}: {value!r} is not an integer")
+    if not low <= value <= high:
+        raise PlanInputError(f"{where}: {value} is not between {low} and {high}")
+    return value
+
+
+def _text(value, where: str, pattern: re.Pattern) -> str:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise PlanInputError(f"{where}: {value!r} does not match {pattern.pattern}")
+    return value
+
+
+def _model(value, where: str) -> P.GpuModel:
+    if not isinstance(value, str) or value not in P.MODELS:
+        raise PlanInputError(f"{where}: {value!r} is not a GPU model of the profile table "
+                             f"({', '.join(P.MODELS)})")
+    return P.MODELS[value]
+
+
+def check_gpus(gpus) -> list[dict]:
+    if not isinstance(gpus, list):
+        raise PlanInputError(f"gpus: a list of {{id, model, pool}} is needed, not {type(gpus).__name__}")
+    if len(gpus) > MAX_GPUS:
+        raise PlanInputError(f"gpus: {len(gpus)} GPUs; at most {MAX_GPUS}")
+    seen: set[str] = set()
+    out = []
+    for i, gpu in enumerate(gpus):
+        where = f"gpus[{i}]"
+        if not isinstance(gpu, dict):
+            raise PlanInputError(f"{where}: a mapping with id and model is needed, not {type(gpu).__name__}")
+        unknown = sorted(set(map(str, gpu)) - GPU_FIELDS)
+        if unknown:
+            raise PlanInputError(f"{where}: unknown field {unknown[0]!r} (fields: id, model, pool)")
+        gpu_id = _text(gpu.get("id"), f"{where}.id", GPU_ID)
+        if gpu_id in seen:
+            raise PlanInputError(f"{where}.id: {gpu_id!r} appears twice")
+        seen.add(gpu_id)
+        model = _model(gpu.get("model"), f"{where}.model")
+        pool = gpu.get("pool")
+        if pool is not None:
+            pool = _text(pool, f"{where}.pool", POOL)
+        out.append({"id": gpu_id, "model": model, "pool": pool})
+    return out
+
+
+def check_requests(requests) -> list[dict]:
+    if not isinstance(requests, list):
+        raise PlanInputError(f"requests: a list is needed, not {type(requests).__name__}")
+    seen: set[str] = set()
+    out = []
+    total = 0
+    for i, request in enumerate(requests):
+        where = f"requests[{i}]"
+        if not isinstance(request, dict):
+            raise PlanInputError(f"{where}: a mapping with name, memory_gb and isolation is needed, "
+                                 f"not {type(request).__name__}")
+        unknown = sorted(set(map(str, request)) - REQUEST_FIELDS)
+        if unknown:
+            raise PlanInputError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(REQUEST_FIELDS))})")
+        name = _text(request.get("name"), f"{where}.name", NAME)
+        if name in seen:
+            raise PlanInputError(f"{where}.name: {name!r} appears twice")
+        seen.add(name)
+        if "memory_gb" not in request:
+            raise PlanInputError(f"{where}.memory_gb: missing")
+        memory = _number(request["memory_gb"], f"{where}.memory_gb")
+        compute = request.get("compute_slices")
+        if compute is not None:
+            compute = _integer(compute, f"{where}.compute_slices", 1, P.COMPUTE_SLICES)
+        replicas = _integer(request.get("replicas", 1), f"{where}.replicas", 1, MAX_REPLICAS)
+        total += replicas
+        if total > MAX_REPLICAS:
+            raise PlanInputError(f"{where}.replicas: the requests ask for more than {MAX_REPLICAS} replicas in all")
+        isolation = request.get("isolation")
+        if isolation not in ISOLATIONS:
+            raise PlanInputError(f"{where}.isolation: {isolation!r} is not one of {', '.join(ISOLATIONS)}")
+        weight = _number(request.get("weight", 1), f"{where}.weight")
+        pool = request.get("pool")
+        if pool is not None:
+            pool = _text(pool, f"{where}.pool", POOL)
+        out.append({"index": i, "name": name, "memory_gb": memory, "compute_slices": compute,
+                    "replicas": replicas, "isolation": isolation, "weight": weight, "pool": pool})
+    return out
+
+
+def check_current(current, gpus: list[dict]) -> dict[str, tuple]:
+    """{gpu id: (mig ((name, start), ...) sorted | None, time-slicing replicas | None)}."""
+    layout: dict[str, tuple] = {g["id"]: (None, None) for g in gpus}
+    if current is None:
+        return layout
+    entries = current.get("gpus") if isinstance(current, dict) else current
+    where_list = "current.gpus" if isinstance(current, dict) else "current"
+    if not isinstance(entries, list):
+        raise PlanInputError(f"{where_list}: a list of GPU layouts is needed")
+    by_id = {g["id"]: g for g in gpus}
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"{where_list}[{i}]"
+        if not isinstance(entry, dict):
+            raise PlanInputError(f"{where}: a mapping with id, mig and time_slicing is needed")
+        gpu_id = _text(entry.get("id"), f"{where}.id", GPU_ID)
+        if gpu_id not in by_id:
+            raise PlanInputError(f"{where}.id: {gpu_id!r} is not one of the GPUs planned")
+        if gpu_id in seen:
+            raise PlanInputError(f"{where}.id: {gpu_id!r} appears twice")
+        seen.add(gpu_id)
+        model = by_id[gpu_id]["model"]
+        if entry.get("model") is not None and entry["model"] != model.id:
+            raise PlanInputError(f"{where}.model: {entry['model']!r}, but GPU {gpu_id} is a {model.id}")
+        mig = entry.get("mig")
+        ts = entry.get("time_slicing")
+        if mig is not None and ts is not None:
+            raise PlanInputError(f"{where}: a GPU is MIG or time-sliced, not both")
+        mig_layout = None
+        if mig is not None:
+            if not isinstance(mig, list):
+                raise PlanInputError(f"{where}.mig: a list of {{profile, start}} or null is needed")
+            pairs = []
+            for j, instance in enumerate(mig):
+                if not isinstance(instance, dict):
+                    raise PlanInputError(f"{where}.mig[{j}]: a mapping with profile and start is needed")
+                name = instance.get("profile")
+                if not isinstance(name, str):
+                    raise PlanInputError(f"{where}.mig[{j}].profile: {name!r} is not a profile name")
+                try:
+                    model.profile(name)
+                except KeyError as exc:
+                    raise PlanInputError(f"{where}.mig[{j}].profile: {exc.args[0]}") from None
+                start = _integer(instance.get("start"), f"{where}.mig[{j}].start", 0, P.MEMORY_SLICES - 1)
+                pairs.append((name, start))
+            errors = P.layout_errors(model, pairs)
+            if errors:
+                raise PlanInputError(f"{where}.mig: not a valid layout for {model.id}: {'; '.join(errors)}")
+            mig_layout = tuple(sorted(pairs))
+        replicas = None
+        if ts is not None:
+            if not isinstance(ts, dict):
+                raise PlanInputError(f"{where}.time_slicing: a mapping with replicas or null is needed")
+            replicas = _integer(ts.get("replicas"), f"{where}.time_slicing.replicas", 1, MAX_REPLICAS)
+        layout[gpu_id] = (mig_layout, replicas)
+    return layout
+
+
+# ---------------------------------------------------------------------------------------------------
+# Packing state
+
+
+class _Gpu:
+    __slots__ = ("i", "id", "model", "pool", "cur_mig", "cur_ts", "mode", "fixed", "new",
+                 "ts_items", "ts_mem", "ts_compute", "whole")
+
+    def __init__(self, i: int, gpu: dict, cur_mig, cur_ts):
+        self.i = i
+        self.id = gpu["id"]
+        self.model: P.GpuModel = gpu["model"]
+        self.pool = gpu["pool"]
+        self.cur_mig = cur_mig
+        self.cur_ts = cur_ts
+        self.mode = None            # None (nothing placed) | "mig" | "ts" | "whole"
+        self.fixed = {inst: None for inst in cur_mig} if cur_mig is not None else {}  # kept current -> item
+        self.new: list[tuple[str, object]] = []   # (profile name, item)
+        self.ts_items: list = []
+        self.ts_mem = 0.0
+        self.ts_compute = 0
+        self.whole = None
+
+    def fixed_key(self) -> tuple:
+        return tuple(sorted((inst, item is not None) for inst, item in self.fixed.items()))
+
+    def new_names(self) -> tuple[str, ...]:
+        return tuple(sorted(name for name, _ in self.new))
+
+    def placed(self) -> bool:
+        return self.mode is not None
+
+
+class _Item:
+    __slots__ = ("request", "replica", "memory", "compute", "isolation", "weight", "pool", "cands", "fixed_cands",
+                 "cands_key", "size", "order")
+
+    def __init__(self, request: dict, replica: int):
+        self.request = request
+        self.replica = replica
+        self.memory = request["memory_gb"]
+        self.compute = request["compute_slices"] or 0
+        self.isolation = request["isolation"]
+        self.weight = request["weight"]
+        self.pool = request["pool"]
+        self.cands: dict[str, tuple[P.Profile, ...]] = {}
+        self.fixed_cands: dict[str, tuple[P.Profile, ...]] = {}
+        self.cands_key: tuple = ()
+        self.size = 1.0
+        self.order = 0
+
+
+def _mig_candidates(item: _Item, gpu_model: P.GpuModel, *, media: bool = False) -> tuple[P.Profile, ...]:
+    """The profiles an item fits in, smallest first. New instances never take the media extensions
+    (the planner creates none: nothing asks for them); a current +me instance may serve a request."""
+    fits = [p for p in gpu_model.profiles if (media or not p.media_extensions) and p.memory_gb >= item.memory
+            and p.compute_slices >= item.compute]
+    return tuple(sorted(fits, key=lambda p: (p.memory_slices, p.compute_slices, p.media_extensions)))
+
+
+_CREATABLE: dict[str, tuple[P.Profile, ...]] = {}
+
+
+def _creatable(gpu_model: P.GpuModel) -> tuple[P.Profile, ...]:
+    found = _CREATABLE.get(gpu_model.id)
+    if found is None:
+        found = _CREATABLE[gpu_model.id] = tuple(p for p in gpu_model.profiles if not p.media_extensions)
+    return found
+
+
+_ADDABLE: dict[tuple, tuple[P.Profile, ...]] = {}
+
+
+def _addable(gpu_model: P.GpuModel, fixed: tuple, new_names: tuple[str, ...]) -> tuple[P.Profile, ...]:
+    """The profiles of which one more new instance fits a GPU holding `fixed` and `new_names`."""
+    key = (gpu_model.id, fixed, new_names)
+    found = _ADDABLE.get(key)
+    if found is None:
+        found = _ADDABLE[key] = tuple(p for p in _creatable(gpu_model)
+                                      if arrange(gpu_model, fixed, tuple(sorted(new_names + (p.name,)))) is not None)
+    return found
+
+
+def _fits_ts(item: _Item, gpu: _Gpu) -> bool:
+    return (gpu.ts_mem + item.memory <= gpu.model.memory_gb + 1e-9
+            and gpu.ts_compute + item.compute <= P.COMPUTE_SLICES)
+
+
+class _Packer:
+    """One greedy pass. GPUs are indexed by what an item asks of them so that placing one replica costs
+    a few dictionary look-ups, not a scan of the appliance:
+    - can_new[(model, pool, profile)][used memory slices]: MIG GPUs where a new instance of the profile
+      fits (keeping their current instances);
+    - can_fixed[(model, pool, profile)][used]: MIG GPUs with an unused current instance of the profile;
+    - ts_lists[(model, pool)]: time-sliced GPUs sorted by the memory their services take;
+    - free[(model, pool)]: GPUs with nothing placed and no current partitioning;
+    - reclaim[(model, pool)][state]: GPUs whose current layout would have to change."""
+
+    def __init__(self, gpus: list[_Gpu], items: list[_Item], *, soft_ts_first: bool):
+        self.gpus = gpus
+        self.items = items
+        self.soft_ts_first = soft_ts_first
+        self.can_new: dict[tuple, list[dict]] = {}
+        self.can_fixed: dict[tuple, list[dict]] = {}
+        self.mig_entries: dict[int, list[dict]] = {}
+        self.ts_lists: dict[tuple, list] = {}
+        self.ts_entry: dict[int, tuple] = {}
+        self.serial = count()
+        self.free: dict[tuple, dict[int, None]] = {}
+        self.reclaim: dict[tuple, dict[tuple, dict[int, None]]] = {}
+        self.reclaim_key: dict[int, tuple] = {}
+        self.pairs = sorted({(g.model.id, g.pool) for g in gpus}, key=lambda pair: (pair[0], str(pair[1])))
+        self.failed: dict[tuple, float] = {}
+        self.live: dict[tuple, dict[tuple, int]] = {}   # (model, pool) -> {index key with GPUs: count}
+        self.pairs_for: dict = {}
+        for gpu in gpus:
+            if gpu.cur_mig is not None:
+                self._mig_add(gpu)
+            elif gpu.cur_ts is not None:
+                self._ts_add(gpu)
+            else:
+                self.free.setdefault((gpu.model.id, gpu.pool), {})[gpu.i] = None
+            self._reclaim_update(gpu)
+
+    # -- indexes
+    def _mig_add(self, gpu: _Gpu) -> None:
+        entries = []
+        used = sum(gpu.model.profile(name).memory_slices for name, _ in gpu.fixed) + \
+            sum(gpu.model.profile(name).memory_slices for name, _ in gpu.new)
+        for profile in _addable(gpu.model, tuple(sorted(gpu.fixed)), gpu.new_names()):
+            entries.append(self._index(self.can_new, (gpu.model.id, gpu.pool, profile.name), used, gpu.i))
+        for name in {name for (name, _), taken in gpu.fixed.items() if taken is None}:
+            entries.append(self._index(self.can_fixed, (gpu.model.id, gpu.pool, name), used, gpu.i))
+        self.mig_entries[gpu.i] = entries
+
+    def _index(self, index: dict, key: tuple, used: int, i: int) -> list:
+        entry = index.get(key)
+        if entry is None:
+            entry = index[key] = [0] + [{} for _ in range(P.MEMORY_SLICES + 1)]
+        entry[used + 1][i] = None
+        entry[0] += 1
+        live = self.live.setdefault(key[:2], {})
+        live[key] = live.get(key, 0) + 1
+        return [entry, used + 1, live, key]
+
+    def _mig_remove(self, gpu: _Gpu) -> None:
+        for entry, slot, live, key in self.mig_entries.pop(gpu.i, ()):
+            del entry[slot][gpu.i]
+            entry[0] -= 1
+            live[key] -= 1
+            if not live[key]:
+                del live[key]
+
+    def _ts_add(self, gpu: _Gpu) -> None:
+        entry = (gpu.ts_mem, next(self.serial), gpu.i)
+        self.ts_entry[gpu.i] = entry
+        insort(self.ts_lists.setdefault((gpu.model.id, gpu.pool), []), entry)
+
+    def _ts_remove(self, gpu: _Gpu) -> None:
+        entry = self.ts_entry.pop(gpu.i, None)
+        if entry is not None:
+            entries = self.ts_lists[(gpu.model.id, gpu.pool)]
+            del entries[bisect_left(entries, entry)]
+
+    def _reclaim_update(self, gpu: _Gpu) -> None:
+        """A GPU is reclaimable while its current layout holds something it could give up: current
+        instances that serve nothing, or (with nothing placed) a time-sliced or MIG layout."""
+        old = self.reclaim_key.pop(gpu.i, None)
+        if old is not None:
+            group = self.reclaim[old[0]][old[1]]
+            del group[gpu.i]
+            if not group:
+                del self.reclaim[old[0]][old[1]]
+        unused = any(taken is None for taken in gpu.fixed.values())
+        if gpu.mode == "ts" or gpu.mode == "whole" or not (unused or (gpu.mode is None and gpu.cur_ts is not None)):
+            return
+        state = (gpu.mode, gpu.cur_ts, gpu.fixed_key(), gpu.new_names())
+        pair = (gpu.model.id, gpu.pool)
+        self.reclaim.setdefault(pair, {}).setdefault(state, {})[gpu.i] = None
+        self.reclaim_key[gpu.i] = (pair, state)
+
+    # -- options: (cost, gpu index, (action, profile | instance | None)); the lowest cost wins
+    def _eligible_pairs(self, item: _Item):
+        found = self.pairs_for.get(item.pool)
+        if found is None:
+            found = self.pairs_for[item.pool] = [pair for pair in self.pairs if item.pool is None or pair[1] == item.pool]
+        return found
+
+    def _mig_option(self, item: _Item):
+        best = None
+        any_fixed = bool(self.can_fixed)
+        for model_id, pool in self._eligible_pairs(item):
+            live = self.live.get((model_id, pool))
+            if not live:
+                continue
+            for tier, index, cands in ((0, self.can_fixed, item.fixed_cands.get(model_id, ()) if any_fixed else ()),
+                                       (1, self.can_new, item.cands.get(model_id, ()))):
+                for profile in cands:
+                    key = (model_id, pool, profile.name)
+                    if key not in live:
+                        continue
+                    entry = index.get(key)
+                    if not entry or not entry[0]:
+                        continue
+                    for slot in range(P.MEMORY_SLICES + 1, 0, -1):   # the fullest GPU first
+                        if entry[slot]:
+                            cost = (tier, profile.memory_slices, profile.compute_slices, 1 - slot)
+                            if best is None or cost < best[0]:
+                                best = (cost, next(iter(entry[slot])),
+                                        ("fixed", profile.name) if tier == 0 else ("new", profile))
+                            break
+                    break
+        return best
+
+    def _ts_option(self, item: _Item):
+        best = None
+        for pair, entries in self.ts_lists.items():
+            if item.pool is not None and item.pool != pair[1]:
+                continue
+            capacity = P.MODELS[pair[0]].memory_gb
+            room = capacity - item.memory + 1e-9
+            # Fullest first: the largest use that still leaves room.
+            position = bisect_left(entries, (room, math.inf, 0))
+            for k in range(position - 1, -1, -1):
+                gpu = self.gpus[entries[k][2]]
+                if _fits_ts(item, gpu):
+                    cost = (1, (capacity - gpu.ts_mem - item.memory) / capacity * P.MEMORY_SLICES, 0, 0)
+                    if best is None or cost < best[0]:
+                        best = (cost, gpu.i, ("ts", None))
+                    break
+        return best
+
+    def _free_option(self, item: _Item, kind: str):
+        best = None
+        for pair, group in self.free.items():
+            if not group or (item.pool is not None and item.pool != pair[1]):
+                continue
+            gpu_model = P.MODELS[pair[0]]
+            if kind == "mig":
+                cands = item.cands.get(pair[0]) or ()
+                if not cands:
+                    continue
+                cost, choice = (2, cands[0].memory_slices, cands[0].compute_slices, 0), ("open-mig", cands[0])
+            elif kind == "ts":
+                if item.memory > gpu_model.memory_gb:
+                    continue
+                cost, choice = (2, item.memory / gpu_model.memory_gb * P.MEMORY_SLICES, 0, 0), ("open-ts", None)
+            else:
+                if item.memory > gpu_model.memory_gb:
+                    continue
+                cost, choice = (2, gpu_model.memory_gb, 0, 0), ("whole", None)   # the smallest GPU that holds it
+            if best is None or cost < best[0]:
+                best = (cost, next(iter(group)), choice)
+        return best
+
+    def _reclaim_option(self, item: _Item):
+        """Last resort: a GPU whose current layout has to change (unused current instances destroyed, a
+        time-sliced or MIG GPU serving nothing planned turned into what the item needs)."""
+        best = None
+        for pair in self._eligible_pairs(item):
+            gpu_model = P.MODELS[pair[0]]
+            for (mode, cur_ts, fixed_key, new_names), group in self.reclaim.get(pair, {}).items():
+                unused = sum(1 for _, taken in fixed_key if not taken)
+                lost = unused + (1 if cur_ts is not None and mode is None else 0)
+                cost = choice = None
+                if item.isolation == "exclusive":
+                    if mode is not None or item.memory > gpu_model.memory_gb:
+                        continue
+                    cost, choice = (3, lost, gpu_model.memory_gb, 0), ("whole", None)
+                else:
+                    kept = tuple(sorted(inst for inst, taken in fixed_key if taken))
+                    for profile in item.cands.get(pair[0], ()):
+                        if arrange(gpu_model, kept, tuple(sorted(new_names + (profile.name,)))) is not None:
+                            cost = (3, lost, profile.memory_slices, profile.compute_slices)
+                            choice = ("drop-mig", profile)
+                            break
+                    if (choice is None and item.isolation == "soft" and mode is None and cur_ts is None
+                            and item.memory <= gpu_model.memory_gb):
+                        cost, choice = (3, lost + 1, 0, 0), ("reclaim-ts", None)
+                    if choice is None:
+                        continue
+                if best is None or cost < best[0]:
+                    best = (cost, next(iter(group)), choice)
+        return best
+
+    # -- placing
+    def place(self, item: _Item):
+        memo = (item.isolation, item.pool, item.compute, item.cands_key)
+        if item.memory >= self.failed.get(memo, math.inf):
+            return None   # a replica no bigger failed already; GPUs only fill up
+        if item.isolation == "exclusive":
+            option = self._free_option(item, "whole") or self._reclaim_option(item)
+        else:
+            mig = self._mig_option(item)
+            if mig is not None and mig[0][0] == 0:
+                option = mig
+            elif item.isolation == "hard":
+                option = mig or self._free_option(item, "mig") or self._reclaim_option(item)
+            else:
+                ts = self._ts_option(item)
+                if self.soft_ts_first:
+                    option = ts or mig or self._free_option(item, "ts") or self._free_option(item, "mig")
+                else:
+                    option = mig or ts or self._free_option(item, "mig") or self._free_option(item, "ts")
+                option = option or self._reclaim_option(item)
+        if option is None:
+            self.failed[memo] = min(item.memory, self.failed.get(memo, math.inf))
+            return None
+        _, i, (action, what) = option
+        gpu = self.gpus[i]
+        self._mig_remove(gpu)
+        self._ts_remove(gpu)
+        self.free.get((gpu.model.id, gpu.pool), {}).pop(gpu.i, None)
+        if action == "fixed":
+            instance = next(inst for inst, taken in sorted(gpu.fixed.items()) if taken is None and inst[0] == what)
+            gpu.fixed[instance] = item
+            gpu.mode = "mig"
+            self._mig_add(gpu)
+        elif action in ("new", "open-mig", "drop-mig"):
+            if action == "drop-mig":
+                gpu.fixed = {inst: taken for inst, taken in gpu.fixed.items() if taken is not None}
+            gpu.new.append((what.name, item))
+            gpu.mode = "mig"
+            self._mig_add(gpu)
+        elif action in ("ts", "open-ts", "reclaim-ts"):
+            gpu.fixed = {}
+            gpu.mode = "ts"
+            gpu.ts_items.append(item)
+            gpu.ts_mem += item.memory
+            gpu.ts_compute += item.compute
+            self._ts_add(gpu)
+        else:  # whole
+            gpu.fixed = {}
+            gpu.mode = "whole"
+            gpu.whole = item
+        self._reclaim_update(gpu)
+        return gpu
+
+    def run(self) -> dict[int, _Gpu]:
+        where: dict[int, _Gpu] = {}
+        for n, item in enumerate(self.items):
+            gpu = self.place(item)
+            if gpu is not None:
+                where[n] = gpu
+        return where
+
+
+# ---------------------------------------------------------------------------------------------------
+# Result
+
+
+def _layout_of(gpu: _Gpu):
+    """(mig ((name, start), ...) | None, ts replicas | None, {item id: (profile, start)})."""
+    if gpu.mode is None:
+        return gpu.cur_mig, gpu.cur_ts, {}
+    if gpu.mode == "ts":
+        return None, len(gpu.ts_items), {}
+    if gpu.mode == "whole":
+        return None, None, {}
+    fixed = tuple(sorted(gpu.fixed))
+    names = gpu.new_names()
+    starts = arrange(gpu.model, fixed, names)
+    assert starts is not None, (gpu.id, fixed, names)
+    by_name: dict[str, list[int]] = {}
+    for name, start in starts:
+        by_name.setdefault(name, []).append(start)
+    where = {}
+    for inst, item in gpu.fixed.items():
+        if item is not None:
+            where[id(item)] = inst
+    for name, item in sorted(gpu.new, key=lambda pair: (pair[0], pair[1].order)):
+        where[id(item)] = (name, by_name[name].pop(0))
+    return tuple(sorted(fixed + starts)), None, where
+
+
+def _score(gpus: list[_Gpu], layouts: dict[int, tuple]) -> tuple:
+    changed = moved = 0
+    for gpu in gpus:
+        mig, ts, _ = layouts[gpu.i]
+        if (mig, ts) != (gpu.cur_mig, gpu.cur_ts):
+            changed += 1
+            moved += len(set(gpu.cur_mig or ()) ^ set(mig or ()))
+    return moved, changed
+
+
+def _unplaced_reason(item: _Item, counts: dict[tuple, int]) -> str:
+    """Why a replica was left out, in words; counts: {(model id, pool): GPUs}."""
+    need = f"needs {item.memory:g} GB"
+    if item.compute:
+        need += f" and {item.compute} compute slice{'s' if item.compute > 1 else ''}"
+    pool_counts = {pair: n for pair, n in counts.items() if item.pool is None or pair[1] == item.pool}
+    if not pool_counts:
+        return f"no GPU in pool {item.pool}" if item.pool else "no GPU to plan on"
+    models = sorted({m for m, _ in pool_counts}, key=lambda m: (P.MODELS[m].memory_gb, m))
+    where = f" in pool {item.pool}" if item.pool else ""
+    if item.isolation == "exclusive":
+        holding = sum(n for (m, _), n in pool_counts.items() if P.MODELS[m].memory_gb >= item.memory)
+        if not holding:
+            sizes = ", ".join(f"a {m} has {P.MODELS[m].memory_gb} GB" for m in models)
+            return f"{need} on a whole GPU; {sizes}"
+        return (f"{need} on a whole GPU; all {holding} GPU{'s' if holding > 1 else ''} that could hold it"
+                f"{where} are taken by requests placed before it")
+    holding = sum(n for (m, _), n in pool_counts.items()
+                  if item.cands.get(m) or (item.isolation == "soft" and P.MODELS[m].memory_gb >= item.memory))
+    if not holding:
+        if item.isolation == "hard":
+            parts = []
+            for m in models:
+                gpu_model = P.MODELS[m]
+                largest = max(p.memory_gb for p in gpu_model.profiles)
+                if largest < item.memory:
+                    parts.append(f"the largest MIG instance of {m} is {largest} GB")
+                else:
+                    parts.append(f"no MIG profile of {m} has the memory and the compute slices together")
+            return f"{need} in a MIG instance; {'; '.join(parts)}"
+        sizes = ", ".join(f"a whole {m} has {P.MODELS[m].memory_gb} GB" for m in models)
+        return f"{need}; {sizes}"
+    kinds = "a MIG instance" if item.isolation == "hard" else "a MIG instance or a time-sliced share"
+    return (f"{need} in {kinds}; no room left on the {holding} GPU{'s' if holding > 1 else ''}"
+            f"{where} that could hold it: requests of more weight per GPU share were placed first")
+
+
+def _diff(gpus: list[_Gpu], layouts: dict[int, tuple]) -> dict:
+    destroyed, created, kept, mode_changes, ts_changes, changed = [], [], [], [], [], []
+    for gpu in gpus:
+        mig, ts, _ = layouts[gpu.i]
+        before = set(gpu.cur_mig or ())
+        after = set(mig or ())
+        destroyed += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(before - after)]
+        created += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(after - before)]
+        kept += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(before & after)]
+        if (gpu.cur_mig is not None) != (mig is not None):
+            mode_changes.append({"gpu": gpu.id, "enabled": mig is not None})
+        if gpu.cur_ts != ts:
+            ts_changes.append({"gpu": gpu.id, "from": gpu.cur_ts, "to": ts})
+        if before != after or (gpu.cur_mig is None) != (mig is None) or gpu.cur_ts != ts:
+            changed.append(gpu.id)
+    return {"destroyed": destroyed, "created": created, "kept": kept, "mig_mode_changes": mode_changes,
+            "time_slicing_changes": ts_changes, "gpus_changed": changed}
+
+
+def _size(item: _Item, gpus_models: set[str]) -> float:
+    """The smallest share of a GPU the item can take on any model it may land on (for the ordering)."""
+    best = math.inf
+    for model_id in gpus_models:
+        gpu_model = P.MODELS[model_id]
+        if item.isolation == "exclusive":
+            if item.memory <= gpu_model.memory_gb:
+                best = min(best, 1.0)
+            continue
+        cands = item.cands.get(model_id) or ()
+        if cands:
+            best = min(best, max(cands[0].memory_slices / P.MEMORY_SLICES, cands[0].compute_slices / P.COMPUTE_SLICES))
+        if item.isolation == "soft" and item.memory <= gpu_model.memory_gb:
+            best = min(best, max(item.memory / gpu_model.memory_gb, item.compute / P.COMPUTE_SLICES))
+    return best
+
+
+ORDERINGS = ("density", "hard-first", "size")
+RUN_BUDGET = 12_000   # replicas placed in all greedy passes together (about 0.1 s per 1,000 replicas)
+
+
+def plan(gpus, requests, current=None, *, options=None) -> dict:
+    """Plan MIG layouts and time-slicing for `gpus` so that `requests` are served (see the module text and
+    the contract for the shapes). Raises PlanInputError for bad input."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - {"orderings", "policies", "all_runs"})
+    if unknown:
+        raise PlanInputError(f"options: unknown option {unknown[0]!r} (options: orderings, policies, all_runs)")
+    orderings = options.get("orderings", ORDERINGS)
+    policies = options.get("policies", (False, True))
+    if not orderings or any(o not in ORDERINGS for o in orderings):
+        raise PlanInputError(f"options.orderings: each one of {', '.join(ORDERINGS)}")
+    checked_gpus = check_gpus(gpus)
+    checked_requests = check_requests(requests)
+    layout_now = check_current(current, checked_gpus)
+
+    models_by_pool: dict = {}
+    for gpu in checked_gpus:
+        models_by_pool.setdefault(gpu["pool"], set()).add(gpu["model"].id)
+    all_models = {g["model"].id for g in checked_gpus}
+    # Items whose memory falls between the same two profile sizes fit the same profiles.
+    memory_classes = sorted({p.memory_gb for m in all_models for p in P.MODELS[m].profiles})
+    cand_cache: dict[tuple, tuple] = {}
+    size_cache: dict[tuple, float] = {}
+    base_items: list[_Item] = []
+    for request in checked_requests:
+        for replica in range(request["replicas"]):
+            item = _Item(request, replica)
+            key = (bisect_left(memory_classes, item.memory), item.compute, item.isolation)
+            if key not in cand_cache:
+                exclusive = item.isolation == "exclusive"
+                cands = {m: (_mig_candidates(item, P.MODELS[m]) if not exclusive else ()) for m in all_models}
+                fixed = {m: (_mig_candidates(item, P.MODELS[m], media=True) if not exclusive else ())
+                         for m in all_models}
+                cands_key = tuple(sorted((m, tuple(p.name for p in c)) for m, c in cands.items()))
+                cand_cache[key] = (cands, fixed, cands_key)
+            item.cands, item.fixed_cands, item.cands_key = cand_cache[key]
+            models = models_by_pool.get(item.pool, set()) if item.pool is not None else all_models
+            size_key = (item.memory, item.compute, item.isolation, item.pool)
+            if size_key not in size_cache:
+                size_cache[size_key] = _size(item, models)
+            item.size = size_cache[size_key]
+            item.order = len(base_items)
+            base_items.append(item)
+
+    placeable = [item for item in base_items if item.size < math.inf]
+    sorts = {
+        "density": lambda it: (-it.weight / it.size, -it.size, it.order),
+        "hard-first": lambda it: (it.isolation != "hard", -it.weight / it.size, -it.size, it.order),
+        "size": lambda it: (-it.size, -it.weight, it.order),
+    }
+    # Every ordering and policy on small inputs; on large ones the two that serve most there (density
+    # order, soft requests on time-slicing first or on MIG first), so that planning stays under a second.
+    runs = [(ordering, ts_first) for ordering in orderings for ts_first in sorted(policies, reverse=True)]
+    if not options.get("all_runs"):
+        runs = runs[:max(2, RUN_BUDGET // max(1, len(placeable)))]
+    best = None
+    for ordering, soft_ts_first in runs:
+        ordered = sorted(placeable, key=sorts[ordering])
+        run_gpus = [_Gpu(i, g, *layout_now[g["id"]]) for i, g in enumerate(checked_gpus)]
+        packer = _Packer(run_gpus, ordered, soft_ts_first=soft_ts_first)
+        where = packer.run()
+        served = sum(ordered[n].weight for n in where)
+        layouts = {g.i: _layout_of(g) for g in run_gpus}
+        score = (-round(served, 9), *_score(run_gpus, layouts))
+        if best is None or score < best[0]:
+            best = (score, run_gpus, layouts, {id(ordered[n]): g for n, g in where.items()})
+    _, run_gpus, layouts, where = best
+
+    placed, unplaced = [], []
+    served = 0.0
+    counts: dict[tuple, int] = {}
+    for gpu in run_gpus:
+        counts[(gpu.model.id, gpu.pool)] = counts.get((gpu.model.id, gpu.pool), 0) + 1
+    reasons: dict[tuple, str] = {}
+    for item in base_items:
+        gpu = where.get(id(item))
+        if gpu is None:
+            key = (item.memory, item.compute, item.isolation, item.pool)
+            if key not in reasons:
+                reasons[key] = _unplaced_reason(item, counts)
+            unplaced.append({"request": item.request["name"], "replica": item.replica,
+                             "reason": reasons[key]})
+            continue
+        served += item.weight
+        if gpu.mode == "mig":
+            profile, start = layouts[gpu.i][2][id(item)]
+            placed.append({"request": item.request["name"], "replica": item.replica, "gpu": gpu.id,
+                           "profile": profile, "start": start, "kind": "mig"})
+        else:
+            placed.append({"request": item.request["name"], "replica": item.replica, "gpu": gpu.id,
+                           "profile": None, "start": None, "kind": "time_slicing" if gpu.mode == "ts" else "whole"})
+    out_gpus = []
+    for gpu in run_gpus:
+        mig, ts, _ = layouts[gpu.i]
+        errors = P.layout_errors(gpu.model, list(mig or ()))
+        assert not errors, (gpu.id, errors)
+        out_gpus.append({"id": gpu.id, "model": gpu.model.id,
+                         "mig": [{"profile": n, "start": s} for n, s in sorted(mig, key=lambda x: (x[1], x[0]))]
+                         if mig is not None else None,
+                         "time_slicing": {"replicas": ts} if ts is not None else None})
+    total = sum(item.weight for item in base_items)
+    return {"gpus": out_gpus, "placed": placed, "unplaced": unplaced, "served_weight": round(served, 6),
+            "total_weight": round(total, 6), "disruption": _diff(run_gpus, layouts)}
