@@ -1,8 +1,11 @@
-"""Portal pages of lending: the plans with their live state, a plan with its steps, the propose form, and the
-decisions (approve, reject, roll back, reclaim). Each is a thin wrapper around appliance.lending.services."""
+"""Portal pages of lending: the plans with their live state, a plan with its steps, the propose form, the
+decisions (approve, reject, roll back, reclaim), and each pool's policy form. Each is a thin wrapper around
+appliance.lending.services (a policy is a model saved with its audited diff)."""
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
+from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
@@ -40,6 +43,77 @@ class ProposeForm(forms.Form):
         return [name.strip() for name in self.cleaned_data["nodes"].split(",") if name.strip()]
 
 
+WEEKDAYS = [(0, gettext_lazy("Monday")), (1, gettext_lazy("Tuesday")), (2, gettext_lazy("Wednesday")),
+            (3, gettext_lazy("Thursday")), (4, gettext_lazy("Friday")), (5, gettext_lazy("Saturday")),
+            (6, gettext_lazy("Sunday"))]
+
+
+class PolicyForm(forms.Form):
+    """A pool's lending policy; the same bounds as the API's serializer. Automatic approval is an approval:
+    only a role that approves plans (pools.approve) may turn it on or off."""
+
+    may_lend = forms.BooleanField(label=gettext_lazy("Nodes of this pool may be lent"), required=False)
+    minimum_nodes = forms.IntegerField(label=gettext_lazy("Nodes the pool keeps"), min_value=0, max_value=100000)
+    window_days = forms.TypedMultipleChoiceField(
+        label=gettext_lazy("Days a window may start"), choices=WEEKDAYS, coerce=int, required=False,
+        widget=forms.CheckboxSelectMultiple, help_text=gettext_lazy("none ticked: every day"))
+    window_start_hour = forms.IntegerField(label=gettext_lazy("Window from (hour, local time)"), min_value=0,
+                                           max_value=23)
+    window_end_hour = forms.IntegerField(label=gettext_lazy("Window until (hour, local time)"), min_value=1,
+                                         max_value=24, help_text=gettext_lazy("below the start: the next day"))
+    reclaim_minutes = forms.IntegerField(label=gettext_lazy("Reclaim within (minutes)"), min_value=1,
+                                         max_value=7 * 24 * 60)
+    automatic_approval = forms.BooleanField(label=gettext_lazy("Plans are approved by the policy itself"),
+                                            required=False)
+
+    def __init__(self, *args, may_approve: bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not may_approve:
+            self.fields["automatic_approval"].disabled = True  # the posted value is ignored: the initial stands
+            self.fields["automatic_approval"].help_text = _("an Administrator decides this")
+
+
+POLICY_FIELDS = ("may_lend", "minimum_nodes", "window_days", "window_start_hour", "window_end_hour",
+                 "reclaim_minutes", "automatic_approval")
+
+
+class PolicyView(CapabilityMixin, View):
+    """GET: the form for one pool's policy (a new one with the model's defaults); POST: set it. Saved as a
+    LendingPolicy, whose change the audit log records with its before/after diff and actor."""
+
+    capability = "analytics.change"
+    write_capability = "analytics.change"
+
+    def _form(self, request, pool, data=None):
+        policy = LendingPolicy.objects.filter(pool=pool).first() or LendingPolicy(pool=pool)
+        initial = {name: getattr(policy, name) for name in POLICY_FIELDS}
+        form = PolicyForm(data, initial=initial, may_approve=can(request.user, "pools.approve"))
+        return policy, form
+
+    def _render(self, request, pool, policy, form, status=200):
+        return render(request, "lending/policy.html", {"pool": pool, "policy": policy, "form": form,
+                                                       "time_zone": settings.TIME_ZONE}, status=status)
+
+    def get(self, request, pool):
+        pool = get_object_or_404(Pool, pk=pool)
+        policy, form = self._form(request, pool)
+        return self._render(request, pool, policy, form)
+
+    def post(self, request, pool):
+        pool = get_object_or_404(Pool, pk=pool)
+        with transaction.atomic():
+            Pool.objects.select_for_update().filter(pk=pool.pk).first()
+            policy, form = self._form(request, pool, request.POST)
+            if not form.is_valid():
+                return self._render(request, pool, policy, form, status=400)
+            for name in POLICY_FIELDS:
+                value = form.cleaned_data[name]
+                setattr(policy, name, sorted(set(value)) if name == "window_days" else value)
+            policy.save()
+        messages.success(request, _("Lending policy of pool %(pool)s saved.") % {"pool": pool.name})
+        return redirect("lending:plans")
+
+
 class PlanListView(CapabilityMixin, TemplateView):
     capability = "analytics.view"
     template_name = "lending/plans.html"
@@ -52,6 +126,7 @@ class PlanListView(CapabilityMixin, TemplateView):
         context["plans"] = list(plans()[:200])
         context["live"] = any(plan.state not in FINISHED for plan in context["plans"])
         context["policies"] = LendingPolicy.objects.select_related("pool").order_by("pool__name")
+        context["unset_pools"] = Pool.objects.filter(lending_policy__isnull=True).order_by("name")
         context["can_propose"] = can(self.request.user, "analytics.change")
         return context
 

@@ -17,6 +17,7 @@ class TestLendingAccess(AccessMatrix):
     endpoints = [
         Endpoint("/lending/", "analytics.view"),
         Endpoint("/lending/propose/", "analytics.change"),
+        Endpoint("/lending/policies/{pool}/", "analytics.change"),
         Endpoint("/api/v1/lending/plans/{plan}/", "analytics.view"),
         Endpoint("/api/v1/lending/plans/{plan}/approve/", "pools.approve", method="post"),
     ]
@@ -32,4 +33,4 @@ class TestLendingAccess(AccessMatrix):
         start = timezone.now() + timedelta(hours=1)
         plan = services.propose(nodes=["gpu02"], from_pool="training", to_pool="inference", window_start=start,
                                 window_end=start + timedelta(hours=4), reason="idle", actor=users[Role.OPERATOR])
-        return {"plan": plan.pk}
+        return {"plan": plan.pk, "pool": training.pk}
