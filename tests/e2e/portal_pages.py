@@ -115,4 +115,5 @@ def portal_objects(db, users):
         "filename": "gres.conf",
         "gpu": 0,
         "job": "4242",
+        "lending:policy.pool": inventory.training.pk,
     }
