@@ -26,6 +26,7 @@ ALLOWED_FOR_EVERYONE = {
     "/accounts/password/": "changes the caller's own password",
     "/health/": "liveness probe, writes nothing",
     "/i18n/setlang/": "sets the caller's own interface language (a cookie)",
+    "/api/v1/partitioning/size/": "the sizing advisor: a calculation from the values posted, writes nothing",
 }
 AUDITOR_EXPORTS = {"/audit/export/", "/api/v1/audit/exports/"}
 # Routes no session can write through, whoever's: they take a machine's token only, and refuse a caller

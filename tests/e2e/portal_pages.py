@@ -100,6 +100,10 @@ def portal_objects(db, users):
         AcceptanceCheck.objects.create(report=report, host=host, name=check, expected=expected, measured=measured,
                                        passed=passed, source="firmware/platforms/hgx-h100-8gpu.yaml:71",
                                        message="" if passed else f"{check}: measured below the gate")
+    from appliance.partitioning.models import Plan
+
+    Plan.objects.create(appliance=inventory.appliance, number=1, description="sample plan",
+                        created_by=users["operator"])
     record = AuditRecord.objects.order_by("-sequence").first()
     return {
         "name": inventory.gpu_node.name,
@@ -116,4 +120,5 @@ def portal_objects(db, users):
         "gpu": 0,
         "job": "4242",
         "lending:policy.pool": inventory.training.pk,
+        "number": 1,
     }
