@@ -12,6 +12,7 @@ APPLIANCE_NAME = r"^[-a-zA-Z0-9_]{1,64}$"
 
 class PlanSerializer(serializers.ModelSerializer):
     appliance = serializers.CharField(source="appliance.name", read_only=True)
+    state = serializers.CharField(read_only=True, help_text="one of " + ", ".join(Plan.State.values))
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
     applied_by = serializers.CharField(source="applied_by.username", read_only=True, default=None)
     previous = serializers.IntegerField(source="previous.number", read_only=True, default=None)
