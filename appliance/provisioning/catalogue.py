@@ -160,6 +160,11 @@ DEFAULT = Catalogue([
           _("Slurm for the training pool (slurm.conf, gres.conf, cgroup.conf, munge key, node health "
            "check) and the Kubernetes inference pool (GPU operator values, time-slicing, labels, taints)."),
           vars_provider=stage_vars.workloads_stage_vars),
+    Stage("partitioning", "stages/partitioning.yml",
+          _("GPU partitioning: each GPU brought to its planned MIG layout through NVML (explicit placements, "
+            "one compute instance each; Slurm nodes drained first and resumed after), time-slicing for the "
+            "device plugin, the instances recorded as facts; a run without a plan keeps the recorded layout."),
+          roles=frozenset({"gpu"}), vars_provider=stage_vars.partitioning_stage_vars),
     Stage("monitoring", "stages/monitoring.yml",
           _("The telemetry collector on every node (NVML with GPM, InfiniBand, filesystems, jobs): its "
             "package and Python dependencies from the appliance's repository, its configuration and ingest "

@@ -23,7 +23,7 @@ ROLES_DIR = Path(settings.PLAYBOOKS_DIR) / "roles"
 
 MODULES = [
     "acceptance_fabric", "appliance_acceptance", "appliance_apply_config", "appliance_kernel_module",
-    "appliance_package", "appliance_service", "gds_check", "ib_ports", "mount_verify", "nvml_facts",
+    "appliance_package", "appliance_service", "gds_check", "ib_ports", "mig_layout", "mount_verify", "nvml_facts",
     "redfish_bios", "redfish_reset", "storage_bench", "topo_affinity",
 ]
 

@@ -70,7 +70,7 @@ def test_all_prints_every_check(run):
 @pytest.mark.parametrize("stages,title", [
     (["firmware"], "(bootstrap, stage firmware)"),
     (["gpu", "fabric"], "(bootstrap, stages gpu, fabric)"),
-    (["firmware", "os", "gpu", "fabric", "gpudirect", "storage", "workloads", "monitoring", "acceptance"],
+    (["firmware", "os", "gpu", "fabric", "gpudirect", "storage", "workloads", "partitioning", "monitoring", "acceptance"],
      "(bootstrap, every stage)"),
 ])
 def test_a_run_is_titled_by_what_it_runs(appliance, stages, title):

@@ -71,4 +71,4 @@ def test_the_monitoring_stage_finds_its_providers_by_name():
 
     assert provisioning_catalogue.provider(stage.vars_provider) is stage_vars.monitoring_stage_vars
     assert provisioning_catalogue.provider(stage.secrets_provider) is stage_vars.monitoring_stage_secrets
-    assert provisioning_catalogue.DEFAULT.names[-3:] == ["workloads", "monitoring", "acceptance"]
+    assert provisioning_catalogue.DEFAULT.names[-4:] == ["workloads", "partitioning", "monitoring", "acceptance"]

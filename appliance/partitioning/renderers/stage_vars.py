@@ -9,6 +9,7 @@ workloads stage copies with `no_log`.
 from __future__ import annotations
 
 import secrets
+import shutil
 from pathlib import Path
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from .site import RenderError, SiteView, site_view
 from .slurm import MigInstance
 
 MUNGE_KEY_BYTES = 1024
+DRAIN_CHECKS = 60
 DEFAULT_COUNTER_THRESHOLDS = {"SymbolErrorCounter": 10, "LinkDownedCounter": 1, "LinkErrorRecoveryCounter": 1}
 # One client streaming 1 GiB from an RDMA filesystem over NDR: below these floors the mount runs over a
 # fallback (TCP over IPoIB, a single stripe) or a sick link, whatever its nominal speed.
@@ -207,3 +209,71 @@ def storage_stage_vars(run, nodes) -> dict:
 
 def workloads_stage_vars(run, nodes) -> dict:
     return workloads_vars(run.appliance)
+
+
+def partitioning_targets(appliance, nodes, plan_result: dict | None) -> dict:
+    """Each GPU node's target layout for the partitioning stage: {node: {gpus: {index: {mig: [{profile,
+    start}] | None}}, time_slicing: {replicas, gpus} | None, slurm_node, profiles: {name: {nvml_profile,
+    compute_slices}}}}. From the plan's result for the GPUs it names; every other GPU keeps the layout
+    the node's facts recorded (a rerun with no plan changes nothing)."""
+    from appliance.inventory.models import Node
+    from appliance.partitioning import profiles
+    from appliance.partitioning.layout import current_layout
+
+    layout = current_layout(appliance)
+    planned = {g["id"]: g for g in (plan_result or {}).get("gpus") or []}
+    # A node no partitioning run has recorded yet keeps whatever NVML shows on GPUs no plan names: the
+    # stage only reads and records them (nothing is destroyed on the strength of a missing fact).
+    recorded = {n.name for n in Node.objects.filter(appliance=appliance, name__in=[n.name for n in nodes])
+                if "mig_instances" in (n.facts or {})}
+    site = _view(appliance)
+    slurm_names = {n.name for n in slurm.slurm_nodes(site)} if slurm.training_pools(site) else set()
+    wanted = {n.name for n in nodes}
+    targets: dict[str, dict] = {}
+    for gpu in layout["gpus"]:
+        if gpu["node"] not in wanted:
+            continue
+        source = planned.get(gpu["id"], gpu)
+        node = targets.setdefault(gpu["node"], {"gpus": {}, "sliced": {}, "slurm_node": gpu["node"] in slurm_names,
+                                                "profiles": {}})
+        mig = source.get("mig")
+        if gpu["id"] not in planned and gpu["node"] not in recorded:
+            node["gpus"][str(gpu["index"])] = {"keep": True, "mig": None}
+            continue
+        node["gpus"][str(gpu["index"])] = {
+            "mig": None if mig is None else sorted(({"profile": str(i["profile"]), "start": int(i["start"])}
+                                                    for i in mig), key=lambda i: i["start"])}
+        replicas = int((source.get("time_slicing") or {}).get("replicas") or 0) if mig is None else 0
+        if replicas > 1:
+            node["sliced"][gpu["index"]] = replicas
+        if gpu["model"]:
+            node["profiles"] = {p.name: {"nvml_profile": p.nvml_profile, "compute_slices": p.compute_slices}
+                                for p in profiles.model(gpu["model"]).profiles}
+    for node in targets.values():
+        sliced = node.pop("sliced")
+        # The device plugin shares every GPU of a node with one replica count; GPUs planned with fewer
+        # replicas get the node's highest (the planner's memory rule holds for the services it placed).
+        node["time_slicing"] = ({"replicas": max(sliced.values()), "gpus": sorted(sliced)} if sliced else None)
+    return dict(sorted(targets.items()))
+
+
+def partitioning_stage_vars(run, nodes) -> dict:
+    """The partitioning stage's targets: the plan the run carries (Plan.runs), or the recorded layout."""
+    from appliance.partitioning.services import plan_for_run
+
+    plan = plan_for_run(run)
+    environment: dict[str, str] = {}
+    if run.appliance.simulated:
+        # The simulated appliance's Slurm is real and runs on this host (appliance/simulation/slurm.py).
+        from appliance.simulation import slurm as simulated_slurm
+
+        environment = simulated_slurm.environment()
+    return {"appliance_partitioning": {
+        "plan": plan.number if plan else None,
+        "scontrol": shutil.which("scontrol") or "scontrol",
+        "squeue": shutil.which("squeue") or "squeue",
+        "slurm_environment": environment,
+        # Checks 5 s apart before the jobs still on a drained node are requeued.
+        "drain_checks": DRAIN_CHECKS,
+        "targets": partitioning_targets(run.appliance, nodes, plan.result if plan else None),
+    }}
