@@ -3,9 +3,12 @@
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from appliance.accounts.services import create_user
 from appliance.core.roles import Role
 from tests.access import AccessMatrix, Endpoint
+from tests.api.conftest import fresh_users, make_role_users
 from tests.api.sites import site_body
+from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
@@ -67,20 +70,41 @@ OPEN_ROUTES = {"accounts-token"}
 OWNER_SCOPED_ROUTES = {"accounts-token-item-detail", "accounts-token-item-revoke"}
 
 
+@pytest.fixture(scope="module")
+def module_values(shared_rows):
+    """The users, the sample inventory with the site's credential, and a user to read and change, written
+    once for the module (tests/api/conftest.py): each case's request runs in a savepoint rolled back after it."""
+    from appliance.inventory import credentials
+    from tests.api.sites import SITE_BMC_ENDPOINTS, SITE_BMC_PASSWORD, SITE_CREDENTIAL
+    from tests.sample_inventory import build_sample_inventory
+
+    with shared_rows():
+        users = make_role_users()
+        inventory = build_sample_inventory()
+        credentials.create(SITE_CREDENTIAL, username="admin", secret=SITE_BMC_PASSWORD, endpoints=SITE_BMC_ENDPOINTS)
+        target = create_user("target-user", Role.VIEWER, PASSWORD)
+        return users, {**inventory.ids(), "target_user": target.pk}
+
+
+@pytest.fixture
+def users(module_values):
+    return fresh_users(module_values[0])
+
+
 class TestInventoryAPIAccess(AccessMatrix):
     endpoints = INVENTORY_ENDPOINTS
 
     @pytest.fixture
-    def url_values(self, inventory, site_credentials):
-        return inventory.ids()
+    def url_values(self, module_values):
+        return module_values[1]
 
 
 class TestAccountsAPIAccess(AccessMatrix):
     endpoints = ACCOUNTS_ENDPOINTS
 
     @pytest.fixture
-    def url_values(self, make_user):
-        return {"target_user": make_user(Role.VIEWER, "target-user").pk}
+    def url_values(self, module_values):
+        return module_values[1]
 
 
 def _named_routes(resolver: URLResolver, prefix: str = "") -> set[str]:
@@ -93,10 +117,10 @@ def _named_routes(resolver: URLResolver, prefix: str = "") -> set[str]:
     return names
 
 
-def test_the_matrix_covers_every_route_of_the_inventory_and_accounts_api(inventory, make_user):
+def test_the_matrix_covers_every_route_of_the_inventory_and_accounts_api(module_values):
     from django.urls import resolve
 
-    values = {**inventory.ids(), "target_user": make_user(Role.VIEWER, "target-user").pk}
+    values = module_values[1]
     covered = {resolve(e.url.format(**values).split("?")[0]).url_name for e in INVENTORY_ENDPOINTS + ACCOUNTS_ENDPOINTS}
     routes = {name for name in _named_routes(get_resolver())
               if name.startswith(("inventory-", "accounts-"))} | {"api-v1-root"}

@@ -10,9 +10,12 @@ import json
 import pytest
 from django.test import Client
 
+from appliance.accounts.services import create_user
 from appliance.core.roles import Role
 from appliance.provisioning.models import Run
+from tests.api.conftest import fresh_users, make_role_users
 from tests.api.sites import site_body
+from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
@@ -64,14 +67,34 @@ ROWS = [
 CASES = [(row, role) for row in ROWS for role in ROLES_AND_ANONYMOUS]
 
 
+@pytest.fixture(scope="module")
+def module_values(shared_rows):
+    """The users and the rows the URLs name, written once for the module (tests/api/conftest.py): each
+    case's request runs in a savepoint rolled back after it."""
+    from appliance.inventory import credentials
+    from tests.api.sites import SITE_BMC_ENDPOINTS, SITE_BMC_PASSWORD, SITE_CREDENTIAL
+    from tests.sample_inventory import build_sample_inventory
+
+    with shared_rows():
+        users = make_role_users()
+        inventory = build_sample_inventory()
+        credentials.create(SITE_CREDENTIAL, username="admin", secret=SITE_BMC_PASSWORD, endpoints=SITE_BMC_ENDPOINTS)
+        run = Run.objects.create(appliance=inventory.appliance, kind=Run.Kind.STAGES, stages=["os"])
+        failed = inventory.gpu_node
+        failed.state = "failed"
+        failed.save()
+        target = create_user("target-user", Role.VIEWER, PASSWORD)
+        return users, {**inventory.ids(), "run": run.pk, "target_user": target.pk, "failed_node": failed.pk}
+
+
 @pytest.fixture
-def url_values(inventory, make_user, site_credentials):
-    run = Run.objects.create(appliance=inventory.appliance, kind=Run.Kind.STAGES, stages=["os"])
-    failed = inventory.gpu_node
-    failed.state = "failed"
-    failed.save()
-    return {**inventory.ids(), "run": run.pk, "target_user": make_user(Role.VIEWER, "target-user").pk,
-            "failed_node": failed.pk}
+def users(module_values):
+    return fresh_users(module_values[0])
+
+
+@pytest.fixture
+def url_values(module_values):
+    return module_values[1]
 
 
 @pytest.mark.parametrize(("row", "role"), CASES, ids=[f"{r[1].upper()} {r[2]}-{role}" for r, role in CASES])
