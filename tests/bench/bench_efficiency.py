@@ -1,7 +1,7 @@
 """The Efficiency page, its API and the weekly report at fleet scale (a benchmark, not a test; tests/bench is
 outside the default run).
 
-Generates the attribution ledger of a fleet (default 1,000 nodes x 8 GPUs x 24 hours: 192,000 CauseHour rows
+Generates the attribution ledger of a fleet with benchdb.ledger_fleet (default 1,000 nodes x 8 GPUs x 24 hours: 192,000 CauseHour rows
 a day; three quarters of the nodes in the training pool, a quarter in the inference pool, a job per node
 every four hours among 40 users, causes spread over every column), then reads, as a Viewer through Django's
 test client (the whole middleware stack): the Efficiency page at 24 h and 7 d, the report page, and the API
@@ -12,62 +12,15 @@ Usage: .venv/bin/python tests/bench/bench_efficiency.py [--nodes 1000] [--hours 
        DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python tests/bench/bench_efficiency.py
 """
 
-import argparse
 import os
-import random
-import tempfile
 import time
 from datetime import timedelta
 
 from bench_fleet import measure
-from benchdb import create_database, drop_database, setup_django
+from benchdb import bench_main, ledger_fleet
 
 BENCH_DB = "appliance_efficiency_bench"
 TARGET_P95_MS = 150
-CAUSES = ("busy_s", "idle_unallocated_s", "allocated_idle_s", "input_bound_s", "communication_bound_s",
-          "straggler_s", "throttled_s", "memory_only_s")
-
-
-def generate(nodes: int, hours: int, until) -> int:
-    from appliance.analytics.models import CauseHour
-    from appliance.inventory.models import Appliance, Node, Pool, PoolMembership
-
-    appliance = Appliance.objects.create(name="bench")
-    training = Pool.objects.create(appliance=appliance, name="training", kind=Pool.Kind.TRAINING)
-    inference = Pool.objects.create(appliance=appliance, name="inference", kind=Pool.Kind.INFERENCE)
-    Node.objects.bulk_create([Node(appliance=appliance, name=f"gpu{i:04d}", role=Node.Role.GPU,
-                                   management_address=f"10.{i // 250}.{i % 250}.10") for i in range(nodes)],
-                             batch_size=1000)
-    members = list(Node.objects.filter(appliance=appliance).order_by("name"))
-    PoolMembership.objects.bulk_create([PoolMembership(pool=inference if i % 4 == 3 else training, node=node)
-                                        for i, node in enumerate(members)])
-    rng = random.Random(13)
-    first = until - timedelta(hours=hours)
-    batch, count = [], 0
-    for i, node in enumerate(members):
-        pool = "inference" if i % 4 == 3 else "training"
-        for h in range(hours):
-            hour = first + timedelta(hours=h)
-            job = f"{100000 + i * 10 + h // 4}" if (h // 4 + i) % 5 else ""
-            user = f"user{(i + h // 4) % 40:02d}" if job else ""
-            for gpu in range(8):
-                seconds = dict.fromkeys(CAUSES, 0.0)
-                if job:
-                    busy = rng.uniform(1200, 3600)
-                    seconds["busy_s"] = busy
-                    seconds[CAUSES[rng.randrange(2, 8)]] = 3600 - busy
-                else:
-                    seconds["idle_unallocated_s"] = 3600.0
-                batch.append(CauseHour(hour=hour, node=node, gpu=gpu, job=job, user=user, pool=pool,
-                                       gpu_seconds=3600.0, used_seconds=seconds["busy_s"] * 0.9,
-                                       memory_held_mib_s=81559.0 * 3600 if job else 0.0,
-                                       memory_used_mib_s=rng.uniform(10000, 80000) * 3600 if job else 0.0, **seconds))
-            if len(batch) >= 20000:
-                CauseHour.objects.bulk_create(batch, batch_size=5000)
-                count += len(batch)
-                batch = []
-    CauseHour.objects.bulk_create(batch, batch_size=5000)
-    return count + len(batch)
 
 
 def run(args) -> int:
@@ -83,7 +36,7 @@ def run(args) -> int:
     now = timezone.now()
     until = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     started = time.perf_counter()
-    rows = generate(args.nodes, args.hours, until)
+    rows = ledger_fleet(args.nodes, args.hours, until)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE analytics_causehour")
@@ -133,25 +86,12 @@ def run(args) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--hours", type=int, default=24)
-    parser.add_argument("--repeat", type=int, default=20)
-    args = parser.parse_args()
-    given_url = os.environ.get("DATABASE_URL", "")
-    if given_url.startswith("postgres"):
-        os.environ["DATABASE_URL"] = create_database(given_url, BENCH_DB)
-        os.environ.pop("DATABASE_MIGRATE_URL", None)
-    state = tempfile.mkdtemp(prefix="bench-efficiency-")
-    try:
-        setup_django(state)
-        return run(args)
-    finally:
-        if given_url.startswith("postgres"):
-            from django.db import connections
+    def arguments(parser):
+        parser.add_argument("--nodes", type=int, default=1000)
+        parser.add_argument("--hours", type=int, default=24)
+        parser.add_argument("--repeat", type=int, default=20)
 
-            connections.close_all()
-            drop_database(given_url, BENCH_DB)
+    return bench_main(run, description=__doc__, database=BENCH_DB, arguments=arguments)
 
 
 if __name__ == "__main__":

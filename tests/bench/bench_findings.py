@@ -1,6 +1,6 @@
 """The findings refresh at fleet scale (a benchmark, not a test; tests/bench is outside the default run).
 
-Generates the attribution ledger of a fleet with bench_efficiency.generate (default 1,000 nodes x 8 GPUs x
+Generates the attribution ledger of a fleet with benchdb.ledger_fleet (default 1,000 nodes x 8 GPUs x
 24 hours: 192,000 CauseHour rows; a job per node every four hours, causes spread over every column, so many
 jobs cross a detector's threshold), then times `findings.refresh` over the day (the pool detector over the
 same rows): the first run opens the findings, the second updates them. Prints rows, seconds, queries and
@@ -10,15 +10,12 @@ Usage: .venv/bin/python tests/bench/bench_findings.py [--nodes 1000] [--hours 24
        DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python tests/bench/bench_findings.py
 """
 
-import argparse
 import os
-import tempfile
 import time
 from collections import Counter
 from datetime import timedelta
 
-from bench_efficiency import generate
-from benchdb import create_database, drop_database, setup_django
+from benchdb import bench_main, ledger_fleet
 
 BENCH_DB = "appliance_findings_bench"
 
@@ -35,7 +32,7 @@ def run(args) -> int:
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (times scale with it)")
     until = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     started = time.perf_counter()
-    rows = generate(args.nodes, args.hours, until)
+    rows = ledger_fleet(args.nodes, args.hours, until)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE analytics_causehour")
@@ -54,24 +51,11 @@ def run(args) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--hours", type=int, default=24)
-    args = parser.parse_args()
-    given_url = os.environ.get("DATABASE_URL", "")
-    if given_url.startswith("postgres"):
-        os.environ["DATABASE_URL"] = create_database(given_url, BENCH_DB)
-        os.environ.pop("DATABASE_MIGRATE_URL", None)
-    state = tempfile.mkdtemp(prefix="bench-findings-")
-    try:
-        setup_django(state)
-        return run(args)
-    finally:
-        if given_url.startswith("postgres"):
-            from django.db import connections
+    def arguments(parser):
+        parser.add_argument("--nodes", type=int, default=1000)
+        parser.add_argument("--hours", type=int, default=24)
 
-            connections.close_all()
-            drop_database(given_url, BENCH_DB)
+    return bench_main(run, description=__doc__, database=BENCH_DB, arguments=arguments)
 
 
 if __name__ == "__main__":
