@@ -94,11 +94,16 @@ def read_model_dir(path: str, *, roots: list[str] | None = None) -> ModelShape:
         params_source = "model.safetensors.index.json shards"
     else:
         shards = sorted(name for name in os.listdir(root) if name.endswith(".safetensors"))
+        if "consolidated.safetensors" in shards and len(shards) > 1:
+            # Mistral's repositories hold the same weights twice: consolidated (its own format) and HF's
+            shards.remove("consolidated.safetensors")
         if len(shards) > MAX_SHARDS:
             raise ModelFileError(f"{root}: {len(shards)} safetensors files (at most {MAX_SHARDS})")
         params_source = "safetensors headers"
 
     source = {"dir": root, "config": config_path}
+    if dims["kv_cache"]:
+        source["kv_cache"] = dims["kv_cache"]
     if shards:
         params, by_dtype, expert_params, files = _count_tensors(root, shards)
         source["params"] = f"{params_source}: {', '.join(files)} (exact, from tensor shapes)"
@@ -198,6 +203,7 @@ def _count_tensors(root: str, shards: list[str]):
     expert_params = 0
     by_dtype: dict[str, int] = {}
     tensors = 0
+    seen: dict[str, str] = {}
     for shard in shards:
         if not SHARD_PATTERN.match(shard):
             raise ModelFileError(f"{os.path.join(root, shard)}: file name not allowed (letters, digits, ._-)")
@@ -207,6 +213,9 @@ def _count_tensors(root: str, shards: list[str]):
             with safe_open(path, framework="numpy") as handle:
                 for name in handle.keys():
                     tensors += 1
+                    if name in seen:
+                        raise ModelFileError(f"{path}: tensor {name!r} is also in {seen[name]}")
+                    seen[name] = shard
                     if tensors > MAX_TENSORS:
                         raise ModelFileError(f"{path}: more than {MAX_TENSORS} tensors in the model")
                     piece = handle.get_slice(name)
@@ -280,6 +289,18 @@ def _dims_from_config(config: dict, path: str) -> dict:
             raise ModelFileError(f"{path}: hidden_size {hidden} is not a multiple of num_attention_heads "
                                  f"{heads}, and head_dim is not given")
         head_dim = hidden // heads
+    kv_cache = None
+    lora_rank = integer(("kv_lora_rank",), required=False, high=1 << 16)
+    if lora_rank is not None:
+        # multi-head latent attention (DeepSeek V2/V3): each layer caches one latent of kv_lora_rank plus
+        # the shared rotary key of qk_rope_head_dim, for all heads: written as 1 "KV head" whose K and V
+        # halves together are that many elements (sizing's 2 x kv_heads x head_dim)
+        rope = integer(("qk_rope_head_dim",), high=1 << 16)
+        if (lora_rank + rope) % 2:
+            raise ModelFileError(f"{path}: kv_lora_rank + qk_rope_head_dim ({lora_rank + rope}) is odd")
+        kv_heads, head_dim = 1, (lora_rank + rope) // 2
+        kv_cache = (f"multi-head latent attention: kv_lora_rank {lora_rank} + qk_rope_head_dim {rope} elements "
+                    f"per layer and token, counted as 1 KV head of head dim {head_dim}")
     architectures = config.get("architectures")
     if architectures is not None and (not isinstance(architectures, list)
                                       or not all(isinstance(a, str) for a in architectures)):
@@ -302,6 +323,7 @@ def _dims_from_config(config: dict, path: str) -> dict:
         "architecture": architectures[0] if architectures else None,
         "dtype": CONFIG_DTYPES.get(raw_dtype) if raw_dtype else None,
         "tie": tie,
+        "kv_cache": kv_cache,
     }
 
 

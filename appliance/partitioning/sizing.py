@@ -135,6 +135,8 @@ def size(model, *, dtype: str | None = None, kv_dtype: str | None = None, contex
          batched_tokens: int = BATCHED_TOKENS) -> dict:
     shape = _shape_values(model)
     assumptions: list[str] = []
+    if isinstance(model, ModelShape) and model.source.get("kv_cache"):
+        assumptions.append(f"KV cache: {model.source['kv_cache']}")
     if dtype is None:
         dtype = shape["dtype"] if shape["dtype"] in WEIGHT_DTYPES else "bf16"
         assumptions.append(f"weights in {dtype} ({'the model files' if shape['dtype'] == dtype else 'default'})")

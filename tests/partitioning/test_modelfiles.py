@@ -299,3 +299,33 @@ def test_a_config_that_is_not_a_regular_file_is_refused(tmp_path):
     os.mkfifo(model / "config.json")     # reading a FIFO would wait for a writer forever
     with pytest.raises(ModelFileError, match="config.json: not a regular file"):
         read_model_dir(str(model))
+
+
+def test_multi_head_latent_attention_caches_the_latent(tmp_path):
+    # deepseek-ai/DeepSeek-V3 config.json: 61 layers, 128 heads (num_key_value_heads 128), kv_lora_rank 512,
+    # qk_rope_head_dim 64: one 576-element latent per layer and token, 70,272 bytes in bf16
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "num_hidden_layers": 61,
+              "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512,
+              "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    write_header_only(tmp_path / "model.safetensors", {"model.embed_tokens.weight": (129280, 7168)})
+    shape = read_model_dir(str(tmp_path))
+    assert (shape.kv_heads, shape.head_dim) == (1, 288)
+    result = sizing.size(shape, context=1024, gpu_model="h200")
+    assert result["kv_bytes_per_token"] == 70_272
+    assert result["assumptions"][0] == ("KV cache: multi-head latent attention: kv_lora_rank 512 + qk_rope_head_dim "
+                                        "64 elements per layer and token, counted as 1 KV head of head dim 288")
+
+
+def test_a_tensor_in_two_files_is_refused(tmp_path):
+    model = write_tiny(tmp_path / "tiny")
+    save_file({"lm_head.weight": np.zeros((64, 16), dtype=np.float16)}, str(model / "extra.safetensors"))
+    with pytest.raises(ModelFileError, match="tensor 'lm_head.weight' is also in extra.safetensors"):
+        read_model_dir(str(model))
+
+
+def test_mistral_consolidated_copy_is_not_counted_twice(tmp_path):
+    model = write_tiny(tmp_path / "tiny")
+    save_file({"tok_embeddings.weight": np.zeros((64, 16), dtype=np.float16)},
+              str(model / "consolidated.safetensors"))
+    assert read_model_dir(str(model)).params == TINY_PARAMS
