@@ -104,8 +104,12 @@ def read_model_dir(path: str, *, roots: list[str] | None = None) -> ModelShape:
     source = {"dir": root, "config": config_path}
     if dims["kv_cache"]:
         source["kv_cache"] = dims["kv_cache"]
+    quantization = config.get("quantization_config")
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    bits = (quantization.get("bits", quantization.get("w_bit")) if isinstance(quantization, dict) else None)
+    packed_bits = bits if method in ("gptq", "awq") and bits in (4, 8) and not isinstance(bits, bool) else None
     if shards:
-        params, by_dtype, expert_params, files = _count_tensors(root, shards)
+        params, by_dtype, expert_params, files, extra = _count_tensors(root, shards, packed_bits)
         source["params"] = f"{params_source}: {', '.join(files)} (exact, from tensor shapes)"
         source["dtypes"] = {name: count for name, count in sorted(by_dtype.items())}
         dtype = max(by_dtype.items(), key=lambda item: item[1])[0]
@@ -122,9 +126,11 @@ def read_model_dir(path: str, *, roots: list[str] | None = None) -> ModelShape:
         source["params"] = f"config.json ({dims['architecture']} tensor formula; no safetensors file)"
         dtype = dims["dtype"] or "bf16"
         source["dtype"] = "config.json torch_dtype" if dims["dtype"] else "not stated; bf16 assumed"
-    if "quantization_config" in config:
-        method = config["quantization_config"].get("quant_method") if isinstance(
-            config["quantization_config"], dict) else None
+    if packed_bits and shards:
+        source["quantization"] = (f"{method} {packed_bits}-bit: each int32 of a qweight counted as "
+                                  f"{32 // packed_bits} weights; {extra:,} elements of scales, zeros and group "
+                                  "indices are not parameters")
+    elif quantization is not None:
         source["quantization"] = (f"{method or 'unknown'}: packed tensors are counted as stored, so the "
                                   "parameter count is that of the stored elements")
 
@@ -196,10 +202,13 @@ def _shards_from_index(root: str, index_path: str) -> list[str]:
     return sorted(shards)
 
 
-def _count_tensors(root: str, shards: list[str]):
+def _count_tensors(root: str, shards: list[str], packed_bits: int | None = None):
+    """Parameters (elements) by dtype over the shards. GPTQ/AWQ (packed_bits): a qweight's int32 holds
+    32 / bits weights; its scales, zeros and group indices are not parameters (returned apart)."""
     from safetensors import SafetensorError, safe_open
 
     params = 0
+    extra = 0
     expert_params = 0
     by_dtype: dict[str, int] = {}
     tensors = 0
@@ -227,8 +236,13 @@ def _count_tensors(root: str, shards: list[str]):
                         if not 0 <= dim <= MAX_DIM:
                             raise ModelFileError(f"{path}: tensor {name!r}: dimension {dim} out of range")
                         count *= dim
-                    params += count
                     dtype = SAFETENSORS_DTYPES[kind][0]
+                    if packed_bits and name.endswith(".qweight") and kind == "I32":
+                        count, dtype = count * (32 // packed_bits), f"int{packed_bits}"
+                    elif packed_bits and name.endswith((".qzeros", ".scales", ".g_idx")):
+                        extra += count
+                        continue
+                    params += count
                     by_dtype[dtype] = by_dtype.get(dtype, 0) + count
                     if EXPERT_TENSOR.search(name):
                         expert_params += count
@@ -236,7 +250,7 @@ def _count_tensors(root: str, shards: list[str]):
             raise ModelFileError(f"{path}: not a valid safetensors file ({exc})") from None
     if not params:
         raise ModelFileError(f"{root}: the safetensors files hold no tensor")
-    return params, by_dtype, expert_params, shards
+    return params, by_dtype, expert_params, shards, extra
 
 
 def _check_header(path: str) -> None:

@@ -329,3 +329,33 @@ def test_mistral_consolidated_copy_is_not_counted_twice(tmp_path):
     save_file({"tok_embeddings.weight": np.zeros((64, 16), dtype=np.float16)},
               str(model / "consolidated.safetensors"))
     assert read_model_dir(str(model)).params == TINY_PARAMS
+
+
+def test_gptq_int4_weights_are_unpacked(tmp_path):
+    # GPTQ 4-bit, group size 8: each linear layer's weight [out, in] is stored as qweight int32 [in / 8, out],
+    # qzeros int32 [in / 8, out / 8] and scales fp16 [in / 8, out]
+    config = {**TINY_CONFIG, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 8}}
+    tensors, dtypes = {}, {}
+    for name, shape in llama_tensors(TINY_CONFIG).items():
+        if name.endswith("proj.weight"):
+            out, inner = shape
+            stem = name[: -len(".weight")]
+            tensors[stem + ".qweight"], dtypes[stem + ".qweight"] = (inner // 8, out), ("I32", 4)
+            tensors[stem + ".qzeros"], dtypes[stem + ".qzeros"] = (inner // 8, out // 8), ("I32", 4)
+            tensors[stem + ".scales"], dtypes[stem + ".scales"] = (inner // 8, out), ("F16", 2)
+        else:
+            tensors[name], dtypes[name] = shape, ("F16", 2)
+    directory = tmp_path / "gptq"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config))
+    for kind, width in (("I32", 4), ("F16", 2)):
+        write_header_only(directory / f"model-{kind}.safetensors",
+                          {n: s for n, s in tensors.items() if dtypes[n] == (kind, width)}, kind, width)
+    shape = read_model_dir(str(directory))
+    assert shape.params == TINY_PARAMS
+    # linear weights: 2 layers x (256 + 128 + 128 + 256 + 3 x 512) = 4608; the rest fp16
+    assert shape.source["dtypes"] == {"fp16": TINY_PARAMS - 4608, "int4": 4608}
+    assert shape.dtype == "int4"
+    # qzeros: 2 x (2x2 + 2x1 + 2x1 + 2x2 + 2x4 + 2x4 + 4x2) = 72; scales: 2 x (32 + 16 + 16 + 32 + 64 + 64 + 64) = 576
+    assert shape.source["quantization"] == ("gptq 4-bit: each int32 of a qweight counted as 8 weights; 648 "
+                                            "elements of scales, zeros and group indices are not parameters")
