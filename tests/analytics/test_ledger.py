@@ -194,3 +194,21 @@ def test_a_cursor_older_than_the_oldest_row_starts_from_that_row(rows):
     result = ledger.run_incremental(until=T0 + 2 * MINUTE)
     assert (result["minutes"], result["buckets"]) == (2, 11)
     assert ledger_rows() == EXPECTED
+
+
+def test_empty_hours_are_skipped_in_one_step_to_the_next_row(rows):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    gpu01, _gpu02 = rows
+    later = T0 + timedelta(days=3)
+    GpuRollup.objects.create(node=gpu01, gpu=0, step=60, start=later, samples=60, job="", util=0.0, sm_active=0.0)
+    with CaptureQueriesContext(connection) as queries:
+        result = ledger.run_incremental(until=later + MINUTE)
+    assert (result["minutes"], result["buckets"]) == (3 * 24 * 60 + 1, 12)
+    # The rollups are asked: for the oldest row; the first hour's rows; the second hour (none) and the next
+    # row after it; that row's hour. Walking the 71 empty hours would ask 70 times more.
+    rollup_reads = [q["sql"] for q in queries.captured_queries if "FROM telemetry_gpurollup" in q["sql"]]
+    assert len(rollup_reads) == 5, rollup_reads
+    assert CauseHour.objects.filter(hour=later).count() == 1
+    assert AttributionCursor.objects.get(name="rollups").attributed_until == later + MINUTE
