@@ -11,7 +11,7 @@ inside the function, as the CLI and the portal do.
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -25,6 +25,7 @@ from .layout import current_layout, planner_current, planner_gpus
 from .models import Plan
 
 STAGE = "partitioning"
+WORKLOADS_STAGE = "workloads"
 MAX_TIME_SLICING_REPLICAS = 64
 APPLICABLE_STATES = (Plan.State.DRAFT, Plan.State.FAILED)
 
@@ -138,6 +139,12 @@ def _current_of(layout: dict, ids: set[str]) -> list[dict]:
 # --------------------------------------------------------------------------------------------------
 # Plans
 
+def _save(plan: Plan, **options) -> None:
+    # Each step a plan takes is one record of its own (partitioning.plan.*, with what matters in it), not a
+    # change-capture diff of the whole result besides: the pattern of provisioning's cancel_run.
+    models.Model.save(plan, **options)
+
+
 def _next_number(appliance) -> int:
     return (Plan.objects.filter(appliance=appliance).aggregate(n=Max("number"))["n"] or 0) + 1
 
@@ -149,10 +156,11 @@ def applied_plan(appliance) -> Plan | None:
 def _create(appliance, *, user, description, requests, gpus, current, result) -> Plan:
     with transaction.atomic():
         Appliance.objects.select_for_update().filter(pk=appliance.pk).first()
-        plan = Plan.objects.create(
+        plan = Plan(
             appliance=appliance, number=_next_number(appliance), description=description[:200],
             requests=requests, gpus=gpus, current=current, result=result, previous=applied_plan(appliance),
             created_by=user if getattr(user, "is_authenticated", False) else None)
+        _save(plan)
         audit.record("partitioning.plan.create", target=plan, details={
             "number": plan.number, "requests": len(requests), "gpus": len(gpus),
             "served_weight": result.get("served_weight"), "total_weight": result.get("total_weight"),
@@ -263,7 +271,7 @@ def apply_plan(plan: Plan, *, user, dry_run: bool = False):
             if not dry_run:
                 plan.run, plan.state = run, Plan.State.APPLYING
                 plan.applied_by = user if getattr(user, "is_authenticated", False) else None
-                plan.save(update_fields=["run", "state", "applied_by", "updated"])
+                _save(plan, update_fields=["run", "state", "applied_by", "updated"])
             audit.record("partitioning.plan.apply", target=plan, details={
                 "number": plan.number, "run": run.pk, "dry_run": dry_run, "nodes": nodes})
     except provisioning.RunRefused as exc:
@@ -307,15 +315,37 @@ def follow_run(run) -> None:
             if run.state == RunState.SUCCEEDED:
                 for older in Plan.objects.filter(appliance=plan.appliance, state=Plan.State.APPLIED):
                     older.state = Plan.State.SUPERSEDED
-                    older.save(update_fields=["state", "updated"])
+                    _save(older, update_fields=["state", "updated"])
                     audit.record("partitioning.plan.state", target=older,
                                  details={"number": older.number, "state": older.state, "by": plan.number})
                 plan.state, plan.applied_at = Plan.State.APPLIED, timezone.now()
             else:
                 plan.state = Plan.State.FAILED
-            plan.save(update_fields=["state", "applied_at", "updated"])
+            _save(plan, update_fields=["state", "applied_at", "updated"])
             audit.record("partitioning.plan.state", target=plan,
                          details={"number": plan.number, "state": plan.state, "run": run.pk, "run_state": run.state})
+            if plan.state == Plan.State.APPLIED and plan.appliance.pools.exists():
+                transaction.on_commit(lambda plan=plan: rerender_workloads(plan, list(run.node_names)))
+
+
+def rerender_workloads(plan: Plan, nodes: list[str]):
+    """After a plan was applied: the workloads stage on its nodes and the management node renders gres.conf
+    (File= per MIG device) and the device plugin config from the instances the partitioning stage recorded
+    (it comes before partitioning in the catalogue, so it is a run of its own). Returns the run, or None
+    when it could not start (the reason is audited)."""
+    from appliance.provisioning import services as provisioning
+
+    names = list(nodes) + [n.name for n in plan.appliance.nodes.filter(role="management").order_by("name")]
+    try:
+        run = provisioning.start_run(plan.appliance, kind="stages", stages=[WORKLOADS_STAGE], nodes=names,
+                                     user=plan.applied_by)
+    except provisioning.RunRefused as exc:
+        audit.record("partitioning.plan.state", target=plan, outcome="failure", reason=str(exc)[:500],
+                     details={"number": plan.number, "workloads_run": None})
+        return None
+    audit.record("partitioning.plan.state", target=plan,
+                 details={"number": plan.number, "state": plan.state, "workloads_run": run.pk})
+    return run
 
 
 def plan_for_run(run) -> Plan | None:
