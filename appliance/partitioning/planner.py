@@ -481,10 +481,20 @@ class _Packer:
                     break
         return best
 
-    def _ts_option(self, item: _Item):
+    def _ts_option(self, item: _Item, *, current_only: bool = False):
         best = None
         for pair, entries in self.ts_lists.items():
             if item.pool is not None and item.pool != pair[1]:
+                continue
+            if current_only:
+                # GPUs below the number of services they time-slice now first, then the fullest.
+                fits = [(len(self.gpus[e[2]].ts_items) < self.gpus[e[2]].cur_ts, e) for e in entries
+                        if self.gpus[e[2]].cur_ts is not None and _fits_ts(item, self.gpus[e[2]])]
+                if fits:
+                    entry = max(fits)[1]
+                    cost = (1, 0, 0, 0)
+                    if best is None or cost < best[0]:
+                        best = (cost, entry[2], ("ts", None))
                 continue
             capacity = P.MODELS[pair[0]].memory_gb
             room = capacity - item.memory + 1e-9
@@ -575,6 +585,22 @@ class _Packer:
         if option is None:
             self.failed[memo] = min(item.memory, self.failed.get(memo, math.inf))
             return None
+        return self._apply(item, option)
+
+    def place_current(self, item: _Item):
+        """Place a replica on what the current layout already offers, changing nothing else: an unused
+        current MIG instance, room on a GPU time-sliced now, a whole GPU for an exclusive request."""
+        if item.isolation == "exclusive":
+            option = self._free_option(item, "whole")
+        else:
+            option = self._mig_option(item)
+            if option is not None and option[0][0] != 0:
+                option = None
+            if option is None and item.isolation == "soft":
+                option = self._ts_option(item, current_only=True)
+        return None if option is None else self._apply(item, option)
+
+    def _apply(self, item: _Item, option):
         _, i, (action, what) = option
         gpu = self.gpus[i]
         self._mig_remove(gpu)
@@ -605,9 +631,17 @@ class _Packer:
         self._reclaim_update(gpu)
         return gpu
 
-    def run(self) -> dict[int, _Gpu]:
+    def run(self, keep_first: list[int] | None = None) -> dict[int, _Gpu]:
+        """Place the items in order; with keep_first (positions in self.items), those are first offered
+        what the current layout has, in that order."""
         where: dict[int, _Gpu] = {}
+        for n in keep_first or ():
+            gpu = self.place_current(self.items[n])
+            if gpu is not None:
+                where[n] = gpu
         for n, item in enumerate(self.items):
+            if n in where:
+                continue
             gpu = self.place(item)
             if gpu is not None:
                 where[n] = gpu
@@ -643,13 +677,16 @@ def _layout_of(gpu: _Gpu):
 
 
 def _score(gpus: list[_Gpu], layouts: dict[int, tuple]) -> tuple:
-    changed = moved = 0
+    """Disruption, lower is better: GPUs whose layout changes (each one drained), then MIG instances
+    destroyed or created, then GPUs in use (whole GPUs left free for training)."""
+    changed = moved = used = 0
     for gpu in gpus:
         mig, ts, _ = layouts[gpu.i]
+        used += gpu.mode is not None
         if (mig, ts) != (gpu.cur_mig, gpu.cur_ts):
             changed += 1
             moved += len(set(gpu.cur_mig or ()) ^ set(mig or ()))
-    return moved, changed
+    return changed, moved, used
 
 
 def _unplaced_reason(item: _Item, counts: dict[tuple, int]) -> str:
@@ -665,10 +702,10 @@ def _unplaced_reason(item: _Item, counts: dict[tuple, int]) -> str:
     if item.isolation == "exclusive":
         holding = sum(n for (m, _), n in pool_counts.items() if P.MODELS[m].memory_gb >= item.memory)
         if not holding:
-            sizes = ", ".join(f"a {m} has {P.MODELS[m].memory_gb} GB" for m in models)
+            sizes = ", ".join(f"one {m} has {P.MODELS[m].memory_gb} GB" for m in models)
             return f"{need} on a whole GPU; {sizes}"
         return (f"{need} on a whole GPU; all {holding} GPU{'s' if holding > 1 else ''} that could hold it"
-                f"{where} are taken by requests placed before it")
+                f"{where} are taken by replicas placed before it")
     holding = sum(n for (m, _), n in pool_counts.items()
                   if item.cands.get(m) or (item.isolation == "soft" and P.MODELS[m].memory_gb >= item.memory))
     if not holding:
@@ -682,11 +719,15 @@ def _unplaced_reason(item: _Item, counts: dict[tuple, int]) -> str:
                 else:
                     parts.append(f"no MIG profile of {m} has the memory and the compute slices together")
             return f"{need} in a MIG instance; {'; '.join(parts)}"
-        sizes = ", ".join(f"a whole {m} has {P.MODELS[m].memory_gb} GB" for m in models)
+        sizes = ", ".join(f"one whole {m} has {P.MODELS[m].memory_gb} GB" for m in models)
         return f"{need}; {sizes}"
     kinds = "a MIG instance" if item.isolation == "hard" else "a MIG instance or a time-sliced share"
     return (f"{need} in {kinds}; no room left on the {holding} GPU{'s' if holding > 1 else ''}"
-            f"{where} that could hold it: requests of more weight per GPU share were placed first")
+            f"{where} that could hold it once the replicas with more weight per GPU share were placed")
+
+
+def _by_start(instance: tuple[str, int]) -> tuple[int, str]:
+    return instance[1], instance[0]
 
 
 def _diff(gpus: list[_Gpu], layouts: dict[int, tuple]) -> dict:
@@ -695,9 +736,9 @@ def _diff(gpus: list[_Gpu], layouts: dict[int, tuple]) -> dict:
         mig, ts, _ = layouts[gpu.i]
         before = set(gpu.cur_mig or ())
         after = set(mig or ())
-        destroyed += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(before - after)]
-        created += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(after - before)]
-        kept += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(before & after)]
+        destroyed += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(before - after, key=_by_start)]
+        created += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(after - before, key=_by_start)]
+        kept += [{"gpu": gpu.id, "profile": n, "start": s} for n, s in sorted(before & after, key=_by_start)]
         if (gpu.cur_mig is not None) != (mig is not None):
             mode_changes.append({"gpu": gpu.id, "enabled": mig is not None})
         if gpu.cur_ts != ts:
@@ -727,6 +768,17 @@ def _size(item: _Item, gpus_models: set[str]) -> float:
 
 ORDERINGS = ("density", "hard-first", "size")
 RUN_BUDGET = 12_000   # replicas placed in all greedy passes together (about 0.1 s per 1,000 replicas)
+
+
+_RANK = {"exclusive": 0, "hard": 1, "soft": 2}
+
+
+def _keep_order(item: _Item, by: str) -> tuple:
+    """The order replicas are offered the current layout in: exclusive, hard, soft; within each the
+    largest first ("size"), or requests limited to a pool first, then by weight ("weight")."""
+    if by == "size":
+        return _RANK[item.isolation], -item.memory, -item.compute, item.order
+    return _RANK[item.isolation], item.pool is None, -item.weight, -item.memory, -item.compute, item.order
 
 
 def plan(gpus, requests, current=None, *, options=None) -> dict:
@@ -781,15 +833,24 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
     }
     # Every ordering and policy on small inputs; on large ones the two that serve most there (density
     # order, soft requests on time-slicing first or on MIG first), so that planning stays under a second.
-    runs = [(ordering, ts_first) for ordering in orderings for ts_first in sorted(policies, reverse=True)]
+    runs = [(ordering, ts_first, False) for ordering in orderings for ts_first in sorted(policies, reverse=True)]
+    # With a current layout, a pass that first gives each replica what the layout already has (exclusive
+    # requests, then hard, then soft, the largest first), then packs the rest by density: planning again
+    # the requests a layout was made for keeps that layout.
+    if any(mig or ts for mig, ts in layout_now.values()):
+        runs = [("density", True, "size"), ("density", True, "weight"), ("density", False, "size"),
+                ("density", False, "weight")] + runs
     if not options.get("all_runs"):
         runs = runs[:max(2, RUN_BUDGET // max(1, len(placeable)))]
     best = None
-    for ordering, soft_ts_first in runs:
+    for ordering, soft_ts_first, keep in runs:
         ordered = sorted(placeable, key=sorts[ordering])
         run_gpus = [_Gpu(i, g, *layout_now[g["id"]]) for i, g in enumerate(checked_gpus)]
         packer = _Packer(run_gpus, ordered, soft_ts_first=soft_ts_first)
-        where = packer.run()
+        keep_first = None
+        if keep:
+            keep_first = sorted(range(len(ordered)), key=lambda n: _keep_order(ordered[n], keep))
+        where = packer.run(keep_first)
         served = sum(ordered[n].weight for n in where)
         layouts = {g.i: _layout_of(g) for g in run_gpus}
         score = (-round(served, 9), *_score(run_gpus, layouts))
@@ -831,4 +892,4 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
                          "time_slicing": {"replicas": ts} if ts is not None else None})
     total = sum(item.weight for item in base_items)
     return {"gpus": out_gpus, "placed": placed, "unplaced": unplaced, "served_weight": round(served, 6),
-            "total_weight": round(total, 6), "disruption": _diff(run_gpus, layouts)}
+            "total_weight": round(float(total), 6), "disruption": _diff(run_gpus, layouts)}
