@@ -184,6 +184,8 @@ def _read_json(path: str, limit: int):
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise ModelFileError(f"{path}{where}: not valid JSON ({exc.args[0] if exc.args else exc})") from None
+    except RecursionError:
+        raise ModelFileError(f"{path}: nested too deeply") from None
 
 
 def _shards_from_index(root: str, index_path: str) -> list[str]:

@@ -272,6 +272,7 @@ def test_a_short_file_is_refused(tmp_path):
     (json.dumps({**TINY_CONFIG, "tie_word_embeddings": "no"}), "tie_word_embeddings: expected true or false"),
     (json.dumps({**TINY_CONFIG, "hidden_size": 18}), "hidden_size 18 is not a multiple of num_attention_heads 4"),
     (" " * (modelfiles.CONFIG_LIMIT + 1), r"config.json: larger than 1048576 bytes"),
+    ("[" * 200_000 + "]" * 200_000, "config.json: nested too deeply"),
 ])
 def test_bad_config(tmp_path, text, message):
     model = write_tiny(tmp_path / "tiny")
