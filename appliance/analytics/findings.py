@@ -137,6 +137,11 @@ def _by_job(rows) -> dict[str, list[dict]]:
     return jobs
 
 
+def _user(rows) -> str:
+    """The job's owner as the ledger has it (from the scheduler); blank if unknown."""
+    return next((r["user"] for r in rows if r["user"]), "")
+
+
 def _node_io(node_ids, hours) -> dict:
     """Per node, over the given hours: mean reads per mount, mean CPU busy and iowait (NodeRollup, the
     per-minute rows where there are, else the per-hour ones)."""
@@ -236,6 +241,9 @@ def detect_input_bound(rows) -> Result:
         if busy is not None:
             summary += _(", CPU at %(busy)s, iowait %(wait)s") % {"busy": _pct(busy),
                                                                   "wait": _pct(wait or 0.0)}
+        user = _user(mine)
+        if user:
+            summary += _(" (user %(user)s)") % {"user": user}
         proposals = []
         if busiest and busiest["share"] >= MOUNT_SATURATED_SHARE:
             proposals.append(_("stage the dataset to local NVMe (%(mount)s delivers no more)") % {
@@ -255,7 +263,7 @@ def detect_input_bound(rows) -> Result:
             {"share": round(share, 4), "input_bound_gpu_hours": _hours(totals["input_bound_s"]),
              "gpu_hours": _hours(totals["gpu_seconds"]), "mounts": mounts,
              "cpu_busy": None if busy is None else round(busy, 4), "cpu_iowait": None if wait is None else round(wait, 4),
-             "gds_verified_nodes": gds, "nodes": [nodes[n].name for n in node_ids if n in nodes]},
+             "gds_verified_nodes": gds, "nodes": [nodes[n].name for n in node_ids if n in nodes], "user": user},
             job=job, pool=mine[0]["pool"], node_id=node_ids[0] if len(node_ids) == 1 else None))
     return result
 
@@ -310,6 +318,9 @@ def detect_communication_bound(rows) -> Result:
             "total": _hours(totals["gpu_seconds"])}
         if line is not None:
             summary += _(": InfiniBand at %(line)s of line rate") % {"line": _pct(line)}
+        user = _user(mine)
+        if user:
+            summary += _(" (user %(user)s)") % {"user": user}
         if culprit:
             gpu = culprit.rsplit("/gpu", 1)
             proposal = _("its GPUs wait for GPU %(gpu)s of %(node)s in every collective: fix that straggler first "
@@ -324,7 +335,7 @@ def detect_communication_bound(rows) -> Result:
             Finding.Kind.COMMUNICATION_BOUND, job, summary, proposal, _hours(totals["communication_bound_s"]),
             {"share": round(share, 4), "communication_bound_gpu_hours": _hours(totals["communication_bound_s"]),
              "gpu_hours": _hours(totals["gpu_seconds"]), "straggler": culprit, "ib_line_share": line,
-             "fabric": {names[k]: v for k, v in fabric.items()}}, job=job, pool=mine[0]["pool"]))
+             "fabric": {names[k]: v for k, v in fabric.items()}, "user": user}, job=job, pool=mine[0]["pool"]))
     return result
 
 
@@ -491,7 +502,7 @@ def detect_allocated_idle(rows) -> Result:
         if share < ALLOCATED_IDLE_MIN_SHARE or totals["allocated_idle_s"] < ALLOCATED_IDLE_MIN_GPU_HOURS * 3600:
             continue
         gpus = sorted({f"{r['node__name']}/gpu{r['gpu']}" for r in mine})
-        user = next((r["user"] for r in mine if r["user"]), "")
+        user = _user(mine)
         summary = _("job %(job)s held %(gpus)s GPU(s) idle %(share)s of its time: %(hours)s GPU-hours held "
                     "doing nothing") % {"job": job, "gpus": len(gpus), "share": _pct(share),
                                         "hours": _hours(totals["allocated_idle_s"])}

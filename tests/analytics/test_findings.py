@@ -55,9 +55,9 @@ def site(db):
                 idle = hour in IDLE_HOURS and node is not gpu03
                 rows.append(cause(node, 7, moment, gpu_seconds=8 * HOUR, used_seconds=0.0 if idle else 8 * HOUR * 0.9,
                                   idle_unallocated_s=8 * HOUR if idle else 0.0, busy_s=0.0 if idle else 8 * HOUR))
-    # Job 4182 on gpu01 (GPUs 0 and 1): input-bound 38% of its 2 GPU-hours.
+    # Job 4182 of bob on gpu01 (GPUs 0 and 1): input-bound 38% of its 2 GPU-hours.
     for gpu in (0, 1):
-        rows.append(cause(gpu01, gpu, JOB_HOUR, "4182", used_seconds=0.6 * HOUR, input_bound_s=0.38 * HOUR,
+        rows.append(cause(gpu01, gpu, JOB_HOUR, "4182", user="bob", used_seconds=0.6 * HOUR, input_bound_s=0.38 * HOUR,
                           busy_s=0.62 * HOUR))
     # Job 77 on gpu02 (GPUs 0-3): GPU 3 straggles 83% of its hour at 97% while the others compute at 35%.
     for gpu in (0, 1, 2):
@@ -99,13 +99,14 @@ def test_input_bound_job_with_the_mounts_measured_throughput_cpu_and_gdscheck(si
     found = by_kind(findings.detect(SINCE, UNTIL).candidates)
     job = found[("input-bound", "4182")]
     assert job.summary == ("job 4182 was input-bound 38% of its time (0.76 of 2.0 GPU-hours): reads on /mnt/scratch "
-                           "at 95% of the mount's measured 2.1 GB/s, CPU at 100%, iowait 30%")
+                           "at 95% of the mount's measured 2.1 GB/s, CPU at 100%, iowait 30% (user bob)")
     assert job.proposal == ("stage the dataset to local NVMe (/mnt/scratch delivers no more); move preprocessing off "
                             "the CPUs or pre-process the dataset once (CPU was at 100%: more data-loader workers cannot "
                             "help); enable GPUDirect Storage (gdscheck passes on gpu01)")
     assert job.evidence["mounts"] == [{"node": "gpu01", "mount": "/mnt/scratch", "read_bps": 1995000000,
                                        "measured_bps": 2100000000, "reference": "smoke test", "share": 0.95}]
     assert job.severity == 0.76
+    assert job.evidence["user"] == "bob"
     assert {kind for kind, subject in found if subject == "4182"} == {"input-bound"}
 
 
