@@ -118,8 +118,9 @@ def _save(client_for, role=Role.OPERATOR) -> int:
     return response.json()["number"]
 
 
-def test_apply_needs_provisioning_run_and_starts_a_run(client_for, lab, users, django_capture_on_commit_callbacks):
+def test_apply_needs_provisioning_run_and_starts_a_run(client_for, lab, users):
     number = _save(client_for)
+    second = _save(client_for)
     for role in (Role.VIEWER, Role.AUDITOR, Role.ML_ENGINEER):
         assert client_for(role).post(f"/api/v1/partitioning/plans/{number}/apply/").status_code == 403
     assert Run.objects.count() == 0
@@ -131,10 +132,16 @@ def test_apply_needs_provisioning_run_and_starts_a_run(client_for, lab, users, d
     assert (body["state"], body["run"]) == ("applying", run.pk)
     assert run.stages == ["partitioning"]
     assert AuditRecord.objects.filter(event="partitioning.plan.apply", outcome="success").count() == 1
-    # A second apply while its run is active (pending): a conflict, not a second run.
+    # The same plan again: it is applying, a conflict.
     again = client_for(Role.OPERATOR).post(f"/api/v1/partitioning/plans/{number}/apply/", {},
                                            content_type="application/json")
     assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+    assert again.json()["error"]["message"] == f"plan {number} is applying; only a draft (or a failed plan) is applied"
+    # Another draft while the run is still pending: a conflict naming the run, not a second run.
+    other = client_for(Role.OPERATOR).post(f"/api/v1/partitioning/plans/{second}/apply/", {},
+                                           content_type="application/json")
+    assert other.status_code == 409, other.content
+    assert other.json()["error"]["message"].endswith("is pending; cancel it or wait for it")
     assert Run.objects.count() == 1
 
 

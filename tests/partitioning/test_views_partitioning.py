@@ -136,3 +136,18 @@ def test_advisor_shows_every_figure_and_refuses_bad_values(client_for):
     assert 'data-testid="assumptions"' in html and "KV cache per token" in html
     bad = client_for(Role.VIEWER).get("/partitioning/advisor/?" + query.replace("gpu=h100-80gb", "gpu=../x"))
     assert bad.status_code == 400 and 'data-testid="sizing"' not in bad.content.decode()
+
+
+def test_operator_applies_from_the_plan_page_and_sees_its_run(client_for, lab):  # noqa: F811
+    client = client_for(Role.OPERATOR)
+    assert client.post("/partitioning/plans/new/", _rows(ROWS, action="save")).status_code == 302
+    response = client.post("/partitioning/plans/1/apply/", {"appliance": "lab"}, follow=True)
+    run = Run.objects.get()
+    html = response.content.decode()
+    assert f"Plan 1 is being applied by run #{run.pk}." in html
+    assert f'href="/provisioning/runs/{run.pk}/"' in html
+    assert 'data-testid="apply"' not in html  # applying: no second Apply
+    assert 'hx-trigger="every 5s"' in html     # the page follows the run
+    again = client.post("/partitioning/plans/1/apply/", {"appliance": "lab"}, follow=True)
+    assert "plan 1 is applying; only a draft" in again.content.decode()
+    assert Run.objects.count() == 1
