@@ -4,6 +4,7 @@ a plan with Apply and the rollback, and the sizing advisor. Each page is a thin 
 of api.py (which wrap layout, planner, services and sizing), so the portal and the API refuse alike."""
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -20,6 +21,7 @@ from .forms import AdvisorForm, PlanTextForm, RequestFormSet, YamlRequestsError,
 from .models import Plan
 
 SLICES = profiles.MEMORY_SLICES
+NODES_PER_PAGE = 32
 
 
 # --- drawing ---------------------------------------------------------------------------------------
@@ -78,14 +80,17 @@ def _node_and_index(gpu_id: str) -> tuple[str, str]:
     return (node or gpu_id), index.removeprefix("gpu")
 
 
-def layout_drawing(now: list[dict], planned: dict | None = None) -> list[dict]:
+def layout_drawing(now: list[dict], planned: dict | None = None, *, only_concerned: bool = False) -> list[dict]:
     """Nodes with their GPUs, each drawn now and (with a planner result) as planned:
-    [{"name", "gpus": [{"id", "index", "model", "pool", "now", "planned", "changed"}]}]."""
+    [{"name", "gpus": [{"id", "index", "model", "pool", "now", "planned", "changed"}]}]. `only_concerned`:
+    only the GPUs the plan changes or places a service on (a plan's page on a large appliance)."""
     planned_gpus = {gpu["id"]: gpu for gpu in (planned or {}).get("gpus") or []}
     changed = set(((planned or {}).get("disruption") or {}).get("gpus_changed") or [])
     placements = _placements_by_gpu((planned or {}).get("placed") or [])
     nodes: dict[str, dict] = {}
     for gpu in now:
+        if only_concerned and gpu["id"] not in changed and gpu["id"] not in placements:
+            continue
         node_name, index = (gpu["node"], gpu["index"]) if "node" in gpu else _node_and_index(gpu["id"])
         node = nodes.setdefault(node_name, {"name": node_name, "gpus": []})
         target = planned_gpus.get(gpu["id"])
@@ -135,9 +140,12 @@ class LayoutView(CapabilityMixin, TemplateView):
             if not number.isdigit() or len(number) > 9:
                 raise Http404(_("no such plan"))
             selected = get_object_or_404(api.plans_of(appliance), number=int(number))
+        nodes = layout_drawing(layout.current_layout(appliance)["gpus"], selected.result if selected else None)
+        page = Paginator(nodes, NODES_PER_PAGE).get_page(self.request.GET.get("page", 1))
+        query = self.request.GET.copy()
+        query.pop("page", None)
         context.update(plans=plans, plan=selected, can_change=can(self.request.user, "partitioning.change"),
-                       nodes=layout_drawing(layout.current_layout(appliance)["gpus"],
-                                            selected.result if selected else None))
+                       nodes=page.object_list, page=page, page_query=query.urlencode())
         return context
 
 
@@ -172,7 +180,7 @@ class PlanDetailView(CapabilityMixin, TemplateView):
             raise Http404(_("no appliance in the inventory"))
         plan = get_object_or_404(api.plans_of(appliance), number=kwargs["number"])
         before = plan.current if isinstance(plan.current, list) else (plan.current or {}).get("gpus", [])
-        context.update(plan=plan, result=plan.result or {}, nodes=layout_drawing(before, plan.result or {}),
+        context.update(plan=plan, result=plan.result or {}, nodes=layout_drawing(before, plan.result or {}, only_concerned=True),
                        can_change=can(self.request.user, "partitioning.change"),
                        can_apply=_may_apply(self.request.user) and plan.state == Plan.State.DRAFT,
                        can_rollback=_may_apply(self.request.user) and plan.state == Plan.State.APPLIED
@@ -219,7 +227,7 @@ class PlanEditorView(CapabilityMixin, View):
         except api.PlanningRefused as refused:
             context["refusal"] = refused
             return render(request, self.template, context, status=refused.status)
-        context.update(result=result, nodes=layout_drawing(now["gpus"], result), previewed=True)
+        context.update(result=result, nodes=layout_drawing(now["gpus"], result, only_concerned=True), previewed=True)
         return render(request, self.template, context)
 
     @staticmethod

@@ -151,3 +151,16 @@ def test_operator_applies_from_the_plan_page_and_sees_its_run(client_for, lab): 
     again = client.post("/partitioning/plans/1/apply/", {"appliance": "lab"}, follow=True)
     assert "plan 1 is applying; only a draft" in again.content.decode()
     assert Run.objects.count() == 1
+
+
+def test_a_large_appliance_is_drawn_32_nodes_a_page(client_for, lab):  # noqa: F811
+    from appliance.inventory.models import GPU, Node
+
+    for number in range(2, 35):
+        node = Node.objects.create(appliance=lab, name=f"gpu{number:02d}", role=Node.Role.GPU)
+        GPU.objects.create(node=node, index=0, model="NVIDIA H100 80GB HBM3", memory_mib=81559)
+    first = client_for(Role.VIEWER).get("/partitioning/?appliance=lab").content.decode()
+    assert re.findall(r'data-node="([^"]+)"', first) == [f"gpu{n:02d}" for n in range(1, 33)]
+    assert 'href="?appliance=lab&amp;page=2"' in first
+    second = client_for(Role.VIEWER).get("/partitioning/?appliance=lab&page=2").content.decode()
+    assert re.findall(r'data-node="([^"]+)"', second) == ["gpu33", "gpu34"]
