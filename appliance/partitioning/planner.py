@@ -374,6 +374,7 @@ class _Packer:
         self.mig_entries: dict[int, list[dict]] = {}
         self.ts_lists: dict[tuple, list] = {}
         self.ts_entry: dict[int, tuple] = {}
+        self.ts_current: dict[tuple, list] = {}
         self.serial = count()
         self.free: dict[tuple, dict[int, None]] = {}
         self.reclaim: dict[tuple, dict[tuple, dict[int, None]]] = {}
@@ -424,12 +425,19 @@ class _Packer:
         entry = (gpu.ts_mem, next(self.serial), gpu.i)
         self.ts_entry[gpu.i] = entry
         insort(self.ts_lists.setdefault((gpu.model.id, gpu.pool), []), entry)
+        if gpu.cur_ts is not None:
+            # GPUs time-sliced now, apart: those serving fewer services than now, the others.
+            below = len(gpu.ts_items) < gpu.cur_ts
+            insort(self.ts_current.setdefault((gpu.model.id, gpu.pool, below), []), entry)
 
     def _ts_remove(self, gpu: _Gpu) -> None:
         entry = self.ts_entry.pop(gpu.i, None)
         if entry is not None:
             entries = self.ts_lists[(gpu.model.id, gpu.pool)]
             del entries[bisect_left(entries, entry)]
+            if gpu.cur_ts is not None:
+                entries = self.ts_current[(gpu.model.id, gpu.pool, len(gpu.ts_items) < gpu.cur_ts)]
+                del entries[bisect_left(entries, entry)]
 
     def _reclaim_update(self, gpu: _Gpu) -> None:
         """A GPU is reclaimable while its current layout holds something it could give up: current
@@ -455,15 +463,22 @@ class _Packer:
             found = self.pairs_for[item.pool] = [pair for pair in self.pairs if item.pool is None or pair[1] == item.pool]
         return found
 
-    def _mig_option(self, item: _Item):
+    def _mig_option(self, item: _Item, *, tight: bool = False):
+        """The best MIG option; tight: only a current instance of the size the item would be given new
+        (so that it does not take an instance a larger replica was using)."""
         best = None
         any_fixed = bool(self.can_fixed)
         for model_id, pool in self._eligible_pairs(item):
             live = self.live.get((model_id, pool))
             if not live:
                 continue
-            for tier, index, cands in ((0, self.can_fixed, item.fixed_cands.get(model_id, ()) if any_fixed else ()),
-                                       (1, self.can_new, item.cands.get(model_id, ()))):
+            fixed = item.fixed_cands.get(model_id, ()) if any_fixed else ()
+            if tight:
+                natural = item.cands.get(model_id, ())[:1]
+                fixed = [p for p in fixed if natural and (p.memory_slices, p.compute_slices)
+                         == (natural[0].memory_slices, natural[0].compute_slices)]
+            for tier, index, cands in ((0, self.can_fixed, fixed),
+                                       (1, self.can_new, () if tight else item.cands.get(model_id, ()))):
                 for profile in cands:
                     key = (model_id, pool, profile.name)
                     if key not in live:
@@ -482,19 +497,15 @@ class _Packer:
         return best
 
     def _ts_option(self, item: _Item, *, current_only: bool = False):
+        """The fullest time-sliced GPU with room for the item; current_only: among the GPUs time-sliced now,
+        those serving fewer services than now first."""
         best = None
-        for pair, entries in self.ts_lists.items():
-            if item.pool is not None and item.pool != pair[1]:
-                continue
-            if current_only:
-                # GPUs below the number of services they time-slice now first, then the fullest.
-                fits = [(len(self.gpus[e[2]].ts_items) < self.gpus[e[2]].cur_ts, e) for e in entries
-                        if self.gpus[e[2]].cur_ts is not None and _fits_ts(item, self.gpus[e[2]])]
-                if fits:
-                    entry = max(fits)[1]
-                    cost = (1, 0, 0, 0)
-                    if best is None or cost < best[0]:
-                        best = (cost, entry[2], ("ts", None))
+        if current_only:
+            lists = [(pair[:2], entries, 0 if pair[2] else 1) for pair, entries in self.ts_current.items()]
+        else:
+            lists = [(pair, entries, 0) for pair, entries in self.ts_lists.items()]
+        for pair, entries, rank in lists:
+            if not entries or (item.pool is not None and item.pool != pair[1]):
                 continue
             capacity = P.MODELS[pair[0]].memory_gb
             room = capacity - item.memory + 1e-9
@@ -503,7 +514,7 @@ class _Packer:
             for k in range(position - 1, -1, -1):
                 gpu = self.gpus[entries[k][2]]
                 if _fits_ts(item, gpu):
-                    cost = (1, (capacity - gpu.ts_mem - item.memory) / capacity * P.MEMORY_SLICES, 0, 0)
+                    cost = (1, rank, (capacity - gpu.ts_mem - item.memory) / capacity * P.MEMORY_SLICES, 0)
                     if best is None or cost < best[0]:
                         best = (cost, gpu.i, ("ts", None))
                     break
@@ -593,7 +604,7 @@ class _Packer:
         if item.isolation == "exclusive":
             option = self._free_option(item, "whole")
         else:
-            option = self._mig_option(item)
+            option = self._mig_option(item, tight=True)
             if option is not None and option[0][0] != 0:
                 option = None
             if option is None and item.isolation == "soft":
@@ -773,12 +784,12 @@ RUN_BUDGET = 12_000   # replicas placed in all greedy passes together (about 0.1
 _RANK = {"exclusive": 0, "hard": 1, "soft": 2}
 
 
-def _keep_order(item: _Item, by: str) -> tuple:
+def _keep_order(item: _Item, by: str, position: int) -> tuple:
     """The order replicas are offered the current layout in: exclusive, hard, soft; within each the
-    largest first ("size"), or requests limited to a pool first, then by weight ("weight")."""
+    largest first ("size"), or in the packing order (weight per GPU share, "density")."""
     if by == "size":
         return _RANK[item.isolation], -item.memory, -item.compute, item.order
-    return _RANK[item.isolation], item.pool is None, -item.weight, -item.memory, -item.compute, item.order
+    return _RANK[item.isolation], position
 
 
 def plan(gpus, requests, current=None, *, options=None) -> dict:
@@ -838,8 +849,8 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
     # requests, then hard, then soft, the largest first), then packs the rest by density: planning again
     # the requests a layout was made for keeps that layout.
     if any(mig or ts for mig, ts in layout_now.values()):
-        runs = [("density", True, "size"), ("density", True, "weight"), ("density", False, "size"),
-                ("density", False, "weight")] + runs
+        runs = [("density", True, "density"), ("density", True, "size"), ("density", False, "density"),
+                ("density", False, "size")] + runs
     if not options.get("all_runs"):
         runs = runs[:max(2, RUN_BUDGET // max(1, len(placeable)))]
     best = None
@@ -849,7 +860,7 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
         packer = _Packer(run_gpus, ordered, soft_ts_first=soft_ts_first)
         keep_first = None
         if keep:
-            keep_first = sorted(range(len(ordered)), key=lambda n: _keep_order(ordered[n], keep))
+            keep_first = sorted(range(len(ordered)), key=lambda n: _keep_order(ordered[n], keep, n))
         where = packer.run(keep_first)
         served = sum(ordered[n].weight for n in where)
         layouts = {g.i: _layout_of(g) for g in run_gpus}
