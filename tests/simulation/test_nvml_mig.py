@@ -120,6 +120,17 @@ if phase == "refusals":
     out["disable"] = attempt(n.nvmlDeviceSetMigMode, h1, n.NVML_DEVICE_MIG_DISABLE)
     out["mig_mode_1"] = list(n.nvmlDeviceGetMigMode(h1))
 
+if phase == "library-only":
+    # GPU 1 holds a 1g.10gb+me instance at 0 with a compute instance; the state's writer is unreachable.
+    me = n.nvmlDeviceGetGpuInstanceById(h1, 1)
+    out["bad_placement"] = create(h1, 9, 2, 4)[1]
+    out["second_me"] = create(h1, 20, 1, 1)[1]
+    out["overlap"] = create(h1, 19, 0, 1)[1]
+    out["destroy_gi_with_ci"] = attempt(n.nvmlGpuInstanceDestroy, me)
+    out["disable_with_instances"] = attempt(n.nvmlDeviceSetMigMode, h1, n.NVML_DEVICE_MIG_DISABLE)
+    out["mig_off"] = create(h2, 19, 0, 1)[1]
+    out["allowed"] = create(h1, 19, 1, 1)[1]
+
 if phase == "teardown":
     # GPU 0 back to nothing: compute instances first, then GPU instances.
     for profile_id in (14, 19, 9):
@@ -229,3 +240,21 @@ def test_pynvml_gets_the_refusals_real_nvml_gives(driver_loaded):
     assert result["mig_mode_1"] == [0, 0]
     gpu1 = node_state.load(driver_loaded.sysroot)["gpus"][1]
     assert (gpu1["mig"]["current"], gpu1["mig"]["pending"], gpu1["mig"]["gpu_instances"]) == (False, False, [])
+
+
+def test_the_library_refuses_before_it_writes(driver_loaded, run_tool, sim_settings):
+    """simnvml.c checks what real NVML refuses itself, before it runs the simulation's writer: with the
+    writer (nvml_apply.py in the node's copy of the simulated commands) gone, the refusals keep their codes
+    and only an allowed request reaches the writer, and fails."""
+    run_tool("nvidia-smi", "-i", "1", "-mig", "1")
+    run_tool("nvidia-smi", "mig", "-i", "1", "-cgi", "1g.10gb+me:0", "-C")
+    writer = sim_settings.SIMULATION_DIR / "tools" / "appliance" / "simulation" / "nvml_apply.py"
+    writer.rename(writer.with_suffix(".away"))
+    try:
+        result = probe(driver_loaded, "library-only")
+    finally:
+        writer.with_suffix(".away").rename(writer)
+    assert result == {"bad_placement": INVALID_ARGUMENT, "second_me": INSUFFICIENT_RESOURCES,
+                      "overlap": INSUFFICIENT_RESOURCES, "destroy_gi_with_ci": {"error": IN_USE},
+                      "disable_with_instances": {"error": IN_USE}, "mig_off": NOT_SUPPORTED,
+                      "allowed": 999}  # NVML_ERROR_UNKNOWN: the writer could not run
