@@ -58,6 +58,7 @@ def users_of(jobs, node_ids) -> dict[str, str]:
                 _failed_at[appliance.pk] = time.monotonic()
                 log.warning("job owners: Slurm of appliance %s did not answer: %s", appliance.name, exc)
         if answered:
+            found = {job: user[:150] for job, user in found.items()}  # the column's length
             _remember(ask, found)
             known |= {job: found.get(job, "") for job in ask}
     return {job: user for job, user in known.items() if user}
