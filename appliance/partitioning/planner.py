@@ -36,8 +36,9 @@ GPU_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 POOL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ISOLATIONS = ("hard", "soft", "exclusive")
-MAX_REPLICAS = 100_000
-MAX_GPUS = 100_000
+# Limits on one plan (the API hands callers' input here): about 2 s of planning at most.
+MAX_REPLICAS = 20_000
+MAX_GPUS = 10_000
 GPU_FIELDS = {"id", "model", "pool"}
 REQUEST_FIELDS = {"name", "memory_gb", "compute_slices", "replicas", "isolation", "weight", "pool"}
 
@@ -801,8 +802,10 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
         raise PlanInputError(f"options: unknown option {unknown[0]!r} (options: orderings, policies, all_runs)")
     orderings = options.get("orderings", ORDERINGS)
     policies = options.get("policies", (False, True))
-    if not orderings or any(o not in ORDERINGS for o in orderings):
-        raise PlanInputError(f"options.orderings: each one of {', '.join(ORDERINGS)}")
+    if not isinstance(orderings, (list, tuple)) or not orderings or any(o not in ORDERINGS for o in orderings):
+        raise PlanInputError(f"options.orderings: a list of {', '.join(ORDERINGS)}")
+    if not isinstance(policies, (list, tuple)) or not policies or any(not isinstance(p, bool) for p in policies):
+        raise PlanInputError("options.policies: a list of true (soft requests time-sliced first) or false")
     checked_gpus = check_gpus(gpus)
     checked_requests = check_requests(requests)
     layout_now = check_current(current, checked_gpus)

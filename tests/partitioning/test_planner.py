@@ -257,7 +257,7 @@ OK = {"name": "a", "memory_gb": 10, "isolation": "hard"}
     (GPU, [OK, {**OK, "name": "b", "memory_gb": -4}], None, "requests[1].memory_gb: -4 must be greater than 0"),
     (GPU, [{**OK, "memory_gb": "10"}], None, "requests[0].memory_gb: '10' is not a number"),
     (GPU, [{**OK, "memory_gb": True}], None, "requests[0].memory_gb: True is not a number"),
-    (GPU, [{**OK, "replicas": 0}], None, "requests[0].replicas: 0 is not between 1 and 100000"),
+    (GPU, [{**OK, "replicas": 0}], None, "requests[0].replicas: 0 is not between 1 and 20000"),
     (GPU, [{**OK, "compute_slices": 8}], None, "requests[0].compute_slices: 8 is not between 1 and 7"),
     (GPU, [{**OK, "isolation": "strict"}], None, "requests[0].isolation: 'strict' is not one of hard, soft, exclusive"),
     (GPU, [{**OK, "name": "../etc"}], None, "requests[0].name: '../etc' does not match ^[a-z0-9][a-z0-9._-]{0,62}$"),
@@ -303,3 +303,10 @@ def test_every_valid_layout_is_enumerated():
 
     walk(0, [])
     assert sum(len(v) for v in planner.valid_layouts(model).values()) == found
+
+
+def test_the_size_of_a_plan_is_bounded():
+    requests = [{"name": f"r{i}", "memory_gb": 1, "replicas": 5000, "isolation": "soft"} for i in range(5)]
+    with pytest.raises(planner.PlanInputError) as caught:
+        planner.plan(GPU, requests)
+    assert str(caught.value) == "requests[4].replicas: the requests ask for more than 20000 replicas in all"
