@@ -28,7 +28,7 @@ attributes:
     support: full
     details: Returns the instance diff per GPU and changes nothing.
   diff_mode:
-    support: none
+    support: full
   platform:
     platforms: posix
 options:
@@ -64,8 +64,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-diff:
+changes:
   description: Per GPU index, C(destroy), C(create), C(complete) and C(mig_mode) (what was, or in check mode would be, done).
+  returned: always
+  type: dict
+diff:
+  description: The changed GPUs' layouts before and after, one line each (shown with --diff).
   returned: always
   type: dict
 ansible_facts:
@@ -86,6 +90,8 @@ from ansible_collections.appliance.hgx.plugins.module_utils.appliance_nvml impor
     MigLayoutError,
     NvmlUnavailable,
     gpu_diff,
+    gpu_instances,
+    mig_enabled,
     mig_records,
     nvml_session,
     reconcile_gpu,
@@ -106,6 +112,13 @@ def _target_errors(gpus, profiles):
     return errors
 
 
+def _line(index, enabled, instances):
+    if not enabled:
+        return f"GPU {index}: whole (MIG off)\n"
+    placed = " ".join(f"{i['profile']}@{i['start']}" for i in sorted(instances, key=lambda i: i["start"]))
+    return f"GPU {index}: MIG {placed or '(no instances)'}\n"
+
+
 def _empty(diff):
     return not (diff["destroy"] or diff["create"] or diff["complete"] or diff["mig_mode"])
 
@@ -124,28 +137,33 @@ def main():
     errors = _target_errors(p["gpus"], p["profiles"])
     if errors:
         module.fail_json(msg=f"{p['node']}: " + "; ".join(errors))
-    diffs, records = {}, []
+    diffs, records, before, after = {}, [], [], []
     try:
         with nvml_session() as pynvml:
             for key in sorted(p["gpus"], key=int):
                 target = p["gpus"][key]
                 handle = pynvml.nvmlDeviceGetHandleByIndex(int(key))
                 if not target.get("keep"):
+                    was = _line(key, mig_enabled(pynvml, handle), gpu_instances(pynvml, handle, p["profiles"]))
                     if module.check_mode:
                         diff = gpu_diff(pynvml, handle, target, p["profiles"])
                     else:
                         diff = reconcile_gpu(pynvml, handle, int(key), target, p["profiles"])
                     if not _empty(diff):
                         diffs[key] = diff
+                        before.append(was)
+                        after.append(_line(key, target.get("mig") is not None, target.get("mig") or []))
                 records += mig_records(pynvml, handle, int(key), p["profiles"])
     except NvmlUnavailable as exc:
         module.fail_json(msg=f"{p['node']}: NVML: {exc}")
     except MigLayoutError as exc:
-        module.fail_json(msg=f"{p['node']}: {exc}", diff=diffs)
+        module.fail_json(msg=f"{p['node']}: {exc}", changes=diffs)
     except Exception as exc:  # an NVMLError in the middle of a query: name the call's failure
-        module.fail_json(msg=f"{p['node']}: NVML: {exc}", diff=diffs)
+        module.fail_json(msg=f"{p['node']}: NVML: {exc}", changes=diffs)
     slicing = p["time_slicing"] or None
-    module.exit_json(changed=bool(diffs), diff=diffs, ansible_facts={
+    module.exit_json(changed=bool(diffs), changes=diffs, diff={
+        "before_header": f"{p['node']} MIG layout", "after_header": f"{p['node']} MIG layout",
+        "before": "".join(before), "after": "".join(after)}, ansible_facts={
         "appliance_mig_instances": records, "appliance_time_slicing": slicing})
 
 
