@@ -3,6 +3,8 @@ plans with their history, the plan editor (requests as form rows or YAML, previe
 a plan with Apply and the rollback, and the sizing advisor. Each page is a thin wrapper around the functions
 of api.py (which wrap layout, planner, services and sizing), so the portal and the API refuse alike."""
 
+import json
+
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404
@@ -313,7 +315,21 @@ class AdvisorView(CapabilityMixin, View):
                 values = dict(form.cleaned_data)
                 values["params"] = int(values.pop("params_billion") * 1_000_000_000)
                 try:
-                    context["sizing"] = api.size(values)
+                    context["sizing"] = sizing = api.size(values)
+                    from . import sizing as advisor
+
+                    # Decimal units (GB = 10^9 bytes), as the advisor and GPU memory figures are given.
+                    context["human"] = {key: advisor.human_bytes(sizing[key]) for key in (
+                        "weights_bytes", "kv_bytes", "activation_bytes", "overhead_bytes", "total_bytes")}
+                    context["human"]["kv_bytes_per_token"] = advisor.human_bytes(sizing["kv_bytes_per_token"],
+                                                                                  binary=True)
+                    for key in ("per_gpu_bytes", "usable_bytes"):
+                        if sizing.get("placement"):
+                            context["human"][key] = advisor.human_bytes(sizing["placement"][key])
+                    if sizing.get("fits"):
+
+                        # JSON is YAML: the line pastes into the plan editor's YAML as it is.
+                        context["planner_request"] = "- " + json.dumps(advisor.request_for(sizing, "model"))
                 except api.PlanningRefused as refused:
                     form.add_error(refused.field if refused.field in form.fields else None, str(refused))
         else:

@@ -1,6 +1,6 @@
 """The partitioning pages in Chromium on a 390 px screen: the layout page draws each GPU as its 8 memory
 slices with text labels, an Operator fills the plan editor, previews and sees the planned slices beside
-the current ones and what the plan disrupts; nothing overflows, nothing axe-core objects to, no console
+the current ones and what the plan disrupts, then sizes a model in the advisor; nothing overflows, nothing axe-core objects to, no console
 error (the Content-Security-Policy refuses inline styles: the slices are placed by classes)."""
 
 import pytest
@@ -67,6 +67,18 @@ def test_layout_and_plan_preview_on_a_phone(browser, live_server, users, lab):  
         expect(page.get_by_test_id("disruption")).to_be_visible()
         _no_horizontal_scroll(page)
         screenshot(page, "P-partitioning-preview-390")
+        assert axe_violations(page) == []
+
+        page.goto("/partitioning/advisor/")
+        page.get_by_label("Parameters (billions)").fill("8.03")
+        page.get_by_label("Layers").fill("32")
+        page.get_by_label("Key/value heads").fill("8")
+        page.get_by_label("Head dimension").fill("128")
+        page.get_by_test_id("size").click()
+        expect(page.locator('[data-part="kv_bytes_per_token"]')).to_contain_text("(131072 B)")
+        expect(page.get_by_test_id("planner-request")).to_contain_text('"isolation": "soft"')
+        _no_horizontal_scroll(page)
+        screenshot(page, "P-partitioning-advisor-390")
         assert axe_violations(page) == []
         assert reports == []
     finally:

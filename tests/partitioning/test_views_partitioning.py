@@ -131,9 +131,10 @@ def test_advisor_shows_every_figure_and_refuses_bad_values(client_for):
     response = client_for(Role.VIEWER).get("/partitioning/advisor/?" + query)
     assert response.status_code == 200
     html = response.content.decode()
-    assert "(16060000000 B)" in html  # 8.03e9 parameters x 2 bytes
-    assert "(131072 B)" in html       # KV per token: 2 x 32 x 8 x 128 x 2 bytes
+    assert "16.06 GB (16060000000 B)" in html  # 8.03e9 parameters x 2 bytes
+    assert "128 KiB (131072 B)" in html  # KV per token: 2 x 32 x 8 x 128 x 2 bytes
     assert 'data-testid="assumptions"' in html and "KV cache per token" in html
+    assert 'data-testid="planner-request"' in html and "&quot;name&quot;: &quot;model&quot;" in html
     bad = client_for(Role.VIEWER).get("/partitioning/advisor/?" + query.replace("gpu=h100-80gb", "gpu=../x"))
     assert bad.status_code == 400 and 'data-testid="sizing"' not in bad.content.decode()
 
