@@ -143,7 +143,10 @@ def flush(now: float | None = None) -> int:
             except Exception:
                 cache.delete(claim)  # let the next flush try again
                 raise
-        cache.set(PREFIX + "flushed-through", minute, ttl)
+    if minutes:
+        # Once, after the loop: a failure above leaves the mark where it was, and the claims keep the
+        # next flush from writing a minute twice (a fresh cache has 1,440 minutes to walk).
+        cache.set(PREFIX + "flushed-through", minutes[-1], ttl)
     return written
 
 
