@@ -778,7 +778,7 @@ def _size(item: _Item, gpus_models: set[str]) -> float:
     return best
 
 
-ORDERINGS = ("density", "hard-first", "size")
+ORDERINGS = ("density", "hard-first", "weight", "size")
 RUN_BUDGET = 12_000   # replicas placed in all greedy passes together (about 0.1 s per 1,000 replicas)
 
 
@@ -843,6 +843,7 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
     sorts = {
         "density": lambda it: (-it.weight / it.size, -it.size, it.order),
         "hard-first": lambda it: (it.isolation != "hard", -it.weight / it.size, -it.size, it.order),
+        "weight": lambda it: (-it.weight, -it.size, it.order),
         "size": lambda it: (-it.size, -it.weight, it.order),
     }
     # Every ordering and policy on small inputs; on large ones the two that serve most there (density
