@@ -247,7 +247,8 @@ def main() -> None:
     args = parser.parse_args()
     if not args.skip_speed:
         speed(args.gpus, args.requests, args.seed)
-    quality(args.cases, args.seed)
+    if args.cases:
+        quality(args.cases, args.seed)
 
 
 if __name__ == "__main__":
