@@ -4,11 +4,14 @@ around appliance.lending.services; a refusal is one 4xx naming the field or the 
 
 from django.db import transaction
 from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance.core.api import error_response
+from appliance.core.roles import can
 from appliance.inventory.models import Pool
 
 from . import services
@@ -179,10 +182,11 @@ class PolicyListAPIView(APIView):
 
 
 class PolicyAPIView(APIView):
-    """One pool's lending policy; PUT sets it (Administrators)."""
+    """One pool's lending policy; PUT sets it (roles with analytics.change, as the portal's form; turning
+    automatic approval on or off stays with the roles that approve plans, pools.approve)."""
 
     capability = "analytics.view"
-    write_capability = "pools.approve"
+    write_capability = "analytics.change"
     http_method_names = ["get", "put", "options"]
 
     @extend_schema(operation_id="lending_policies_retrieve", parameters=[POOL_ID],
@@ -198,5 +202,9 @@ class PolicyAPIView(APIView):
             policy = LendingPolicy.objects.select_for_update().filter(pool=target).first() or LendingPolicy(pool=target)
             serializer = LendingPolicySerializer(policy, data=request.data, partial=True)
             serializer.is_valid(raise_exception=True)
+            wanted = serializer.validated_data.get("automatic_approval", policy.automatic_approval)
+            if wanted != policy.automatic_approval and not can(request.user, "pools.approve"):
+                raise PermissionDenied(_("automatic_approval: only a role that approves lending plans may "
+                                         "turn the policy's automatic approval on or off"))
             policy = serializer.save(pool=target)
         return Response(LendingPolicySerializer(policy).data)

@@ -224,7 +224,12 @@ def test_api_propose_approve_and_refusals(pools, client_for, users):
 def test_api_policies(pools, client_for):
     training, inference, policy = pools
     url = f"/api/v1/lending/policies/{inference.pk}/"
-    assert client_for(Role.OPERATOR).put(url, {"may_lend": True}, content_type="application/json").status_code == 403
+    assert client_for(Role.VIEWER).put(url, {"may_lend": True}, content_type="application/json").status_code == 403
+    # An Operator sets the policy (as in the portal's form) but not its automatic approval.
+    refused = client_for(Role.OPERATOR).put(url, {"may_lend": True, "automatic_approval": True},
+                                            content_type="application/json")
+    assert refused.status_code == 403 and "automatic_approval" in refused.json()["error"]["message"]
+    assert not LendingPolicy.objects.filter(pool=inference).exists()
     bad = client_for(Role.ADMINISTRATOR).put(url, {"window_days": [1, 9]}, content_type="application/json")
     assert bad.status_code == 400
     set_ = client_for(Role.ADMINISTRATOR).put(url, {"may_lend": True, "minimum_nodes": 0, "reclaim_minutes": 5},
@@ -237,6 +242,9 @@ def test_api_policies(pools, client_for):
     assert [p["pool"] for p in listed] == ["inference", "training"]
     assert AuditRecord.objects.filter(event="lending.lendingpolicy.create",
                                       target_name="lending policy of inference").count() == 1
+    by_operator = client_for(Role.OPERATOR).put(url, {"minimum_nodes": 1, "automatic_approval": False},
+                                                content_type="application/json")
+    assert by_operator.status_code == 200 and by_operator.json()["minimum_nodes"] == 1
 
 
 def test_portal_pages(pools, client_for, users):
