@@ -779,7 +779,7 @@ def _size(item: _Item, gpus_models: set[str]) -> float:
 
 
 ORDERINGS = ("density", "hard-first", "weight", "size")
-RUN_BUDGET = 12_000   # replicas placed in all greedy passes together (about 0.1 s per 1,000 replicas)
+RUN_BUDGET = 12_000   # replicas placed in all greedy passes together (about 0.03 s of CPU per 1,000 a pass)
 
 
 _RANK = {"exclusive": 0, "hard": 1, "soft": 2}
