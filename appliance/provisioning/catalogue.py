@@ -174,7 +174,9 @@ DEFAULT = Catalogue([
     Stage("acceptance", "stages/acceptance.yml",
           _("The result checked against the platform's expectations: GPUs, driver, persistence, NVLink, "
            "BIOS values, the settings of the other stages, the fabric, GPUDirect, NCCL and InfiniBand "
-           "bandwidth, DCGM diagnostics, XID errors and each node's collector answering on /metrics.")),
+           "bandwidth, DCGM diagnostics, XID errors and each node's collector answering on /metrics; each "
+           "partitioned GPU's MIG instances through NVML against the applied partition plan."),
+          vars_provider=stage_vars.acceptance_stage_vars),
 ])
 
 

@@ -9,6 +9,8 @@ The tests of this module share one node and run in file order."""
 import pytest
 
 from appliance.partitioning import profiles
+from appliance.simulation import gpu_ops
+from appliance.simulation import state as node_state
 from tests.playbooks.conftest import NODE, simulated_appliance  # noqa: F401 (the module's shared node)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -30,6 +32,21 @@ def stage_vars(gpus: dict, time_slicing=None) -> dict:
 PLANNED = stage_vars({"0": {"mig": MIXED}, "1": {"mig": None}, **{str(i): {"keep": True, "mig": None}
                                                                   for i in range(2, 8)}},
                      {"replicas": 4, "gpus": [1]})
+ACCEPTANCE_PLAY = """
+- name: The MIG layout acceptance check only
+  hosts: all
+  gather_facts: false
+  environment: "{{ node_environment | default({}) }}"
+  tasks:
+    - name: Measure the MIG layout
+      appliance.hgx.appliance_acceptance:
+        node: "{{ inventory_hostname }}"
+        groups: [mig_layout]
+        platform: "{{ platform }}"
+        mig_layout: "{{ target }}"
+      vars:
+        ansible_python_interpreter: "{{ appliance_node_python }}"
+"""
 WHOLE = stage_vars({str(i): {"mig": None} for i in range(8)})
 
 
@@ -70,12 +87,39 @@ def test_the_stage_creates_the_planned_instances_through_nvml(simulated_applianc
     assert [r["uuid"] for r in records] == [state[s]["compute_instances"][0]["uuid"] for s in (0, 2, 3, 4)]
     assert [r["gpu_instance"] for r in records] == [state[s]["id"] for s in (0, 2, 3, 4)]
     assert facts["appliance_time_slicing"] == {"replicas": 4, "gpus": [1]}
+    # The stage's own acceptance through NVML: one record per GPU it set, all passed.
+    checks = {r["check"]: r for r in facts["appliance_acceptance"]}
+    assert sorted(checks) == ["mig_layout_gpu0", "mig_layout_gpu1"]
+    assert checks["mig_layout_gpu0"]["measured"] == "2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4"
+    assert checks["mig_layout_gpu1"]["measured"] == "whole GPU (MIG off)"
+    assert all(r["passed"] for r in checks.values())
 
 
 def test_a_second_run_changes_nothing(simulated_appliance):  # noqa: F811
     run = simulated_appliance.run("stages/partitioning.yml", extra_vars=PLANNED)
     assert run.returncode == 0, run.output
     assert run.changed() == 0, run.output
+
+
+def test_an_instance_lost_behind_the_stage_fails_acceptance_and_the_next_run_restores_it(
+        simulated_appliance, tmp_path):  # noqa: F811
+    sim = simulated_appliance
+    gi = next(g["id"] for g in sim.state()["gpus"][0]["mig"]["gpu_instances"] if g["placement_start"] == 4)
+    # Destroyed behind the stage's back (as `nvidia-smi mig -dci/-dgi` by hand would).
+    with node_state.update(sim.sysroot) as state:
+        gpu_ops.destroy_compute_instance(state, 0, gi, 0)
+        gpu_ops.destroy_gpu_instance(state, 0, gi)
+    play = tmp_path / "acceptance_mig.yml"
+    play.write_text(ACCEPTANCE_PLAY)
+    checked = sim.run(str(play), extra_vars={"target": PLANNED["appliance_partitioning"]["targets"][NODE]})
+    [record] = [r for r in checked.facts[NODE]["appliance_acceptance"] if r["check"] == "mig_layout_gpu0"]
+    assert record["passed"] is False
+    assert record["message"] == ("GPU 0: NVML shows 2g.20gb@0 1g.10gb@2 1g.10gb@3, "
+                                 "the plan has 2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4")
+
+    run = sim.run("stages/partitioning.yml", extra_vars=PLANNED)
+    assert run.returncode == 0, run.output
+    assert instances(sim, 0) == [(0, "2g.20gb", 1), (2, "1g.10gb", 1), (3, "1g.10gb", 1), (4, "3g.40gb", 1)]
 
 
 def test_the_layout_before_is_restored(simulated_appliance):  # noqa: F811

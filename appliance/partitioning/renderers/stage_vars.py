@@ -277,3 +277,18 @@ def partitioning_stage_vars(run, nodes) -> dict:
         "drain_checks": DRAIN_CHECKS,
         "targets": partitioning_targets(run.appliance, nodes, plan.result if plan else None),
     }}
+
+
+def acceptance_stage_vars(run, nodes) -> dict:
+    """The acceptance stage's expectation of each GPU node's MIG layout: the applied partition plan's for
+    the GPUs it names, the recorded layout for the others; nodes never partitioned are not checked."""
+    from appliance.partitioning.services import applied_plan
+
+    plan = applied_plan(run.appliance)
+    targets = partitioning_targets(run.appliance, [n for n in nodes if n.role == "gpu"], plan.result if plan else None)
+    expected = {}
+    for name, target in targets.items():
+        gpus = {index: gpu for index, gpu in target["gpus"].items() if not gpu.get("keep")}
+        if gpus:
+            expected[name] = {"gpus": gpus, "profiles": target["profiles"]}
+    return {"appliance_partitioning_expected": expected}

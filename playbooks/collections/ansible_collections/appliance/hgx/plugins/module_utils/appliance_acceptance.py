@@ -19,15 +19,17 @@ import urllib.request
 
 try:
     from ansible_collections.appliance.hgx.plugins.module_utils.appliance_nvml import driver_record, gpu_records, nvml_session
+    from ansible_collections.appliance.hgx.plugins.module_utils.appliance_nvml import gpu_instances, mig_enabled
 except ImportError:  # imported outside Ansible (unit tests put module_utils on sys.path)
-    from appliance_nvml import driver_record, gpu_records, nvml_session
+    from appliance_nvml import driver_record, gpu_instances, gpu_records, mig_enabled, nvml_session
 
 
 class Context:
     """What the groups need: the node, its sysroot, the platform and values measured elsewhere."""
 
     def __init__(self, node, sysroot="", platform=None, platform_file="", bios_baseline=None,
-                 bios_measured=None, bios_error="", services=(), kernel_cmdline=(), memlock="unlimited"):
+                 bios_measured=None, bios_error="", services=(), kernel_cmdline=(), memlock="unlimited",
+                 mig_layout=None):
         self.node = node
         self.sysroot = sysroot or ""
         self.platform = platform or {}
@@ -38,6 +40,8 @@ class Context:
         self.services = list(services)
         self.kernel_cmdline = list(kernel_cmdline)
         self.memlock = memlock
+        # The partitioning target: {"gpus": {index: {"mig": [{profile, start}] | None}}, "profiles": {...}}.
+        self.mig_layout = mig_layout or {}
 
     def path(self, absolute):
         return os.path.join(self.sysroot, absolute.lstrip("/")) if self.sysroot else absolute
@@ -326,7 +330,46 @@ def collector_checks(ctx, wait_s=30.0):
     return records
 
 
+# ---- MIG layout ------------------------------------------------------------------------------------
+
+def _layout_text(enabled, instances):
+    if not enabled:
+        return "whole GPU (MIG off)"
+    return " ".join(f"{i['profile']}@{i['start']}" for i in sorted(instances, key=lambda i: i["start"])) or "MIG on, no instances"
+
+
+def mig_layout_checks(ctx, measure=None):
+    """Each GPU's instances, as NVML reports them, equal the applied partition plan's (profile and first
+    memory slice), each GPU instance with its compute instance."""
+    gpus = ctx.mig_layout.get("gpus") or {}
+    profiles = ctx.mig_layout.get("profiles") or {}
+    if not gpus:
+        return []
+    source = "NVML (nvmlDeviceGetGpuInstances) against the partition plan"
+    records = []
+    try:
+        with nvml_session() as pynvml:
+            for index in sorted(gpus, key=int):
+                target = gpus[index]
+                if target.get("keep"):
+                    continue
+                handle = pynvml.nvmlDeviceGetHandleByIndex(int(index))
+                found = gpu_instances(pynvml, handle, profiles)
+                measured = _layout_text(mig_enabled(pynvml, handle), found)
+                if any(not i["compute_instances"] for i in found):
+                    measured += " (a GPU instance without its compute instance)"
+                expected = _layout_text(target.get("mig") is not None, target.get("mig") or [])
+                records.append(ctx.record(f"mig_layout_gpu{index}", expected, measured, measured == expected, source,
+                                          "" if measured == expected else
+                                          f"GPU {index}: NVML shows {measured}, the plan has {expected}"))
+    except Exception as exc:  # NVML unavailable or a call refused: one failed record naming it
+        records.append(ctx.record("mig_layout", "the planned MIG layout", f"NVML: {exc}", False, source,
+                                  f"the MIG layout could not be read: {exc}"))
+    return records
+
+
 GROUPS = {
+    "mig_layout": mig_layout_checks,
     "bios": bios_checks,
     "os": os_checks,
     "services": service_checks,

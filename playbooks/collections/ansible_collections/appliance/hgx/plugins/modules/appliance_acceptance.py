@@ -46,7 +46,8 @@ options:
     description:
       - Check groups to run, in order.
       - Known groups are V(bios), V(os), V(services), V(gpu) and V(collector) (the telemetry collector answers on its
-        C(/metrics) with one C(DCGM_FI_DEV_GPU_UTIL) series per GPU).
+        C(/metrics) with one C(DCGM_FI_DEV_GPU_UTIL) series per GPU), and V(mig_layout) (each GPU's MIG instances
+        through NVML equal the partition plan's).
     type: list
     elements: str
     required: true
@@ -86,6 +87,12 @@ options:
     description: The memlock limit every user must get (V(os) group).
     type: str
     default: unlimited
+  mig_layout:
+    description:
+      - The partition plan's layout of the node's GPUs (V(mig_layout) group), as the partitioning stage's
+        target - C(gpus) (GPU index to C(mig), a list of C(profile) and C(start), or null) and C(profiles)
+        (profile name to C(nvml_profile) and C(compute_slices)); GPUs marked C(keep) are not checked.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -171,6 +178,7 @@ def main():
             "services": {"type": "list", "elements": "str", "default": []},
             "kernel_cmdline": {"type": "list", "elements": "str", "default": []},
             "memlock": {"type": "str", "default": "unlimited"},
+            "mig_layout": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -178,7 +186,7 @@ def main():
     context = Context(p["node"], sysroot=p["sysroot"], platform=p["platform"], platform_file=p["platform_file"],
                       bios_baseline=p["bios_baseline"], bios_measured=p["bios_measured"],
                       bios_error=p["bios_error"], services=p["services"], kernel_cmdline=p["kernel_cmdline"],
-                      memlock=p["memlock"])
+                      memlock=p["memlock"], mig_layout=p["mig_layout"])
     try:
         records = run_groups(context, p["groups"])
     except ValueError as exc:

@@ -38,16 +38,16 @@ options:
     required: true
   gpus:
     description:
-      - GPU index (as a string) to its target, C({mig: [{profile, start}]}) or C({mig: null}) for a whole
-        GPU (MIG mode off); C({keep: true}) only reads the GPU.
+      - GPU index (as a string) to its target - C(mig), a list of C(profile) and C(start) (the first
+        memory slice), or null for a whole GPU (MIG mode off); C(keep) true only reads the GPU.
     type: dict
     required: true
   profiles:
-    description: Profile name to C({nvml_profile, compute_slices}) for the node's GPU model.
+    description: Profile name to its C(nvml_profile) and C(compute_slices), for the node's GPU model.
     type: dict
     required: true
   time_slicing:
-    description: The node's time-slicing, C({replicas, gpus}), recorded as a fact (the device plugin applies it).
+    description: The node's time-slicing (C(replicas) and C(gpus)), recorded as a fact (the device plugin applies it).
     type: dict
 """
 
@@ -65,7 +65,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changes:
-  description: Per GPU index, C(destroy), C(create), C(complete) and C(mig_mode) (what was, or in check mode would be, done).
+  description: Per GPU index, C(destroy), C(create), C(complete) and C(mig_mode) - what was done, or in check mode would be.
   returned: always
   type: dict
 diff:
@@ -82,7 +82,7 @@ ansible_facts:
       type: list
       elements: dict
     appliance_time_slicing:
-      description: The node's time-slicing, C({replicas, gpus}), or null.
+      description: The node's time-slicing (C(replicas) and C(gpus)), or null.
       type: dict
 """
 
