@@ -67,10 +67,59 @@ def render_device_plugin_config(pool: PoolView, mig_types: list[str] | None = No
     return _dump(device_plugin_config(pool, mig_types))
 
 
+def recorded_layout(node) -> list[dict] | None:
+    """The node's GPUs as the partitioning stage recorded them (facts mig_instances and time_slicing), in
+    the planner's shape [{id, mig, time_slicing}]; None for a node no partitioning run has recorded."""
+    facts = node.facts or {}
+    if "mig_instances" not in facts and not facts.get("time_slicing"):
+        return None
+    instances: dict[int, list[dict]] = {}
+    for item in facts.get("mig_instances") or []:
+        try:
+            instances.setdefault(int(item["gpu"]), []).append({"profile": str(item["profile"]),
+                                                               "start": int(item["start"])})
+        except (KeyError, TypeError, ValueError):
+            raise RenderError(f"node {node.name}: facts.mig_instances is malformed ({item!r})") from None
+    slicing = facts.get("time_slicing") or {}
+    try:
+        replicas = int(slicing.get("replicas") or 0)
+        sliced = {int(i) for i in slicing.get("gpus") or []} if replicas > 1 else set()
+    except (TypeError, ValueError, AttributeError):
+        raise RenderError(f"node {node.name}: facts.time_slicing is malformed ({slicing!r})") from None
+    return [{"id": f"{node.name}/gpu{index}", "mig": instances.get(index),
+             "time_slicing": {"replicas": replicas} if index in sliced and index not in instances else None}
+            for index in range(node.gpu_count)]
+
+
+def node_layout_configs(site: SiteView) -> dict[str, dict]:
+    """node -> its own device plugin config (v1) from the layout the partitioning stage recorded, for the
+    inference nodes it has partitioned: time-slicing of the GPUs it time-slices, MIG resources with the
+    mixed strategy (one node's GPUs may carry several profiles). Nodes select theirs by label."""
+    from appliance.partitioning import formats
+
+    pool_names = {p.name for p in site.pools}
+    configs = {}
+    for pool in inference_pools(site):
+        for name in sorted(pool.nodes):
+            gpus = recorded_layout(site.node(name))
+            if gpus is None:
+                continue
+            if name in pool_names:
+                raise RenderError(f"node {name}: its device plugin config would take the key of pool {name}")
+            strategy = "mixed" if any(g["mig"] for g in gpus) else "single"
+            try:
+                configs[name] = formats.device_plugin_config({"gpus": gpus}, name, strategy)
+            except formats.FormatError as exc:
+                raise RenderError(f"node {name}: {exc}") from None
+    return configs
+
+
 def render_device_plugin_config_map(site: SiteView, mig_types: dict[str, list[str]] | None = None) -> str:
-    """One ConfigMap holding every inference pool's config; nodes pick theirs through a label."""
+    """One ConfigMap holding every inference pool's config and the config of each node the partitioning
+    stage laid out; nodes pick theirs through a label."""
     pools = inference_pools(site)
     data = {config_key(p): render_device_plugin_config(p, (mig_types or {}).get(p.name)) for p in pools}
+    data.update({name: _dump(config) for name, config in node_layout_configs(site).items()})
     return _dump({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": DEVICE_PLUGIN_CONFIG_MAP, "namespace": "gpu-operator"},
@@ -116,6 +165,7 @@ def node_settings(site: SiteView) -> dict[str, dict]:
     """node -> {labels, taints} for every pool member (training nodes are labelled too, and tainted so that
     no Kubernetes pod lands on a Slurm node)."""
     result: dict[str, dict] = {}
+    laid_out = node_layout_configs(site)
     for pool in site.pools:
         for name in sorted(pool.nodes):
             node = site.node(name)
@@ -124,6 +174,11 @@ def node_settings(site: SiteView) -> dict[str, dict]:
             if pool.kind == "inference":
                 labels["nvidia.com/device-plugin.config"] = config_key(pool)
                 labels["nvidia.com/mig.config"] = str(pool.settings.get("mig_config", "all-disabled"))
+                if name in laid_out:
+                    # The node's own configs: its device plugin config above, its mig-parted config
+                    # (formats.mig_parted_config names each node's after the node).
+                    labels["nvidia.com/device-plugin.config"] = name
+                    labels["nvidia.com/mig.config"] = name
                 taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
             else:
                 taints = [{"key": POOL_LABEL, "value": pool.name, "effect": "NoExecute"}]
