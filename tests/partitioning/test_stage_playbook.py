@@ -130,3 +130,50 @@ def test_the_layout_before_is_restored(simulated_appliance):  # noqa: F811
     assert run.facts[NODE]["appliance_mig_instances"] == []
     again = sim.run("stages/partitioning.yml", extra_vars=WHOLE)
     assert again.changed() == 0, again.output
+
+
+def test_the_engine_applies_a_saved_plan_and_rolls_it_back(simulated_appliance, make_user):  # noqa: F811
+    """Through the services and the provisioning engine, as the portal and `partition apply` do."""
+    from appliance.core.roles import Role
+    from appliance.inventory.models import GPU
+    from appliance.partitioning import services
+    from appliance.partitioning.layout import current_layout
+    from appliance.provisioning.services import execute_run
+
+    sim = simulated_appliance
+    node = sim.node
+    for index in range(8):  # what the gpu stage's facts give the inventory in a bootstrap
+        GPU.objects.get_or_create(node=node, index=index, defaults={
+            "model": sim.platform["gpu"]["model"], "memory_mib": 81559, "mig_capable": True})
+    operator = make_user(Role.OPERATOR, "stage-operator")
+    plan = services.save_result(node.appliance, {"gpus": [
+        {"id": f"{NODE}/gpu0", "mig": MIXED},
+        {"id": f"{NODE}/gpu1", "mig": None, "time_slicing": {"replicas": 4}}]}, user=operator)
+
+    dry = execute_run(services.apply_plan(plan, user=operator, dry_run=True).pk)
+    assert dry.state == "succeeded", dry.reason
+    assert instances(sim, 0) is None
+    plan.refresh_from_db()
+    assert plan.state == "draft"
+
+    run = execute_run(services.apply_plan(plan, user=operator).pk)
+    assert run.state == "succeeded", run.reason
+    plan.refresh_from_db()
+    assert plan.state == "applied"
+    assert instances(sim, 0) == [(0, "2g.20gb", 1), (2, "1g.10gb", 1), (3, "1g.10gb", 1), (4, "3g.40gb", 1)]
+    gpus = {g["id"]: g for g in current_layout(node.appliance)["gpus"]}
+    assert [(i["profile"], i["start"]) for i in gpus[f"{NODE}/gpu0"]["mig"]] == [
+        ("2g.20gb", 0), ("1g.10gb", 2), ("1g.10gb", 3), ("3g.40gb", 4)]
+    assert gpus[f"{NODE}/gpu1"]["time_slicing"] == {"replicas": 4}
+    checks = {c.name: c.passed for c in run.acceptance_report.checks.all()}
+    assert checks == {"mig_layout_gpu0": True, "mig_layout_gpu1": True}
+
+    back = services.rollback(node.appliance, user=operator)
+    rolled = execute_run(back.run.pk)
+    assert rolled.state == "succeeded", rolled.reason
+    back.refresh_from_db()
+    plan.refresh_from_db()
+    assert (back.state, plan.state) == ("applied", "superseded")
+    assert instances(sim, 0) is None and instances(sim, 1) is None
+    gpus = {g["id"]: g for g in current_layout(node.appliance)["gpus"]}
+    assert gpus[f"{NODE}/gpu0"]["mig"] is None and gpus[f"{NODE}/gpu1"]["time_slicing"] is None
