@@ -324,8 +324,19 @@ def follow_run(run) -> None:
             _save(plan, update_fields=["state", "applied_at", "updated"])
             audit.record("partitioning.plan.state", target=plan,
                          details={"number": plan.number, "state": plan.state, "run": run.pk, "run_state": run.state})
+            if plan.state == Plan.State.APPLIED and plan.appliance.simulated:
+                _sync_simulated_devices(plan.appliance, list(run.node_names))
             if plan.state == Plan.State.APPLIED and plan.appliance.pools.exists():
                 transaction.on_commit(lambda plan=plan: rerender_workloads(plan, list(run.node_names)))
+
+
+def _sync_simulated_devices(appliance, names: list[str]) -> None:
+    """On a simulated appliance: each changed node's slurmd sees the MIG device files of the instances its
+    GPUs now have (on a real node the driver makes them under /dev/nvidia-caps)."""
+    from appliance.simulation import slurm as simulated_slurm
+
+    for node in appliance.nodes.filter(name__in=names):
+        simulated_slurm.sync_mig_devices(node)
 
 
 def rerender_workloads(plan: Plan, nodes: list[str]):
