@@ -82,11 +82,11 @@ def current_layout(appliance) -> dict:
 
 def planner_current(layout: dict) -> list[dict]:
     """The layout in the planner's `current` shape (its output's gpus): [{id, model, mig: [{profile, start}]
-    | None, time_slicing}]."""
+    | None, time_slicing}], for the GPUs planner_gpus lists (those the profile table knows)."""
     return [{"id": g["id"], "model": g["model"],
                       "mig": None if g["mig"] is None else [{"profile": i["profile"], "start": i["start"]}
                                                             for i in g["mig"]],
-                      "time_slicing": g["time_slicing"]} for g in layout["gpus"]]
+                      "time_slicing": g["time_slicing"]} for g in layout["gpus"] if g["model"]]
 
 
 def planner_gpus(layout: dict) -> list[dict]:

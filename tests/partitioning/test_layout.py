@@ -56,3 +56,10 @@ def test_facts_give_instances_and_time_slicing(demo):
                                      "mig": [{"profile": "3g.40gb", "start": 0}, {"profile": "1g.10gb", "start": 6}],
                                      "time_slicing": None}
     assert {"id": "gpu04/gpu5", "model": "h100-80gb", "pool": "inference"} in planner_gpus(current_layout(demo))
+
+    # A GPU the profile table does not know is neither planned nor given as current.
+    GPU.objects.filter(node=node, index=7).update(model="NVIDIA GeForce RTX 4090")
+    layout = current_layout(demo)
+    assert [g["model"] for g in layout["gpus"] if g["id"] == "gpu04/gpu7"] == [None]
+    assert "gpu04/gpu7" not in {g["id"] for g in planner_current(layout)}
+    assert "gpu04/gpu7" not in {g["id"] for g in planner_gpus(layout)}
