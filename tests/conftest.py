@@ -125,19 +125,31 @@ BACKEND_AGNOSTIC_DIRS = ("playbooks", "simulation", "workloads")
 # fixture that opens the database itself, as tests/playbooks/conftest.py does).
 DATABASE_FIXTURES = frozenset({"db", "transactional_db", "live_server", "django_db_setup",
                                "django_db_reset_sequences", "django_db_serialized_rollback"})
-# Files whose work takes minutes, in seconds on a quiet 2-core machine (measured alone, or scaled from
-# runs under load; test_bootstrap_demo.py is about four bootstraps' worth of stages). With `--dist loadfile`
-# a file runs whole on one worker: the costly ones are handed out first, so that no worker is left with
-# minutes of work while the other has none. A file not listed counts a quarter of a second a test; a rough
-# figure is enough to order the work.
+# Files whose work takes minutes, in worker-seconds of the README's test command (tests/run: the two passes
+# side by side on a 2-core machine, each file on one xdist worker), from the last full run's "slowest test
+# files" summary below, or scaled from runs of the file alone. With `--dist loadfile` a file runs whole on one
+# worker: the costly ones are handed out first, so that no worker is left with minutes of work while the
+# other has none. A file not listed counts a quarter of a second a test; a rough figure is enough to order
+# the work, but a file listed far below its real cost (test_accessibility.py was listed at 90 s and took
+# 1486) is handed out late and keeps a worker busy after the other has finished.
 COSTLY_FILES = {
-    "tests/provisioning/test_bootstrap_demo.py": 900,
-    "tests/provisioning/test_bootstrap_postgresql.py": 300,
-    "tests/provisioning/test_bootstrap_cli.py": 150,
+    # About four bootstraps' worth of stages on the embedded SQLite database (SQLite pass only).
+    "tests/provisioning/test_bootstrap_demo.py": 2750,
+    # axe-core on every page for every role, width and scheme; the audit event catalogue alone (5,400
+    # elements) costs axe about 40 s a case. Was 1486 before pages without late requests stopped waiting
+    # half a second each for network idle.
+    "tests/e2e/test_accessibility.py": 1250,
+    # A fresh bootstrap on PostgreSQL, killed and resumed (PostgreSQL pass only).
+    "tests/provisioning/test_bootstrap_postgresql.py": 850,
+    "tests/provisioning/test_bootstrap_cli.py": 740,
+    "tests/playbooks/test_stages.py": 530,
+    # The role x endpoint matrices, both passes (they check the endpoints on the production backend too,
+    # audit records of their POSTs included): 756 s and 434 s on PostgreSQL while each case wrote its own
+    # users and inventory; a third of that since they share them per module (tests/api/conftest.py).
+    "tests/api/test_status_matrix.py": 250,
+    "tests/api/test_access.py": 150,
     "tests/api/test_schemathesis.py": 150,
-    "tests/playbooks/test_stages.py": 120,
     "tests/core/test_production.py": 90,
-    "tests/e2e/test_accessibility.py": 90,
     "tests/provisioning/test_repository.py": 50,
     "tests/playbooks/test_lint.py": 42,
     "tests/playbooks/test_node_python.py": 40,
