@@ -57,7 +57,10 @@ def gpu_drawing(gpu: dict, placed: list[dict] | None = None) -> dict:
             used.update(range(start, start + span))
             services = [p for p in placed if p.get("kind") == "mig" and p.get("profile") == instance["profile"]
                         and p.get("start") == start]
+            # "1g.10gb" may break after "1g" on a one-slice block (a narrow column on a phone).
+            compute, dot, rest = str(instance["profile"]).partition(".")
             blocks.append({"kind": "mig", "start": start, "span": span, "label": instance["profile"],
+                           "label_parts": (compute + dot, rest) if dot else (compute, ""),
                            "services": _service_names(services),
                            "slices": f"{start}" if span == 1 else f"{start}–{start + span - 1}"})
         blocks.extend({"kind": "free", "start": index, "span": 1, "label": _("free"), "services": [],
@@ -82,6 +85,18 @@ def _node_and_index(gpu_id: str) -> tuple[str, str]:
     return (node or gpu_id), index.removeprefix("gpu")
 
 
+def _shape(gpu: dict | None) -> tuple:
+    """What a GPU's layout is, to compare the layout now with a plan's: MIG instances as (profile, start),
+    or time-slicing replicas, or whole."""
+    if gpu is None:
+        return ()
+    if gpu.get("mig") is not None:
+        return ("mig", tuple(sorted((str(i.get("profile")), int(i.get("start", 0))) for i in gpu["mig"])))
+    if gpu.get("time_slicing"):
+        return ("time_slicing", int(gpu["time_slicing"].get("replicas") or 0))
+    return ("whole",)
+
+
 def layout_drawing(now: list[dict], planned: dict | None = None, *, only_concerned: bool = False) -> list[dict]:
     """Nodes with their GPUs, each drawn now and (with a planner result) as planned:
     [{"name", "gpus": [{"id", "index", "model", "pool", "now", "planned", "changed"}]}]. `only_concerned`:
@@ -99,7 +114,9 @@ def layout_drawing(now: list[dict], planned: dict | None = None, *, only_concern
         node["gpus"].append({
             "id": gpu["id"], "index": index, "model": gpu.get("model"), "pool": gpu.get("pool"),
             "now": gpu_drawing(gpu), "planned": gpu_drawing(target, placements.get(gpu["id"])) if target else None,
-            "changed": gpu["id"] in changed})
+            # Against the layout NVML reports now, not the one the plan was made on: an applied plan changes
+            # nothing any more.
+            "changed": target is not None and _shape(target) != _shape(gpu)})
     return list(nodes.values())
 
 
@@ -182,7 +199,9 @@ class PlanDetailView(CapabilityMixin, TemplateView):
             raise Http404(_("no appliance in the inventory"))
         plan = get_object_or_404(api.plans_of(appliance), number=kwargs["number"])
         before = plan.current if isinstance(plan.current, list) else (plan.current or {}).get("gpus", [])
+        # The plan's own "before": the layout it was planned on (the layout now is on the layout page).
         context.update(plan=plan, result=plan.result or {}, nodes=layout_drawing(before, plan.result or {}, only_concerned=True),
+                       now_label=_("before"),
                        can_change=can(self.request.user, "partitioning.change"),
                        can_apply=_may_apply(self.request.user) and plan.state == Plan.State.DRAFT,
                        can_rollback=_may_apply(self.request.user) and plan.state == Plan.State.APPLIED

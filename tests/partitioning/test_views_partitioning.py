@@ -18,8 +18,9 @@ def _blocks(html: str, which: str, gpu: str) -> list[tuple[str, str, str, str]]:
     """(kind, start, span, label) of each block drawn for `gpu` in the `which` row (now / planned)."""
     card = html.split(f'data-gpu="{gpu}"', 1)[1].split("</article>", 1)[0]
     row = card.split(f'data-testid="slices-{which}"', 1)[1].split('<span class="row-label">', 1)[0]
-    return [(kind, start, span, label.strip()) for kind, start, span, label in re.findall(
-        r'data-kind="(\w+)" data-start="(\d)" data-span="(\d)"[^>]*>\s*<span class="block-label">([^<]*)</span>',
+    # A MIG profile's label may break after its compute part ("1g.<wbr>10gb").
+    return [(kind, start, span, label.replace("<wbr>", "").strip()) for kind, start, span, label in re.findall(
+        r'data-kind="(\w+)" data-start="(\d)" data-span="(\d)"[^>]*>\s*<span class="block-label">((?:[^<]|<wbr>)*)</span>',
         row)]
 
 
@@ -165,3 +166,26 @@ def test_a_large_appliance_is_drawn_32_nodes_a_page(client_for, lab):  # noqa: F
     assert 'href="?appliance=lab&amp;page=2"' in first
     second = client_for(Role.VIEWER).get("/partitioning/?appliance=lab&page=2").content.decode()
     assert re.findall(r'data-node="([^"]+)"', second) == ["gpu33", "gpu34"]
+
+
+def test_a_gpu_is_marked_changed_against_the_layout_now_not_the_one_the_plan_was_made_on(client_for, lab):  # noqa: F811
+    """An applied plan whose layout NVML now reports marks no GPU "changes"; a plan that differs from it does."""
+    as_now = {"gpus": [
+        {"id": "gpu01/gpu0", "model": "h100-80gb", "mig": [{"profile": "3g.40gb", "start": 0},
+                                                            {"profile": "1g.10gb", "start": 6}], "time_slicing": None},
+        {"id": "gpu01/gpu1", "model": "h100-80gb", "mig": None, "time_slicing": None}],
+        "placed": [], "unplaced": [], "disruption": {"gpus_changed": ["gpu01/gpu0"]}}
+    different = {**as_now, "gpus": [as_now["gpus"][0],
+                                     {"id": "gpu01/gpu1", "model": "h100-80gb", "mig": None,
+                                      "time_slicing": {"replicas": 4}}]}
+    Plan.objects.create(appliance=lab, number=1, result=as_now, state=Plan.State.APPLIED)
+    Plan.objects.create(appliance=lab, number=2, result=different, state=Plan.State.DRAFT)
+    viewer = client_for(Role.VIEWER)
+
+    def marked(number: int) -> list[str]:
+        html = viewer.get(f"/partitioning/?appliance=lab&plan={number}").content.decode()
+        cards = re.findall(r'<article class="gpu-card( changed)?" data-gpu="([^"]+)"', html)
+        return [gpu for changed, gpu in cards if changed]
+
+    assert marked(1) == []
+    assert marked(2) == ["gpu01/gpu1"]
