@@ -107,6 +107,7 @@ _BASE = [
     EventType("simulation.fault.clear", "simulation", "medium", "Injected faults were cleared from a simulated node.", 3004, 3, _CHANGE),
     EventType("simulation.slurm.start", "simulation", "low", "The simulated appliance's Slurm daemons were started.", 1007, 1, _OPERATION),
     EventType("simulation.slurm.stop", "simulation", "low", "The simulated appliance's Slurm daemons were stopped.", 1007, 2, _OPERATION),
+    EventType("simulation.slurm.restart", "simulation", "low", "The simulated appliance's Slurm daemons were restarted: the workloads stage changed their files.", 1007, 1, _OPERATION),
     EventType("simulation.workload.start", "simulation", "low", "The simulated workload model was started.", 1007, 1, _OPERATION),
     EventType("simulation.workload.stop", "simulation", "low", "The simulated workload model was stopped.", 1007, 2, _OPERATION),
     EventType("simulation.collector.start", "simulation", "low", "A simulated node's telemetry collector was started.", 1007, 1, _OPERATION),

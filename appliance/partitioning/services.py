@@ -339,6 +339,19 @@ def _sync_simulated_devices(appliance, names: list[str]) -> None:
         simulated_slurm.sync_mig_devices(node)
 
 
+def workloads_nodes(appliance, nodes: list[str]) -> list[str]:
+    """The nodes the workloads stage reruns on after `nodes` changed layout: them, the management node, and
+    every Slurm node when one of them is a Slurm node (slurm.conf names each node's MIG types in Gres= and
+    must be the same file on every node of the cluster)."""
+    from appliance.inventory.models import Pool
+
+    names = set(nodes) | set(appliance.nodes.filter(role="management").values_list("name", flat=True))
+    training = appliance.nodes.filter(pool_membership__pool__kind=Pool.Kind.TRAINING)
+    if training.filter(name__in=nodes).exists():
+        names |= set(training.values_list("name", flat=True))
+    return sorted(names)
+
+
 def rerender_workloads(plan: Plan, nodes: list[str]):
     """After a plan was applied: the workloads stage on its nodes and the management node renders gres.conf
     (File= per MIG device) and the device plugin config from the instances the partitioning stage recorded
@@ -346,7 +359,7 @@ def rerender_workloads(plan: Plan, nodes: list[str]):
     when it could not start (the reason is audited)."""
     from appliance.provisioning import services as provisioning
 
-    names = list(nodes) + [n.name for n in plan.appliance.nodes.filter(role="management").order_by("name")]
+    names = workloads_nodes(plan.appliance, nodes)
     try:
         run = provisioning.start_run(plan.appliance, kind="stages", stages=[WORKLOADS_STAGE], nodes=names,
                                      user=plan.applied_by)

@@ -368,8 +368,14 @@ def start(appliance) -> dict:
     """Everything a prepared simulated appliance runs: its BMC emulators, its nodes' SSH servers and,
     once the workloads stage has written its files, the training pool's Slurm, and once the monitoring
     stage has deployed them, the nodes' telemetry collectors."""
-    started = {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance), "repository": start_repository(),
-               "slurm": start_slurm(appliance)}
+    started = {"bmc": start_bmcs(appliance), "ssh": start_ssh(appliance), "repository": start_repository()}
+    try:
+        started["slurm"] = start_slurm(appliance)
+    except SimulationError as exc:
+        # Files the workloads stage left inconsistent (a run that wrote slurm.conf on some nodes only) must
+        # not keep a run from starting the stage that rewrites them; after it, the stage starts Slurm again
+        # and fails on it.
+        started["slurm"] = str(exc)
     try:
         started["collectors"] = start_collectors(appliance)
     except SimulationError as exc:

@@ -318,8 +318,12 @@ def configure(appliance) -> dict:
     text = simulation_conf(files["slurm.conf"], controller=controller, controller_port=allocation["slurmctld"],
                            node_ports={name: allocation[name] for name in nodes}, directory=directory,
                            user=getpass.getuser())
+    changed = []
     for name, content in (("slurm.conf", text), ("gres.conf", files["gres.conf"]), ("cgroup.conf", files["cgroup.conf"])):
-        (directory / "etc" / name).write_text(content)
+        target = directory / "etc" / name
+        if not target.is_file() or target.read_text() != content:
+            changed.append(name)
+            target.write_text(content)
     members = {member.name: member for member in appliance.nodes.filter(name__in=nodes)}
     for name in nodes:
         # /dev/nvidia<N> as gres.conf names them; /dev/nvidia-caps only for the MIG instances the node has
@@ -328,7 +332,7 @@ def configure(appliance) -> dict:
                      if not path.startswith("/dev/nvidia-caps/")]
         _make_devices(directory / "dev" / name, gpu_files)
         _sync_caps(directory / "dev" / name, mig_device_files(sim_state.load(members[name].sysroot)))
-    return {"controller": controller, "nodes": nodes, "ports": allocation}
+    return {"controller": controller, "nodes": nodes, "ports": allocation, "changed": changed}
 
 
 # ---- processes -----------------------------------------------------------------------------------------
@@ -443,6 +447,14 @@ def start(appliance) -> dict:
     _require_host()
     layout = configure(appliance)
     started = []
+    running = [pid for pid in (_running(_pid_file(name)) for name in ["slurmctld", *layout["nodes"]]) if pid]
+    if layout["changed"] and running:
+        # The workloads stage changed the files (a partition plan's MIG types in gres.conf and Gres=, a node
+        # lent): on a real node the stage's handlers restart slurmctld and slurmd; here the simulation plays
+        # systemd, so the daemons started from the old files are restarted (slurmctld keeps its state, a
+        # running job's slurmstepd outlives its slurmd).
+        _terminate(running)
+        audit.record("simulation.slurm.restart", target=appliance, details={"changed": layout["changed"]})
     controller_pid = _running(_pid_file("slurmctld"))
     if controller_pid is None:
         _launch(layout["controller"], [SLURMCTLD])

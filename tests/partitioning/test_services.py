@@ -181,3 +181,10 @@ def test_rollback_with_nothing_applied_is_refused(demo, operator, make_user):
         services.rollback(demo, user=operator)
     with pytest.raises(PermissionDenied):
         services.rollback(demo, user=make_user(Role.VIEWER, "v"))
+
+
+def test_the_workloads_rerun_covers_every_slurm_node_when_a_slurm_node_changed(demo):
+    """The demo: gpu01-gpu03 are Slurm's (training), gpu04 inference, mgmt01 the controller. slurm.conf
+    must be the same file on every Slurm node, so a change on gpu01 rewrites it on all three."""
+    assert services.workloads_nodes(demo, ["gpu01"]) == ["gpu01", "gpu02", "gpu03", "mgmt01"]
+    assert services.workloads_nodes(demo, ["gpu04"]) == ["gpu04", "mgmt01"]
