@@ -82,7 +82,9 @@ def preview_plan(appliance: Appliance, requests: list[dict]) -> tuple[dict, dict
         result = planner.plan(layout.planner_gpus(now), requests, layout.planner_current(now))
     except planner.PlanInputError as exc:
         raise input_refusal(exc) from None
-    return result, now
+    from .services import with_service_moves
+
+    return with_service_moves(appliance, result), now
 
 
 def save_plan(appliance: Appliance, requests: list[dict], *, user, description: str = "") -> Plan:

@@ -153,6 +153,44 @@ def applied_plan(appliance) -> Plan | None:
     return Plan.objects.filter(appliance=appliance, state=Plan.State.APPLIED).order_by("-applied_at", "-number").first()
 
 
+def _spot(placement: dict) -> dict:
+    return {"gpu": placement.get("gpu"), "kind": placement.get("kind"), "profile": placement.get("profile"),
+            "start": placement.get("start")}
+
+
+def service_moves(serving: list[dict] | None, placed: list[dict], destroyed: list[dict] | None = None) -> dict:
+    """What a plan does to the services that run now: `serving` is where the applied plan placed each
+    (request, replica), `placed` where the new plan places it. {"moved": [{request, replica, from, to}],
+    "restarted": [...] (same place, but its MIG instance is destroyed and made again), "stopped": [...]
+    (placed now, not by the new plan), "started": [...] (new)}. The planner knows the layout, not which
+    service runs where: the applied plan is the record of that."""
+    before = {(p.get("request"), p.get("replica")): p for p in serving or []}
+    after = {(p.get("request"), p.get("replica")): p for p in placed or []}
+    remade = {(d.get("gpu"), d.get("profile"), d.get("start")) for d in destroyed or []}
+    moves: dict[str, list] = {"moved": [], "restarted": [], "stopped": [], "started": []}
+    for key in sorted(set(before) | set(after), key=lambda k: (str(k[0]), int(k[1] or 0))):
+        name = {"request": key[0], "replica": key[1]}
+        old, new = before.get(key), after.get(key)
+        if old is None:
+            moves["started"].append({**name, "to": _spot(new)})
+        elif new is None:
+            moves["stopped"].append({**name, "from": _spot(old)})
+        elif _spot(old) != _spot(new):
+            moves["moved"].append({**name, "from": _spot(old), "to": _spot(new)})
+        elif (new.get("gpu"), new.get("profile"), new.get("start")) in remade:
+            moves["restarted"].append({**name, "at": _spot(new)})
+    return moves
+
+
+def with_service_moves(appliance, result: dict) -> dict:
+    """The planner's result with disruption.services: the moves of the services the applied plan placed."""
+    applied = applied_plan(appliance)
+    serving = (applied.result or {}).get("placed") if applied else []
+    disruption = dict(result.get("disruption") or {})
+    disruption["services"] = service_moves(serving, result.get("placed") or [], disruption.get("destroyed"))
+    return {**result, "disruption": disruption}
+
+
 def _create(appliance, *, user, description, requests, gpus, current, result) -> Plan:
     with transaction.atomic():
         Appliance.objects.select_for_update().filter(pk=appliance.pk).first()
@@ -189,7 +227,7 @@ def save_plan(appliance, requests, *, user, description: str = "", gpus=None) ->
     except planner.PlanInputError as exc:
         raise PlanRefused([str(exc)]) from None
     return _create(appliance, user=user, description=description, requests=list(requests), gpus=list(gpus),
-                   current=current, result=result)
+                   current=current, result=with_service_moves(appliance, result))
 
 
 def save_result(appliance, result, *, user, description: str = "") -> Plan:

@@ -188,3 +188,40 @@ def test_the_workloads_rerun_covers_every_slurm_node_when_a_slurm_node_changed(d
     must be the same file on every Slurm node, so a change on gpu01 rewrites it on all three."""
     assert services.workloads_nodes(demo, ["gpu01"]) == ["gpu01", "gpu02", "gpu03", "mgmt01"]
     assert services.workloads_nodes(demo, ["gpu04"]) == ["gpu04", "mgmt01"]
+
+
+def test_service_moves_compare_the_new_placements_with_the_applied_plans():
+    serving = [
+        {"request": "chat", "replica": 0, "gpu": "g/gpu0", "kind": "mig", "profile": "3g.40gb", "start": 0},
+        {"request": "chat", "replica": 1, "gpu": "g/gpu0", "kind": "mig", "profile": "3g.40gb", "start": 4},
+        {"request": "embed", "replica": 0, "gpu": "g/gpu1", "kind": "time_slicing", "profile": None, "start": None},
+        {"request": "old", "replica": 0, "gpu": "g/gpu2", "kind": "whole", "profile": None, "start": None}]
+    placed = [
+        {"request": "chat", "replica": 0, "gpu": "g/gpu0", "kind": "mig", "profile": "3g.40gb", "start": 0},
+        {"request": "chat", "replica": 1, "gpu": "g/gpu3", "kind": "mig", "profile": "3g.40gb", "start": 4},
+        {"request": "embed", "replica": 0, "gpu": "g/gpu1", "kind": "time_slicing", "profile": None, "start": None},
+        {"request": "new", "replica": 0, "gpu": "g/gpu2", "kind": "whole", "profile": None, "start": None}]
+    moves = services.service_moves(serving, placed, destroyed=[{"gpu": "g/gpu0", "profile": "3g.40gb", "start": 0}])
+    assert moves == {
+        "moved": [{"request": "chat", "replica": 1,
+                   "from": {"gpu": "g/gpu0", "kind": "mig", "profile": "3g.40gb", "start": 4},
+                   "to": {"gpu": "g/gpu3", "kind": "mig", "profile": "3g.40gb", "start": 4}}],
+        "restarted": [{"request": "chat", "replica": 0,
+                       "at": {"gpu": "g/gpu0", "kind": "mig", "profile": "3g.40gb", "start": 0}}],
+        "stopped": [{"request": "old", "replica": 0,
+                     "from": {"gpu": "g/gpu2", "kind": "whole", "profile": None, "start": None}}],
+        "started": [{"request": "new", "replica": 0,
+                     "to": {"gpu": "g/gpu2", "kind": "whole", "profile": None, "start": None}}]}
+
+
+def test_a_saved_plan_says_which_services_of_the_applied_plan_move(demo, operator):
+    applied = services.save_plan(demo, [{"name": "chat", "memory_gb": 35, "isolation": "hard", "pool": "inference"}],
+                                 user=operator)
+    Plan.objects.filter(pk=applied.pk).update(state=Plan.State.APPLIED)
+    placed = applied.result["placed"][0]
+    # The same request, now needing a whole GPU: it moves off its MIG instance.
+    second = services.save_plan(demo, [{"name": "chat", "memory_gb": 70, "isolation": "exclusive", "pool": "inference"}],
+                                user=operator)
+    moved = second.result["disruption"]["services"]["moved"]
+    assert [(m["request"], m["replica"], m["from"]["profile"], m["to"]["kind"]) for m in moved] == [
+        ("chat", 0, placed["profile"], "whole")]

@@ -153,6 +153,10 @@ def handle(command, options) -> int:
             raise CommandError(f"appliance {appliance.name}: {message}") from None
         raise source.error(message) from None
     number = None
+    if appliance is not None and not options["current"]:
+        from appliance.partitioning.services import with_service_moves
+
+        result = with_service_moves(appliance, result)
     if options["save"]:
         from appliance.partitioning import services
 
@@ -222,4 +226,17 @@ def table(result: dict) -> str:
     for key, label in (("destroyed", _("destroyed")), ("created", _("created"))):
         for instance in d[key]:
             lines.append(f"  {instance['gpu']}: {label} {instance['profile']}@{instance['start']}")
+    services = d.get("services")
+    if services:  # planned for an appliance: its services as the applied plan placed them
+        def where(spot):
+            return f"{spot['gpu']} {spot['profile']}@{spot['start']}" if spot.get("profile") else str(spot["gpu"])
+
+        for move in services["moved"]:
+            lines.append("  " + _("%(service)s moves: %(from)s -> %(to)s") % {
+                "service": f"{move['request']} #{move['replica']}", "from": where(move["from"]), "to": where(move["to"])})
+        for move in services["restarted"]:
+            lines.append("  " + _("%(service)s restarts: its instance is made again") % {
+                "service": f"{move['request']} #{move['replica']}"})
+        for move in services["stopped"]:
+            lines.append("  " + _("%(service)s stops (not placed)") % {"service": f"{move['request']} #{move['replica']}"})
     return "\n".join(lines)
