@@ -348,6 +348,9 @@ def follow_run(run) -> None:
 
     if run.dry_run or run.state not in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED):
         return
+    if list(run.stages) == [WORKLOADS_STAGE]:
+        for plan in Plan.objects.filter(runs=run, state=Plan.State.APPLIED).exclude(run=run):
+            _resume_drained(plan, run)
     for plan in Plan.objects.filter(run=run, state=Plan.State.APPLYING):
         with transaction.atomic():
             if run.state == RunState.SUCCEEDED:
@@ -366,6 +369,41 @@ def follow_run(run) -> None:
                 _sync_simulated_devices(plan.appliance, list(run.node_names))
             if plan.state == Plan.State.APPLIED and plan.appliance.pools.exists():
                 transaction.on_commit(lambda plan=plan: rerender_workloads(plan, list(run.node_names)))
+
+
+def drained_nodes(plan: Plan) -> list[str]:
+    """The Slurm nodes the partitioning stage drained for `plan`: those of the training pool whose GPUs the
+    plan changes (the role drains a Slurm node before its GPUs change and leaves it drained)."""
+    from appliance.inventory.models import Pool
+
+    changed = {str(gpu).rpartition("/")[0] for gpu in ((plan.result or {}).get("disruption") or {}).get("gpus_changed") or []}
+    training = plan.appliance.nodes.filter(pool_membership__pool__kind=Pool.Kind.TRAINING, name__in=changed)
+    return sorted(training.values_list("name", flat=True))
+
+
+def _resume_drained(plan: Plan, run) -> None:
+    """The workloads run after an applied plan ended: Slurm now has the nodes' new GRES (gres.conf with the
+    MIG devices, slurm.conf's Gres=, daemons restarted), so the nodes the stage drained take jobs again. When
+    that run failed they stay drained: a job must not be given GPUs by a configuration that no longer exists."""
+    from appliance.lending import slurmctl
+    from appliance.provisioning.states import RunState
+
+    nodes = drained_nodes(plan)
+    if not nodes:
+        return
+    details = {"number": plan.number, "workloads_run": run.pk, "nodes": nodes}
+    if run.state != RunState.SUCCEEDED:
+        audit.record("partitioning.plan.state", target=plan, outcome="failure", details=details,
+                     reason=_("the workloads run %(run)s did not succeed: %(nodes)s stay drained in Slurm until it "
+                              "is run again") % {"run": run.pk, "nodes": ", ".join(nodes)})
+        return
+    try:
+        slurmctl.resume(plan.appliance, nodes)
+    except slurmctl.SlurmCommandError as exc:
+        audit.record("partitioning.plan.state", target=plan, outcome="failure", details=details,
+                     reason=str(exc)[:500])
+        return
+    audit.record("partitioning.plan.state", target=plan, details={**details, "resumed": nodes})
 
 
 def _sync_simulated_devices(appliance, names: list[str]) -> None:
@@ -395,18 +433,22 @@ def rerender_workloads(plan: Plan, nodes: list[str]):
     (File= per MIG device) and the device plugin config from the instances the partitioning stage recorded
     (it comes before partitioning in the catalogue, so it is a run of its own). Returns the run, or None
     when it could not start (the reason is audited)."""
+    from appliance.core import dispatch
     from appliance.provisioning import services as provisioning
+    from appliance.provisioning.tasks import execute_run_task
 
     names = workloads_nodes(plan.appliance, nodes)
     try:
-        run = provisioning.start_run(plan.appliance, kind="stages", stages=[WORKLOADS_STAGE], nodes=names,
-                                     user=plan.applied_by)
+        run = provisioning.create_run(plan.appliance, kind="stages", stages=[WORKLOADS_STAGE], nodes=names,
+                                      user=plan.applied_by)
     except provisioning.RunRefused as exc:
         audit.record("partitioning.plan.state", target=plan, outcome="failure", reason=str(exc)[:500],
                      details={"number": plan.number, "workloads_run": None})
         return None
+    plan.runs.add(run)  # before it starts: its end resumes the Slurm nodes the stage drained (follow_run)
     audit.record("partitioning.plan.state", target=plan,
                  details={"number": plan.number, "state": plan.state, "workloads_run": run.pk})
+    dispatch.enqueue(execute_run_task, run.pk)
     return run
 
 

@@ -225,3 +225,22 @@ def test_a_saved_plan_says_which_services_of_the_applied_plan_move(demo, operato
     moved = second.result["disruption"]["services"]["moved"]
     assert [(m["request"], m["replica"], m["from"]["profile"], m["to"]["kind"]) for m in moved] == [
         ("chat", 0, placed["profile"], "whole")]
+
+
+def test_slurm_nodes_a_plan_changed_stay_drained_when_the_workloads_run_after_it_fails(demo, operator):
+    """The stage drains a Slurm node before its GPUs change and leaves it drained; the workloads run after the
+    plan rewrites gres.conf and resumes it; when that run fails the node stays drained, and the audit log says
+    so (a job must not be given GPUs by a configuration that no longer exists)."""
+    from appliance.provisioning import services as provisioning
+
+    result = {"gpus": [{"id": "gpu01/gpu0", "mig": [{"profile": "3g.40gb", "start": 0}]},
+                       {"id": "gpu04/gpu0", "mig": [{"profile": "3g.40gb", "start": 4}]}]}
+    plan = services.save_result(demo, result, user=operator)
+    assert services.drained_nodes(plan) == ["gpu01"]  # gpu04 is the inference pool's: not in Slurm
+    Plan.objects.filter(pk=plan.pk).update(state=Plan.State.APPLIED)
+    run = provisioning.create_run(demo, kind="stages", stages=["workloads"], nodes=["gpu01", "mgmt01"])
+    plan.runs.add(run)
+    finish(run, RunState.FAILED)
+    record = AuditRecord.objects.filter(event="partitioning.plan.state", outcome="failure").get()
+    assert record.details["nodes"] == ["gpu01"] and record.details["workloads_run"] == run.pk
+    assert "stay drained" in record.reason
