@@ -59,3 +59,18 @@ def test_nodes_never_partitioned_keep_their_pool_config(demo):
     assert "gpu04" not in config_map["data"]
     labels = yaml.safe_load(result["appliance_kubernetes"]["node_settings"]["gpu04"])["labels"]
     assert labels["nvidia.com/device-plugin.config"] == "inference"
+
+
+def test_a_node_the_stage_found_unpartitioned_keeps_its_pool_config(demo):
+    """Every bootstrap's partitioning stage records each GPU node's layout, an empty one on a node never
+    partitioned (or rolled back to whole GPUs): the node keeps its pool's config (demo.yml time-slices the
+    inference pool x4), and a second bootstrap renders what the first did."""
+    before = stage_vars.workloads_vars(demo)["appliance_kubernetes"]
+    record("gpu04", [], None)
+    record("gpu01", [], {"replicas": 1, "gpus": []})
+    after = stage_vars.workloads_vars(demo)["appliance_kubernetes"]
+    assert after == before
+    config_map = yaml.safe_load(after["device_plugin_config_map"])
+    assert "gpu04" not in config_map["data"]
+    assert yaml.safe_load(config_map["data"]["inference"])["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}]

@@ -69,9 +69,11 @@ def render_device_plugin_config(pool: PoolView, mig_types: list[str] | None = No
 
 def recorded_layout(node) -> list[dict] | None:
     """The node's GPUs as the partitioning stage recorded them (facts mig_instances and time_slicing), in
-    the planner's shape [{id, mig, time_slicing}]; None for a node no partitioning run has recorded."""
+    the planner's shape [{id, mig, time_slicing}]; None for a node no partitioning run has laid out: none
+    recorded, or none of its GPUs split or shared (every bootstrap's partitioning stage records an empty
+    layout on every GPU node; such a node keeps its pool's config, time-slicing included)."""
     facts = node.facts or {}
-    if "mig_instances" not in facts and not facts.get("time_slicing"):
+    if not facts.get("mig_instances") and not (facts.get("time_slicing") or {}).get("gpus"):
         return None
     instances: dict[int, list[dict]] = {}
     for item in facts.get("mig_instances") or []:
