@@ -49,6 +49,33 @@ def _time_sliced(facts: dict) -> dict[int, dict]:
     return {index: {"replicas": replicas} for index in indexes}
 
 
+def pool_replicas(pool) -> int:
+    """The time-slicing replicas an inference pool's settings give every GPU of its nodes (site file:
+    `settings: {time_slicing: {replicas: N}}`), 0 when the pool does not time-slice."""
+    if pool is None or getattr(pool, "kind", None) != "inference":
+        return 0
+    try:
+        replicas = int(((pool.settings or {}).get("time_slicing") or {}).get("replicas") or 0)
+    except (TypeError, ValueError, AttributeError):
+        return 0
+    return replicas if replicas > 1 else 0
+
+
+def laid_out(facts: dict, gpu_count: int, replicas: int) -> bool:
+    """Whether the partitioning stage left the node a layout of its own, not its pool's: MIG instances, or
+    GPUs time-sliced otherwise than the pool's settings time-slice all of them (`replicas`, 0 for none).
+    Every bootstrap's partitioning stage records each GPU node's layout, the pool's when nobody changed
+    it: such a node keeps its pool's device plugin config."""
+    facts = facts or {}
+    if "mig_instances" not in facts and "time_slicing" not in facts:
+        return False  # no partitioning run has recorded it yet
+    if facts.get("mig_instances"):
+        return True
+    sliced = _time_sliced(facts)
+    default = {index: {"replicas": replicas} for index in range(gpu_count)} if replicas else {}
+    return sliced != default
+
+
 def current_layout(appliance) -> dict:
     """{"gpus": [{id, node, index, model, pool, mig_mode, mig, time_slicing}]} for every GPU of the
     appliance, in node and index order. `model` is the profile table's id (None for a GPU the table does
@@ -57,14 +84,23 @@ def current_layout(appliance) -> dict:
     gpus = (GPU.objects.filter(node__appliance=appliance)
             .select_related("node", "node__pool_membership__pool").order_by("node__name", "index"))
     per_node: dict[int, tuple[dict, dict]] = {}
+    counts: dict[int, int] = {}
+    for gpu in gpus:
+        counts[gpu.node_id] = counts.get(gpu.node_id, 0) + 1
     result = []
     for gpu in gpus:
         node = gpu.node
+        membership = getattr(node, "pool_membership", None)
         if node.pk not in per_node:
-            per_node[node.pk] = (_instances_by_gpu(node.facts), _time_sliced(node.facts))
+            replicas = pool_replicas(membership.pool if membership else None)
+            if laid_out(node.facts, counts[node.pk], replicas):
+                per_node[node.pk] = (_instances_by_gpu(node.facts), _time_sliced(node.facts))
+            else:
+                # Its pool's config applies: every GPU shared as the pool's settings say (demo.yml: x4).
+                per_node[node.pk] = ({}, {index: {"replicas": replicas} for index in range(counts[node.pk])}
+                                     if replicas else {})
         instances, sliced = per_node[node.pk]
         table = profiles.model_for_name(gpu.model)
-        membership = getattr(node, "pool_membership", None)
         mine = instances.get(gpu.index)
         mig_on = gpu.mig_mode == GPU.MigMode.ENABLED or bool(mine)
         result.append({

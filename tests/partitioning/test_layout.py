@@ -27,6 +27,10 @@ def test_unpartitioned_appliance_lists_every_gpu_whole(demo):
     assert first == {"id": "gpu01/gpu0", "node": "gpu01", "index": 0, "model": "h100-80gb", "pool": "training",
                      "mig_mode": "disabled", "mig": None, "time_slicing": None}
     assert layout["gpus"][-1]["pool"] == "inference"
+    # demo.yml's inference pool time-slices every GPU x4 (the pool's device plugin config): that is the
+    # layout of gpu04's GPUs until a plan gives the node its own.
+    assert [g["time_slicing"] for g in layout["gpus"] if g["node"] == "gpu04"] == [{"replicas": 4}] * 8
+    assert {g["time_slicing"] is None for g in layout["gpus"] if g["node"] != "gpu04"} == {True}
 
 
 def test_facts_give_instances_and_time_slicing(demo):

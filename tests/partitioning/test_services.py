@@ -27,7 +27,31 @@ def demo(db, tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "KEYS_DIR", tmp_path / "keys")
     ensure_demo_credential()
     import_site(demo_site_text(), str(settings.DEMO_SITE))
+    appliance = Appliance.objects.get(name="demo")
+    # Whole GPUs to start from: demo.yml's inference pool time-slices every GPU x4 (the `shared` fixture).
+    appliance.pools.filter(name="inference").update(settings={})
+    return appliance
+
+
+@pytest.fixture
+def shared(db, tmp_path, monkeypatch):
+    """The demo as demo.yml has it: the inference pool time-slices each of gpu04's GPUs x4."""
+    monkeypatch.setattr(settings, "KEYS_DIR", tmp_path / "keys")
+    ensure_demo_credential()
+    import_site(demo_site_text(), str(settings.DEMO_SITE))
     return Appliance.objects.get(name="demo")
+
+
+def test_a_pool_time_slicing_every_gpu_is_the_layout_a_plan_starts_from(shared, make_user):
+    """gpu04's GPUs are time-sliced x4 by their pool: a plan that splits GPU 0 changes it from x4 to MIG, and
+    the stage records the seven others as the pool has them (so the node keeps its pool's config for them)."""
+    operator = make_user(Role.OPERATOR, "op")
+    plan = services.save_result(shared, {"gpus": [{"id": "gpu04/gpu0", "mig": MIXED}]}, user=operator)
+    assert plan.result["disruption"]["time_slicing_changes"] == [{"gpu": "gpu04/gpu0", "from": 4, "to": 0}]
+    run = services.apply_plan(plan, user=operator)
+    gpu04 = partitioning_stage_vars(run, [Node.objects.get(name="gpu04")])["appliance_partitioning"]["targets"]["gpu04"]
+    assert gpu04["gpus"]["0"] == {"mig": MIXED} and gpu04["gpus"]["1"] == {"keep": True, "mig": None}
+    assert gpu04["time_slicing"] == {"replicas": 4, "gpus": [1, 2, 3, 4, 5, 6, 7]}
 
 
 @pytest.fixture

@@ -42,7 +42,8 @@ def test_unknown_plan_number_and_bad_file_are_named(demo, tmp_path):
 
 def test_a_plan_that_changes_nothing_is_refused_after_its_diff(demo, tmp_path, capsys):
     same = tmp_path / "same.json"
-    same.write_text(json.dumps({"gpus": [{"id": "gpu04/gpu0", "mig": None, "time_slicing": None}]}))
+    # gpu04/gpu0 as it is: its pool (demo.yml) time-slices it x4.
+    same.write_text(json.dumps({"gpus": [{"id": "gpu04/gpu0", "mig": None, "time_slicing": {"replicas": 4}}]}))
     with pytest.raises(CommandError, match="plan 1 changes no GPU"):
         call_command("partition", "apply", str(same))
     assert Plan.objects.get(number=1).description == f"from {same}"

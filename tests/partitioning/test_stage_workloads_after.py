@@ -62,15 +62,31 @@ def test_nodes_never_partitioned_keep_their_pool_config(demo):
 
 
 def test_a_node_the_stage_found_unpartitioned_keeps_its_pool_config(demo):
-    """Every bootstrap's partitioning stage records each GPU node's layout, an empty one on a node never
-    partitioned (or rolled back to whole GPUs): the node keeps its pool's config (demo.yml time-slices the
-    inference pool x4), and a second bootstrap renders what the first did."""
+    """Every bootstrap's partitioning stage records each GPU node's layout: on a node nobody partitioned, its
+    pool's (demo.yml time-slices the inference pool x4, every GPU). Such a node keeps its pool's config, so a
+    second bootstrap renders what the first did; a plan that makes its GPUs whole gives it its own."""
     before = stage_vars.workloads_vars(demo)["appliance_kubernetes"]
-    record("gpu04", [], None)
-    record("gpu01", [], {"replicas": 1, "gpus": []})
+    record("gpu04", [], {"replicas": 4, "gpus": list(range(8))})
+    record("gpu01", [], None)  # a Slurm node: the device plugin does not serve it
     after = stage_vars.workloads_vars(demo)["appliance_kubernetes"]
     assert after == before
     config_map = yaml.safe_load(after["device_plugin_config_map"])
     assert "gpu04" not in config_map["data"]
     assert yaml.safe_load(config_map["data"]["inference"])["sharing"]["timeSlicing"]["resources"] == [
         {"name": "nvidia.com/gpu", "replicas": 4}]
+
+    record("gpu04", [], None)  # a plan made every GPU whole, not shared
+    config_map = yaml.safe_load(stage_vars.workloads_vars(demo)["appliance_kubernetes"]["device_plugin_config_map"])
+    assert yaml.safe_load(config_map["data"]["gpu04"]) == {"version": "v1", "flags": {"migStrategy": "single"}}
+
+
+def test_the_layout_of_a_node_nobody_partitioned_is_its_pools():
+    """layout.laid_out: the pool's time-slicing on every GPU is the pool's layout, not the node's own."""
+    from appliance.partitioning.layout import laid_out
+
+    assert not laid_out({}, 8, 4)  # never recorded
+    assert not laid_out({"mig_instances": [], "time_slicing": {"replicas": 4, "gpus": list(range(8))}}, 8, 4)
+    assert laid_out({"mig_instances": [], "time_slicing": None}, 8, 4)
+    assert laid_out({"mig_instances": [], "time_slicing": {"replicas": 4, "gpus": [1]}}, 8, 4)
+    assert not laid_out({"mig_instances": [], "time_slicing": None}, 8, 0)
+    assert laid_out({"mig_instances": [{"gpu": 0, "profile": "3g.40gb", "start": 0}], "time_slicing": None}, 8, 0)

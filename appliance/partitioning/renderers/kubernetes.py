@@ -67,13 +67,15 @@ def render_device_plugin_config(pool: PoolView, mig_types: list[str] | None = No
     return _dump(device_plugin_config(pool, mig_types))
 
 
-def recorded_layout(node) -> list[dict] | None:
+def recorded_layout(node, replicas: int = 0) -> list[dict] | None:
     """The node's GPUs as the partitioning stage recorded them (facts mig_instances and time_slicing), in
     the planner's shape [{id, mig, time_slicing}]; None for a node no partitioning run has laid out: none
     recorded, or none of its GPUs split or shared (every bootstrap's partitioning stage records an empty
     layout on every GPU node; such a node keeps its pool's config, time-slicing included)."""
+    from appliance.partitioning.layout import laid_out
+
     facts = node.facts or {}
-    if not facts.get("mig_instances") and not (facts.get("time_slicing") or {}).get("gpus"):
+    if not laid_out(facts, node.gpu_count, replicas):
         return None
     instances: dict[int, list[dict]] = {}
     for item in facts.get("mig_instances") or []:
@@ -103,7 +105,7 @@ def node_layout_configs(site: SiteView) -> dict[str, dict]:
     configs = {}
     for pool in inference_pools(site):
         for name in sorted(pool.nodes):
-            gpus = recorded_layout(site.node(name))
+            gpus = recorded_layout(site.node(name), replicas(pool) if replicas(pool) > 1 else 0)
             if gpus is None:
                 continue
             if name in pool_names:

@@ -239,6 +239,9 @@ def partitioning_targets(appliance, nodes, plan_result: dict | None) -> dict:
         mig = source.get("mig")
         if gpu["id"] not in planned and gpu["node"] not in recorded:
             node["gpus"][str(gpu["index"])] = {"keep": True, "mig": None}
+            # Its time-slicing is recorded as the layout says it is now (its pool's, until a plan changes it).
+            if int((gpu.get("time_slicing") or {}).get("replicas") or 0) > 1 and not gpu.get("mig"):
+                node["sliced"][gpu["index"]] = int(gpu["time_slicing"]["replicas"])
             continue
         node["gpus"][str(gpu["index"])] = {
             "mig": None if mig is None else sorted(({"profile": str(i["profile"]), "start": int(i["start"])}
