@@ -170,7 +170,7 @@ def test_the_page_of_a_demo_sized_run_is_short_with_failed_checks_first(browser,
         page.click("button[type=submit]")
         page.goto(f"/provisioning/runs/{demo_sized_run.pk}/")
         expect(page.get_by_test_id("run-state")).to_have_text("Failed")
-        expect(page.get_by_test_id("run-stage-states")).to_have_text("Stages: 8 succeeded · 1 failed")
+        expect(page.get_by_test_id("run-stage-states")).to_have_text("Stages: 9 succeeded · 1 failed")
         height = page.evaluate("document.documentElement.scrollHeight")
         screenshot(page, "provisioning-demo-sized-run")
         assert height < 3000, f"the run page is {height} px tall"

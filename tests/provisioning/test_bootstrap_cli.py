@@ -29,7 +29,7 @@ from django.conf import settings
 pytestmark = [pytest.mark.slow, pytest.mark.sqlite_only]
 
 ROOT = Path(settings.BASE_DIR)
-STAGES = "firmware, os, gpu, fabric, gpudirect, storage, workloads, monitoring, acceptance"
+STAGES = "firmware, os, gpu, fabric, gpudirect, storage, workloads, partitioning, monitoring, acceptance"
 SGR = re.compile(r"\x1b\[[0-9;]*m")  # colour and style codes
 NODES = {"gpu01", "gpu02", "gpu03", "gpu04", "stor01", "stor02", "mgmt01"}
 
