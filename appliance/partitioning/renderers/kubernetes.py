@@ -70,8 +70,8 @@ def render_device_plugin_config(pool: PoolView, mig_types: list[str] | None = No
 def recorded_layout(node, replicas: int = 0) -> list[dict] | None:
     """The node's GPUs as the partitioning stage recorded them (facts mig_instances and time_slicing), in
     the planner's shape [{id, mig, time_slicing}]; None for a node no partitioning run has laid out: none
-    recorded, or none of its GPUs split or shared (every bootstrap's partitioning stage records an empty
-    layout on every GPU node; such a node keeps its pool's config, time-slicing included)."""
+    recorded, or no GPU split and every GPU shared as its pool (`replicas`) shares them (every bootstrap's
+    partitioning stage records each GPU node's layout; such a node keeps its pool's config)."""
     from appliance.partitioning.layout import laid_out
 
     facts = node.facts or {}
