@@ -6,7 +6,6 @@ around layout.py, planner.py, services.py and sizing.py; a refusal is one 4xx na
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -96,64 +95,28 @@ def save_plan(appliance: Appliance, requests: list[dict], *, user, description: 
         raise service_refusal(exc) from None
 
 
-def _busy(appliance: Appliance) -> str | None:
-    from appliance.provisioning.services import active_run
-
-    run = active_run(appliance)
-    return None if run is None else _("appliance %(appliance)s: %(run)s is %(state)s; cancel it or wait for it") % {
-        "appliance": appliance.name, "run": run, "state": run.state}
-
-
-def apply_conflict(plan: Plan) -> str | None:
-    """Why the plan cannot be applied now for a reason of state (409), not of content: it is not a draft,
-    a run is active, or the layout changed since it was planned (stale)."""
-    from . import layout, services
-
-    if plan.state not in services.APPLICABLE_STATES:
-        return _("plan %(number)d is %(state)s; only a draft (or a failed plan) is applied") % {
-            "number": plan.number, "state": plan.state}
-    busy = _busy(plan.appliance)
-    if busy:
-        return busy
-    now = layout.current_layout(plan.appliance)
-    if not services.result_errors(plan.result, now):
-        problems = services.plan_problems(plan, now)
-        if problems:
-            return problems[0]
-    return None
-
-
 def apply_plan(plan: Plan, *, user):
     """services.apply_plan: the provisioning run. 409 for a state that forbids it, 400 for a plan with errors."""
     from . import services
 
-    conflict = apply_conflict(plan)
-    if conflict:
-        raise PlanningRefused(409, conflict)
     try:
         return services.apply_plan(plan, user=user)
     except PermissionDenied as exc:
         raise PlanningRefused(403, str(exc)) from None
     except services.PlanRefused as exc:
-        raise service_refusal(exc) from None
+        raise service_refusal(exc, 409 if exc.conflict else 400) from None
 
 
 def rollback(appliance: Appliance, *, user) -> Plan:
     """services.rollback: 409 while a run is active or when no plan was applied."""
     from . import services
 
-    busy = _busy(appliance)
-    if busy:
-        raise PlanningRefused(409, busy)
-    if services.applied_plan(appliance) is None:
-        raise PlanningRefused(409, _("appliance %(appliance)s has no applied partition plan to roll back") % {
-            "appliance": appliance.name})
     try:
         return services.rollback(appliance, user=user)
     except PermissionDenied as exc:
         raise PlanningRefused(403, str(exc)) from None
     except services.PlanRefused as exc:
-        raise service_refusal(exc) from None
+        raise service_refusal(exc, 409 if exc.conflict else 400) from None
 
 
 def size(values: dict) -> dict:

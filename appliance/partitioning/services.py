@@ -33,8 +33,11 @@ APPLICABLE_STATES = (Plan.State.DRAFT, Plan.State.FAILED)
 class PlanRefused(ValueError):
     """A plan that cannot be made or applied; each line names the place (requests[3].memory_gb, gpu04/gpu0)."""
 
-    def __init__(self, errors: list[str]):
+    def __init__(self, errors: list[str], *, conflict: bool = False):
         self.errors = [str(e) for e in errors]
+        # A refusal for the state of things (not a draft, stale, a run active, nothing applied), not for the
+        # plan's content: the API answers 409 for it, 400 otherwise.
+        self.conflict = conflict
         super().__init__("\n".join(self.errors))
 
 
@@ -276,10 +279,19 @@ def check_may_apply(user) -> None:
             "capabilities": ", ".join(missing)})
 
 
-def _refuse(plan: Plan, errors: list[str], user) -> None:
+def _refuse(plan: Plan, errors: list[str], user, *, conflict: bool = False) -> None:
     audit.record("partitioning.plan.apply", target=plan, outcome="failure", reason="; ".join(errors)[:500],
                  details={"number": plan.number}, actor=user if getattr(user, "is_authenticated", False) else None)
-    raise PlanRefused(errors)
+    raise PlanRefused(errors, conflict=conflict)
+
+
+def _busy(appliance) -> str | None:
+    """Why nothing can be applied on the appliance now (a provisioning run active), or None."""
+    from appliance.provisioning.services import active_run
+
+    run = active_run(appliance)
+    return None if run is None else _("appliance %(appliance)s: %(run)s is %(state)s; cancel it or wait for it") % {
+        "appliance": appliance.name, "run": run, "state": run.state}
 
 
 def apply_plan(plan: Plan, *, user, dry_run: bool = False):
@@ -292,11 +304,17 @@ def apply_plan(plan: Plan, *, user, dry_run: bool = False):
     check_may_apply(user)
     if plan.state not in APPLICABLE_STATES:
         _refuse(plan, [_("plan %(number)d is %(state)s; only a draft (or a failed plan) is applied") % {
-            "number": plan.number, "state": plan.state}], user)
+            "number": plan.number, "state": plan.state}], user, conflict=True)
+    busy = _busy(plan.appliance)
+    if busy:
+        _refuse(plan, [busy], user, conflict=True)
     layout = current_layout(plan.appliance)
-    problems = plan_problems(plan, layout)
-    if problems:
-        _refuse(plan, problems, user)
+    errors = result_errors(plan.result, layout)
+    if errors:
+        _refuse(plan, errors, user)
+    stale = plan_problems(plan, layout)
+    if stale:
+        _refuse(plan, stale, user, conflict=True)
     nodes = changed_nodes(plan.result["gpus"], layout)
     if not nodes:
         _refuse(plan, [_("plan %(number)d changes no GPU: the layout is already the plan's") % {
@@ -313,7 +331,7 @@ def apply_plan(plan: Plan, *, user, dry_run: bool = False):
             audit.record("partitioning.plan.apply", target=plan, details={
                 "number": plan.number, "run": run.pk, "dry_run": dry_run, "nodes": nodes})
     except provisioning.RunRefused as exc:
-        _refuse(plan, exc.errors, user)
+        _refuse(plan, exc.errors, user, conflict=_busy(plan.appliance) is not None)
     transaction.on_commit(lambda: dispatch.enqueue(execute_run_task, run.pk))
     return run
 
@@ -322,10 +340,13 @@ def rollback(appliance, *, user):
     """Plan the layout the appliance had before its applied plan (the previous applied plan's, or the one
     the first plan was made against) as a new plan, and apply it. Returns the new plan."""
     check_may_apply(user)
+    busy = _busy(appliance)
+    if busy:  # before the rollback's plan is saved: none is left behind that was never applied
+        raise PlanRefused([busy], conflict=True)
     applied = applied_plan(appliance)
     if applied is None:
         raise PlanRefused([_("appliance %(appliance)s has no applied partition plan to roll back") % {
-            "appliance": appliance.name}])
+            "appliance": appliance.name}], conflict=True)
     if applied.previous is not None and applied.previous.result.get("gpus"):
         target, source = applied.previous.result["gpus"], _("plan %(number)d") % {"number": applied.previous.number}
     else:

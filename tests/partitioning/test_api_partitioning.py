@@ -143,6 +143,8 @@ def test_apply_needs_provisioning_run_and_starts_a_run(client_for, lab, users):
     assert other.status_code == 409, other.content
     assert other.json()["error"]["message"].endswith("is pending; cancel it or wait for it")
     assert Run.objects.count() == 1
+    # Both refusals are in the audit log, as a refusal through the command or the portal is.
+    assert AuditRecord.objects.filter(event="partitioning.plan.apply", outcome="failure").count() == 2
 
 
 def test_a_stale_plan_is_a_409(client_for, lab):
