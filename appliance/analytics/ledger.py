@@ -317,9 +317,10 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
     return rows, float(sums["gpu_seconds"].sum())
 
 
-def _start() -> datetime | None:
+def _first_minute(condition: str = "", params: list | None = None) -> datetime | None:
+    """The minute of the first per-minute GPU row (that meets `condition`), None if there is none."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT MIN(start) FROM telemetry_gpurollup WHERE step = %s", [STEP])
+        cursor.execute(f"SELECT MIN(start) FROM telemetry_gpurollup WHERE step = %s{condition}", [STEP, *(params or [])])
         (first,) = cursor.fetchone()
     if first is None:
         return None
@@ -328,23 +329,17 @@ def _start() -> datetime | None:
     if timezone.is_naive(first):
         first = first.replace(tzinfo=UTC)
     return _floor_minute(first)
+
+
+def _start() -> datetime | None:
+    return _first_minute()
 
 
 def _next_start(since: datetime, until: datetime) -> datetime | None:
     """The minute of the first per-minute GPU row in [since, until), None if there is none: an attribution
     run skips the empty minutes before it in one step, where walking them a chunk at a time cost a query
     each (a month without telemetry is 720 of them)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT MIN(start) FROM telemetry_gpurollup WHERE step = %s AND start >= %s AND start < %s",
-                       [STEP, _param(since), _param(until)])
-        (first,) = cursor.fetchone()
-    if first is None:
-        return None
-    if isinstance(first, str):  # SQLite returns an aggregate's datetime as text
-        first = datetime.fromisoformat(first)
-    if timezone.is_naive(first):
-        first = first.replace(tzinfo=UTC)
-    return _floor_minute(first)
+    return _first_minute(" AND start >= %s AND start < %s", [_param(since), _param(until)])
 
 
 def run_incremental(*, until: datetime | None = None, max_minutes: int | None = None) -> dict:
