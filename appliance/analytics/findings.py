@@ -150,7 +150,8 @@ def _node_io(node_ids, hours) -> dict:
     if not node_ids or not hours:
         return {}
     first, last = min(hours), max(hours) + timedelta(hours=1)
-    query = NodeRollup.objects.filter(node_id__in=node_ids, start__gte=first, start__lt=last)
+    # the per-minute and per-hour rows only (the coarser levels the Overview reads are not needed here)
+    query = NodeRollup.objects.filter(node_id__in=node_ids, step__in=(60, 3600), start__gte=first, start__lt=last)
     rows = [r for r in query.values("node_id", "step", "start", "mounts", "fs_read_bps", "cpu_busy", "cpu_iowait")
             if r["start"].replace(minute=0, second=0, microsecond=0) in hours]
     steps = {r["step"] for r in rows}
@@ -276,7 +277,8 @@ def _fabric(node_ids, hours) -> dict:
     if not node_ids or not hours:
         return {}
     first, last = min(hours), max(hours) + timedelta(hours=1)
-    rows = [r for r in NodeRollup.objects.filter(node_id__in=node_ids, start__gte=first, start__lt=last).values(
+    rows = [r for r in NodeRollup.objects.filter(node_id__in=node_ids, step__in=(60, 3600), start__gte=first,
+                                                 start__lt=last).values(
         "node_id", "step", "start", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "ib_xmit_wait")
         if r["start"].replace(minute=0, second=0, microsecond=0) in hours]
     step = 60 if any(r["step"] == 60 for r in rows) else 3600

@@ -35,7 +35,7 @@ PACKAGE = "opt/appliance/collector"
 MODULE = "appliance_collector.agent"
 MARKER = "APPLIANCE_SIM_COLLECTOR"  # in each agent's environment: this state directory's, and which node's
 START_TIMEOUT = 30.0
-STOP_GRACE = 15.0  # the agent drains both buffers for up to 5 s each before it exits
+STOP_GRACE = 25.0  # the agent waits for each forwarder's write under way and drains its buffer, up to 5 s each
 
 
 class CollectorsError(Exception):

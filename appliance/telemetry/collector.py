@@ -404,7 +404,10 @@ class Collector:
                 try:
                     series.append(Series("gpu", labels, self._gpu_fields(gpu, events)))
                     for mig in gpu.migs:
-                        series.append(Series("gpu", tuple(mig.labels.items()) + (("hpc_job", str(job)),),
+                        # An instance may serve another job than its GPU's: "<GPU>/<GPU instance>" in the map.
+                        held = owners.get(f"{gpu.index}/{mig.gpu_instance}") or {}
+                        mig_job = held.get("job") or held.get("service") or job
+                        series.append(Series("gpu", tuple(mig.labels.items()) + (("hpc_job", str(mig_job)),),
                                              self._mig_fields(gpu, mig)))
                 except self.nvml.NVMLError as exc:  # e.g. a GPU fallen off the bus: the others are still read
                     events.append({"kind": "nvml_error", "gpu": gpu.index, "error": str(exc)})

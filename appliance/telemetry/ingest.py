@@ -381,11 +381,10 @@ def store(collector: NodeCollector, write: Write, now: datetime | None = None) -
         stored.events, stored.new_events = len(write.events), _store_events(node, write.events, now)
         _store_report(collector, write, now)
         # Minutes of an hour the periodic fold has passed already (a buffer draining after an outage):
-        # that hour's per-hour row is folded again with them.
-        current_hour = services.hour_of(now)
-        complete = [start for start in _starts(write) if start < current_hour]
-        if complete:
-            stored.refolded = services.refold_late(node.pk, complete)
+        # that hour's per-hour row is folded again with them, and so are the 5- and 10-minute buckets the
+        # fold has made, and the fleet's minutes it has summed (the Overview's totals).
+        stored.refolded = services.refold_late(node.pk, _starts(write), now=now)
+        services.refold_fleet([*write.nodes, *write.mounts])
     return stored
 
 

@@ -6,7 +6,9 @@ are scraped from /metrics) when a site wants them.
 A rollup row is the collector's own aggregate of one bucket (`step` seconds from `start`): means of the
 gauges, maxima where a peak matters, rates of the counters over the bucket (bytes/s), counts of events.
 The collector computes the per-minute rows; the appliance folds them into per-hour rows (and a node's into
-per-10-minute rows too, what the fleet's charts of a few hours read) and prunes them by age
+per-5-minute and per-10-minute rows too, what the fleet's charts of an hour or a few hours read, per-6-hour
+and per-day rows of the hours, what a large fleet's week and month read, and the fleet's own rows per
+bucket, what its totals read) and prunes them by age
 (settings.TELEMETRY_RETENTION). A row is keyed by (node, gpu, instance, step, start), so a collector
 that sends a bucket again after a lost answer replaces it: nothing counts twice.
 
@@ -21,9 +23,13 @@ from appliance.core.fields import EncryptedTextField
 from appliance.inventory.models import Node
 
 MINUTE = 60
+FIVE_MINUTES = 300  # node rows only: what the heatmap of a large fleet's hour reads
 TEN_MINUTES = 600  # node rows only: what the fleet's charts read for ranges of hours
 HOUR = 3600
-STEPS = ((MINUTE, _("per minute")), (TEN_MINUTES, _("per 10 minutes")), (HOUR, _("per hour")))
+SIX_HOURS = 6 * 3600  # node rows only, folded from the hours: what a large fleet's week reads
+DAY = 24 * 3600  # node rows only, folded from the hours: what a large fleet's month reads
+STEPS = ((MINUTE, _("per minute")), (FIVE_MINUTES, _("per 5 minutes")), (TEN_MINUTES, _("per 10 minutes")),
+         (HOUR, _("per hour")), (SIX_HOURS, _("per 6 hours")), (DAY, _("per day")))
 WHOLE_GPU = -1  # `instance` of a row that measures the whole GPU rather than one MIG GPU instance
 
 
@@ -115,6 +121,35 @@ class NodeRollup(models.Model):
 
     def __str__(self):
         return f"{self.node_id} {self.start:%Y-%m-%d %H:%M} ({self.step}s)"
+
+
+class FleetRollup(models.Model):
+    """An appliance's GPU nodes together over one bucket: the sums of their node rows of that step and
+    start. The Overview's fleet totals (GPU utilization, power, fabric and filesystem throughput) read one
+    of these a bucket instead of aggregating every node's row: an hour of 1,000 nodes is 60 rows, not
+    60,000. Folded from the node rows (services.fold_fleet): per-minute rows by the periodic fold once a
+    minute has settled, the coarser levels whenever their node rows are folded, again for any bucket a late
+    write lands in. The part of a range newer than the newest fleet row is read from the node rows."""
+
+    appliance = models.ForeignKey("inventory.Appliance", on_delete=models.CASCADE, related_name="fleet_rollups")
+    step = models.PositiveIntegerField(choices=STEPS, default=MINUTE)
+    start = models.DateTimeField()
+    nodes = models.PositiveIntegerField(default=0, help_text="node rows summed (nodes with GPUs that reported)")
+    gpu_util_sum = models.FloatField(null=True, help_text="sum of the nodes' mean GPU utilization, %")
+    gpu_util_count = models.PositiveIntegerField(default=0, help_text="node rows with a GPU utilization")
+    gpu_power_w = models.FloatField(null=True, help_text="GPU power of every node, summed")
+    ib_tx_bps = models.FloatField(null=True, help_text="InfiniBand transmitted, every node, bytes/s")
+    ib_rx_bps = models.FloatField(null=True)
+    fs_read_bps = models.FloatField(null=True, help_text="filesystem client reads, every node, bytes/s")
+    fs_write_bps = models.FloatField(null=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["appliance", "step", "start"], name="telemetry_fleet_rollup_bucket")]
+        indexes = [models.Index(fields=["step", "start"], name="telemetry_fleet_step_start")]
+        ordering = ["appliance", "step", "start"]
+
+    def __str__(self):
+        return f"{self.appliance_id} fleet {self.start:%Y-%m-%d %H:%M} ({self.step}s)"
 
 
 class HardwareEvent(models.Model):

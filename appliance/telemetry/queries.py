@@ -8,23 +8,55 @@ them unchanged, the pages draw them in the browser.
 Ranges: up to a day reads the per-minute rows; 7 and 30 days read the per-hour rows the appliance folds
 (per-minute rows are kept for days only: settings.TELEMETRY_RETENTION). What reads the whole fleet (the
 Overview's heatmap and totals, the jobs of a range) reads a coarser level when the minutes would be too
-many (`resolution`: 1,000 nodes read per-10-minute node rows over 6 hours, per-hour rows over a day), and
-the part of the range the fold has not reached yet from the finer rows. A chart has at most MAX_COLUMNS
+many (`resolution`: 1,000 nodes read per-5-minute node rows over an hour, per-10-minute rows over 6 hours,
+per-hour rows over a day, per-6-hour rows over a week, per-day rows over a month), and the part of the
+range the fold has not reached yet from the finer rows; the fleet's totals read one row a bucket
+(FleetRollup), not every node's. A chart has at most MAX_COLUMNS
 points: a node's or a GPU's day is 144 ten-minute means of its minutes.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Avg, Count, Func, IntegerField, Max, Min, OuterRef, Q, Subquery, Sum
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    When,
+)
+from django.db.models.sql.constants import MULTI
 from django.utils import timezone
 
 from appliance.inventory.models import GPU, Node
 
-from .models import HOUR, MINUTE, TEN_MINUTES, WHOLE_GPU, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+from .models import (
+    DAY,
+    FIVE_MINUTES,
+    HOUR,
+    MINUTE,
+    SIX_HOURS,
+    TEN_MINUTES,
+    WHOLE_GPU,
+    FleetRollup,
+    GpuRollup,
+    HardwareEvent,
+    NodeCollector,
+    NodeRollup,
+)
 
 
 @dataclass(frozen=True)
@@ -41,11 +73,14 @@ DEFAULT_RANGE = "1h"
 # A heatmap over time has at most this many columns: a day of minutes becomes 144 columns of 10 minutes,
 # few enough to read on a screen and to send for a thousand nodes.
 MAX_COLUMNS = 150
-# The levels of node rows (per minute, per 10 minutes, per hour) and how many rows one fleet-wide read may
-# aggregate: past it a range reads the next coarser level (1,000 nodes: an hour of minutes, 6 hours of
-# 10-minute rows, a day of hours), so the Overview answers in the same time whatever the fleet's size.
-LEVELS = (MINUTE, TEN_MINUTES, HOUR)
-MAX_ROWS = 60_000
+# The levels of node rows (per minute, per 5 and per 10 minutes, per hour, per 6 hours, per day) and how
+# many rows one fleet-wide read may aggregate: past it a range reads the next coarser level (1,000 nodes:
+# an hour of 5-minute rows, 6 hours of 10-minute rows, a day of hours, a week of 6-hour rows, a month of
+# days), so the Overview answers in the same time whatever the fleet's size. The job list reads GPU rows,
+# per minute or per hour, up to JOB_MAX_ROWS.
+LEVELS = (MINUTE, FIVE_MINUTES, TEN_MINUTES, HOUR, SIX_HOURS, DAY)
+MAX_ROWS = 40_000
+JOB_MAX_ROWS = 60_000
 MAX_CELLS = 15_000  # a heatmap's nodes x columns
 MIN_COLUMNS = 12
 # A GPU's cell is "live" when its newest bucket started this recently (a bucket is sent when it closes,
@@ -130,29 +165,36 @@ def _collectors(nodes) -> dict[int, dict]:
 # --- the fleet ---------------------------------------------------------------------------------------
 
 
-def resolution(rng: Range, count: int, levels: tuple[int, ...] = LEVELS) -> tuple[int, int]:
+def resolution(rng: Range, count: int, levels: tuple[int, ...] = LEVELS, max_rows: int | None = None) -> tuple[int, int]:
     """(level, width) of a fleet-wide read of `count` nodes (or GPUs) over a range: the rollup step it
-    reads (the finest whose rows over the range stay within MAX_ROWS, never finer than the range's own
+    reads (the finest whose rows over the range stay within `max_rows`, never finer than the range's own
     step) and the seconds of a heatmap column (a whole number of those steps, at most MAX_COLUMNS columns
     and MAX_CELLS cells: 1,000 nodes are 15 columns, as many as 2-pixel rows can show)."""
-    level = next((step for step in levels if step >= rng.step and count * rng.seconds / step <= MAX_ROWS), levels[-1])
+    max_rows = MAX_ROWS if max_rows is None else max_rows
+    level = next((step for step in levels if step >= rng.step and count * rng.seconds / step <= max_rows), levels[-1])
     return level, column_width(rng.seconds, level, min(MAX_COLUMNS, max(MIN_COLUMNS, MAX_CELLS // max(count, 1))))
 
 
-def _segments(rng: Range, level: int, first: datetime, last: datetime, model=NodeRollup,
-              inside: bool = False) -> list[tuple[int, datetime, datetime, bool]]:
+def _segments(rng: Range, level: int, first: datetime, last: datetime, model=NodeRollup, inside: bool = False,
+              levels: tuple[int, ...] = LEVELS) -> list[tuple[int, datetime, datetime, bool]]:
     """The pieces of the window each level is read for, coarsest first: a coarser level up to the end of
     its newest bucket in the window (what the fold has covered so far), the next finer one from there; the
-    range's own step to the window's last bucket. (step, from, to, to included). One query when the range
-    reads a coarser level than its own step, none otherwise. The coarsest bucket may start before the
+    range's own step to the window's last bucket. (step, from, to, to included). A query for each level
+    coarser than the range's own step that the range reads (the (step, start) index finds its newest row
+    at once, where one query for all of them would scan a day of 10-minute rows), none otherwise. The
+    coarsest bucket may start before the
     window (a chart's first column holds it), unless `inside`: then the part of the window before the
     first whole coarse bucket is read from the range's own step."""
-    steps = [step for step in LEVELS if rng.step <= step <= level]
+    steps = [step for step in levels if rng.step <= step <= level]
     coarse = [step for step in steps if step != rng.step]
     if not coarse:
         return [(rng.step, first, last, True)]
-    newest = dict(model.objects.filter(step__in=coarse, start__gte=first - timedelta(seconds=level), start__lte=last)
-                  .values("step").annotate(newest=Max("start")).values_list("step", "newest").order_by())
+    newest = {}
+    for step in coarse:
+        found = (model.objects.filter(step=step, start__gte=first - timedelta(seconds=level), start__lte=last)
+                 .order_by("-start").values_list("start", flat=True).first())
+        if found is not None:
+            newest[step] = found
     segments = []
     start = datetime.fromtimestamp(first.timestamp() // level * level, tz=UTC)
     if inside and start < first:
@@ -170,6 +212,20 @@ def _segments(rng: Range, level: int, first: datetime, last: datetime, model=Nod
     return segments
 
 
+def _rows(queryset, *fields):
+    """The rows of a values() queryset as plain tuples in `fields` order, without the per-value converters
+    Django's iterables apply (float() or int() of every aggregate and expression: a third of the time of
+    the 15,000 rows of a fleet's heatmap). Only for numbers and text: a datetime column would come as
+    SQLite stores it."""
+    query = queryset.query
+    # what Django's ValuesIterable reads the columns by
+    names = list(query.selected) if query.selected else [*query.extra_select, *query.values_select,
+                                                          *query.annotation_select]
+    pick = operator.itemgetter(*(names.index(name) for name in fields))
+    for chunk in query.get_compiler(using=queryset.db).execute_sql(MULTI):
+        yield from map(pick, chunk)
+
+
 def _node_rows(nodes, step: int, start: datetime, end: datetime, included: bool):
     rows = NodeRollup.objects.filter(node__in=nodes, step=step, start__gte=start)
     return rows.filter(start__lte=end) if included else rows.filter(start__lt=end)
@@ -178,51 +234,64 @@ def _node_rows(nodes, step: int, start: datetime, end: datetime, included: bool)
 TOTALS = ("ib_tx_bps", "ib_rx_bps", "fs_read_bps", "fs_write_bps", "gpu_power_w")
 
 
-def _fleet_columns(nodes, segments, width: int, totals_width: int) -> tuple[dict, dict]:
-    """The heatmap ({(node id, column): mean GPU utilization}, `width` seconds a column) and the fleet's
-    totals ({column: {field: value}}, `totals_width` a column), aggregated in the database: a column's
-    value is the time-weighted mean of the rows in it, whatever their step; a total is the sum over the
-    nodes of their rate, over the part of the column measured. Two queries a segment."""
-    cells: dict[tuple[int, int], list[float]] = {}
-    totals: dict[int, dict] = {}
+def _heatmap(nodes, segments, width: int) -> list[tuple[int, int, float]]:
+    """[(node id, column, mean GPU utilization)], `width` seconds a column, aggregated in the database in
+    one query over every segment: a column's value is the time-weighted mean of the rows in it, whatever
+    their step (each row weighs its step, rows without a utilization nothing)."""
+    match = Q()
     for step, start, end, included in segments:
-        rows = _node_rows(nodes, step, start, end, included).order_by()
-        for node_id, column, total, count in (rows.annotate(column=Epoch("start") / width * width)
-                                              .values("node", "column")
-                                              .annotate(total=Sum("gpu_util"), count=Count("gpu_util"))
-                                              .values_list("node", "column", "total", "count")):
-            if count:
-                cell = cells.setdefault((node_id, column), [0.0, 0])
-                cell[0] += total * step
-                cell[1] += count * step
-        # per bucket (no conversion of each row's time), then into columns here
-        for row in (rows.values("start").annotate(t=Epoch("start"), util=Sum("gpu_util"), util_n=Count("gpu_util"),
-                                                  **{f: Sum(f) for f in TOTALS})):
-            column = row["t"] // totals_width * totals_width
-            entry = totals.setdefault(column, {"seconds": 0, "util": 0.0, "util_s": 0, **{f: None for f in TOTALS}})
-            entry["seconds"] += step
-            if row["util_n"]:
-                entry["util"] += row["util"] * step
-                entry["util_s"] += row["util_n"] * step
-            for field in TOTALS:
-                if row[field] is not None:
-                    entry[field] = (entry[field] or 0.0) + row[field] * step
-    heat = {key: total / weight for key, (total, weight) in cells.items()}
+        match |= Q(step=step, start__gte=start, **{"start__lte" if included else "start__lt": end})
+    weight = Case(When(gpu_util__isnull=False, then=F("step")), default=None, output_field=FloatField())
+    rows = (NodeRollup.objects.filter(match, node__in=nodes).order_by()
+            .annotate(column=Epoch("start") / width * width).values("node", "column")
+            .annotate(total=Sum(F("gpu_util") * F("step"), output_field=FloatField()), weight=Sum(weight)))
+    return [(node_id, column, total / weight) for node_id, column, total, weight
+            in _rows(rows, "node", "column", "total", "weight") if weight]
+
+
+def _fleet_totals(nodes, appliance, rng: Range, first: datetime, last: datetime, width: int) -> dict[int, dict]:
+    """The fleet's totals ({column: {field: value}}, `width` seconds a column) at the range's own step: a
+    total is the sum over the nodes of their rate, over the part of the column measured. Read from the
+    fleet's rows (one a bucket: FleetRollup) as far as they are folded, from the node rows (per bucket, in
+    the database) after them. Two queries at most."""
+    fleet = FleetRollup.objects.filter(step=rng.step, start__gte=first, start__lte=last)
+    if appliance is not None:
+        fleet = fleet.filter(appliance=appliance)
+    buckets = list(fleet.order_by().values("start").annotate(
+        t=Epoch("start"), util=Sum("gpu_util_sum"), util_n=Sum("gpu_util_count"), **{f: Sum(f) for f in TOTALS}))
+    newest = max((row["start"] for row in buckets), default=None)
+    if newest is None or newest < last:  # the newest minutes, not summed by the fold yet
+        rows = _node_rows(nodes, rng.step, first if newest is None else max(first, newest + timedelta(seconds=1)),
+                          last, True).order_by()
+        buckets += rows.values("start").annotate(t=Epoch("start"), util=Sum("gpu_util"), util_n=Count("gpu_util"),
+                                                 **{f: Sum(f) for f in TOTALS})
+    totals: dict[int, dict] = {}
+    for row in buckets:
+        column = row["t"] // width * width
+        entry = totals.setdefault(column, {"seconds": 0, "util": 0.0, "util_s": 0, **{f: None for f in TOTALS}})
+        entry["seconds"] += rng.step
+        if row["util_n"]:
+            entry["util"] += row["util"] * rng.step
+            entry["util_s"] += row["util_n"] * rng.step
+        for field in TOTALS:
+            if row[field] is not None:
+                entry[field] = (entry[field] or 0.0) + row[field] * rng.step
     series = {}
     for column in sorted(totals):
         entry = totals[column]
         series[column] = {"gpu_util": entry["util"] / entry["util_s"] if entry["util_s"] else None,
                           **{f: None if entry[f] is None else entry[f] / entry["seconds"] for f in TOTALS}}
-    return heat, series
+    return series
 
 
 def overview(appliance=None, range: str | None = None, now: datetime | None = None) -> dict:  # noqa: A002
-    """Every GPU's latest utilization, memory and power (the live cells), a nodes x time heatmap of GPU
-    utilization, and the fabric and filesystem throughput of the fleet over the range. At most ten
-    queries, whatever the size of the fleet: the heatmap and the totals are aggregated in the database,
-    from the per-minute node rows for an hour of 1,000 nodes, per-10-minute rows for 6 hours, per-hour
-    rows for a day (a small fleet reads finer rows: see resolution), the newest part of the range that
-    is not folded yet from the finer rows."""
+    """Every GPU's latest utilization, memory and power (the live cells, in columns per node: LIVE_COLUMNS),
+    a nodes x time heatmap of GPU utilization, and the fabric and filesystem throughput of the fleet over
+    the range. At most twelve queries, whatever the size of the fleet: the heatmap is aggregated in the
+    database (one query), from the per-5-minute node rows for an hour of 1,000 nodes, per-10-minute rows
+    for 6 hours, per-hour rows for a day, per-6-hour rows for a week (a small fleet reads finer rows: see
+    resolution), the newest part of the range that is not folded yet from the finer rows; the totals from
+    the fleet's rows at the range's own step."""
     rng = range_of(range)
     now = now or timezone.now()
     first, last = _window(rng, now)
@@ -230,39 +299,48 @@ def overview(appliance=None, range: str | None = None, now: datetime | None = No
     if appliance is not None:
         nodes = nodes.filter(appliance=appliance)
     node_rows = list(nodes.order_by("name").values_list("id", "name"))
-    gpu_rows = list(GPU.objects.filter(node__in=nodes).order_by("node__name", "index")
-                    .values_list("node", "index", "memory_mib"))
+    # by node id (the cells are grouped by node below, the nodes listed by name): no join to sort by
+    gpu_rows = list(_rows(GPU.objects.filter(node__in=nodes).order_by("node", "index")
+                          .values("node", "index", "memory_mib"), "node", "index", "memory_mib"))
     collectors = _collectors(nodes)
 
-    # Each GPU's newest bucket in the live window (the index of (node, gpu, instance, step, start) finds it).
-    live_since = now - timedelta(seconds=LIVE_WINDOW_S)
-    newest = (GpuRollup.objects.filter(node=OuterRef("node"), gpu=OuterRef("gpu"), instance=WHOLE_GPU, step=MINUTE,
-                                       start__gte=live_since).order_by("-start").values("start")[:1])
-    latest = {(row[0], row[1]): row for row in
-              GpuRollup.objects.filter(node__in=nodes, step=MINUTE, instance=WHOLE_GPU, start__gte=live_since)
-              .filter(start=Subquery(newest)).annotate(at=Epoch("start"))
-              .values_list("node", "gpu", "at", "util", "fb_used_mib", "fb_total_mib", "power_w", "temp_c", "job")}
-    now_s = now.timestamp()
-    by_node: dict[int, list] = {}
+    latest = _latest_gpu_rows(nodes, gpu_rows, collectors, now)
+    now_s = int(now.timestamp())
+    # Each node's GPUs in columns (as every series here): index, whether live, and per field one value a GPU
+    # (None where not live). A fleet of 1,000 nodes is 8,000 GPUs: half the bytes of a dict a GPU.
+    by_node: dict[int, dict] = {}
+    live_rows = []
     for node_id, index, memory_mib in gpu_rows:
+        node = by_node.get(node_id)
+        if node is None:
+            node = by_node[node_id] = {field: [] for field in LIVE_COLUMNS}
         row = latest.get((node_id, index))
+        node["index"].append(index)
         if row:
             _, _, at, util, fb_used, fb_total, power, temp, job = row
-            cell = {"index": index, "state": "live", "util": _round(util), "fb_used_mib": _round(fb_used, 0),
-                    "fb_total_mib": _round(fb_total or memory_mib, 0), "power_w": _round(power),
-                    "temp_c": _round(temp), "job": job, "start": datetime.fromtimestamp(at, tz=UTC).isoformat(),
-                    "age_s": int(now_s - at)}
+            fb_total = fb_total or memory_mib
+            live_rows.append((util, fb_used, fb_total, power, at))
+            node["live"].append(True)
+            node["util"].append(None if util is None else round(util, 1))
+            node["fb_used_mib"].append(None if fb_used is None else round(fb_used, 0))
+            node["fb_total_mib"].append(None if fb_total is None else round(fb_total, 0))
+            node["power_w"].append(None if power is None else round(power, 1))
+            node["temp_c"].append(None if temp is None else round(temp, 1))
+            node["job"].append(job)
+            node["t"].append(at)
+            node["age_s"].append(now_s - at)
         else:
-            cell = {"index": index, "state": "no data"}
-        by_node.setdefault(node_id, []).append(cell)
+            node["live"].append(False)
+            for field in LIVE_COLUMNS[2:]:
+                node[field].append(None)
 
     level, width = resolution(rng, len(node_rows))
     columns = list(range_steps(first, last, width))
     column_index = {start: i for i, start in enumerate(columns)}
     heat = {node_id: [None] * len(columns) for node_id, _ in node_rows}
-    totals_width = column_width(rng.seconds, level)
-    cells, totals = _fleet_columns(nodes, _segments(rng, level, first, last), width, totals_width)
-    for (node_id, column), util in cells.items():
+    cells = _heatmap(nodes, _segments(rng, level, first, last), width)
+    totals = _fleet_totals(nodes, appliance, rng, first, last, column_width(rng.seconds, rng.step))
+    for node_id, column, util in cells:
         i = column_index.get(column)
         if i is not None and node_id in heat:
             heat[node_id][i] = round(util, 1)
@@ -272,18 +350,57 @@ def overview(appliance=None, range: str | None = None, now: datetime | None = No
     def series(fields, digits):
         return {"t": times, **{f: [_round(totals[t][f], digits) for t in times] for f in fields}}
 
-    live_cells = [c for cells in by_node.values() for c in cells if c["state"] == "live"]
+    empty = {field: [] for field in LIVE_COLUMNS}
     return {
         "range": rng.name, "step": level, "now": now.isoformat(),
-        "summary": _summary(live_cells, len(gpu_rows), len(node_rows), collectors, now),
+        "summary": _summary(live_rows, len(gpu_rows), len(node_rows), collectors, now),
         "nodes": [{"name": name, "collector": collector_state(collectors.get(node_id), now),
-                   "gpus": by_node.get(node_id, [])} for node_id, name in node_rows],
+                   "gpus": by_node.get(node_id, empty)} for node_id, name in node_rows],
         "heatmap": {"width_s": width, "columns": columns,
                     "nodes": [name for _, name in node_rows], "values": [heat[node_id] for node_id, _ in node_rows]},
         "fabric": series(("ib_tx_bps", "ib_rx_bps"), 0),
         "filesystem": series(("fs_read_bps", "fs_write_bps"), 0),
         "gpu": series(("gpu_util", "gpu_power_w"), 1),
     }
+
+
+LIVE_FIELDS = ("node", "gpu", "at", "util", "fb_used_mib", "fb_total_mib", "power_w", "temp_c", "job")
+# A node's GPUs in the Overview: "t" the start of the GPU's newest bucket (epoch seconds), "age_s" its age.
+LIVE_COLUMNS = ("index", "live", "util", "fb_used_mib", "fb_total_mib", "power_w", "temp_c", "job", "t", "age_s")
+
+
+def _latest_gpu_rows(nodes, gpu_rows, collectors: dict, now: datetime) -> dict[tuple[int, int], tuple]:
+    """{(node id, GPU index): its newest whole-GPU minute in the live window}. Each node's collector says
+    which bucket it wrote last: the rows of those buckets are read by the (step, start) index in one query
+    (the bucket most nodes wrote last for all the fleet's nodes, the others for the few nodes that wrote
+    them: a list of a thousand node ids would cost more to compile than the rows to read), the newest row
+    of each GPU kept; a GPU that has no row there (it stopped reporting while its node went on) is looked
+    up on its own in a second query, over its nodes only."""
+    live_since = now - timedelta(seconds=LIVE_WINDOW_S)
+    whole = GpuRollup.objects.filter(step=MINUTE, instance=WHOLE_GPU).order_by()
+    by_bucket: dict[datetime, list[int]] = {}
+    for node_id, collector in collectors.items():
+        if collector["last_bucket"] is not None and collector["last_bucket"] >= live_since:
+            by_bucket.setdefault(collector["last_bucket"], []).append(node_id)
+    latest: dict[tuple[int, int], tuple] = {}
+    if by_bucket:
+        most = max(by_bucket, key=lambda start: len(by_bucket[start]))
+        match = Q(start=most, node__in=nodes)
+        for start, node_ids in by_bucket.items():
+            if start != most:
+                match |= Q(start=start, node__in=node_ids)
+        for row in _rows(whole.filter(match).annotate(at=Epoch("start")).values(*LIVE_FIELDS), *LIVE_FIELDS):
+            key = (row[0], row[1])
+            if key not in latest or row[2] > latest[key][2]:
+                latest[key] = row
+    behind = {node_id for node_id, index, _ in gpu_rows if (node_id, index) not in latest}
+    if behind:
+        newest = whole.filter(node=OuterRef("node"), gpu=OuterRef("gpu"), start__gte=live_since) \
+            .order_by("-start").values("start")[:1]
+        latest.update({(row[0], row[1]): row for row in
+                       whole.filter(node__in=behind, start__gte=live_since).filter(start=Subquery(newest))
+                       .annotate(at=Epoch("start")).values_list(*LIVE_FIELDS)})
+    return latest
 
 
 def range_steps(first: datetime, last: datetime, width: int):
@@ -293,19 +410,20 @@ def range_steps(first: datetime, last: datetime, width: int):
     return range(start, end + 1, width)
 
 
-def _summary(live_cells: list[dict], gpus: int, nodes: int, collectors: dict, now: datetime) -> dict:
-    utils = [c["util"] for c in live_cells if c["util"] is not None]
+def _summary(live_rows: list[tuple], gpus: int, nodes: int, collectors: dict, now: datetime) -> dict:
+    """The fleet's live figures from the live GPUs' (util, fb used, fb total, power, bucket) rows."""
+    utils = [row[0] for row in live_rows if row[0] is not None]
     live_collectors = sum(1 for c in collectors.values() if collector_state(c, now)["state"] == "live")
     newest = max((c["last_bucket"] for c in collectors.values() if c["last_bucket"]), default=None)
     return {
-        "nodes": nodes, "gpus": gpus, "gpus_live": len(live_cells),
+        "nodes": nodes, "gpus": gpus, "gpus_live": len(live_rows),
         "collectors": len(collectors), "collectors_live": live_collectors,
         "util_mean": _round(sum(utils) / len(utils)) if utils else None,
         "gpus_busy": sum(1 for u in utils if u >= 50),
         "gpus_idle": sum(1 for u in utils if u < 5),
-        "power_w": _round(sum(c["power_w"] or 0 for c in live_cells)) if live_cells else None,
-        "fb_used_mib": _round(sum(c["fb_used_mib"] or 0 for c in live_cells), 0) if live_cells else None,
-        "fb_total_mib": _round(sum(c["fb_total_mib"] or 0 for c in live_cells), 0) if live_cells else None,
+        "power_w": _round(sum(row[3] or 0 for row in live_rows)) if live_rows else None,
+        "fb_used_mib": _round(sum(row[1] or 0 for row in live_rows), 0) if live_rows else None,
+        "fb_total_mib": _round(sum(row[2] or 0 for row in live_rows), 0) if live_rows else None,
         "newest_bucket": newest.isoformat() if newest else None, "newest_age_s": _age(newest, now),
     }
 
@@ -475,9 +593,10 @@ def jobs(range: str | None = None, now: datetime | None = None) -> list[dict]:  
     rng = range_of(range)
     now = now or timezone.now()
     first, last = _window(rng, now)
-    level, _ = resolution(rng, GPU.objects.count(), levels=(MINUTE, HOUR))
+    level, _ = resolution(rng, GPU.objects.count(), levels=(MINUTE, HOUR), max_rows=JOB_MAX_ROWS)
     found: dict[str, dict] = {}
-    for step, start, end, included in _segments(rng, level, first, last, model=GpuRollup, inside=True):
+    for step, start, end, included in _segments(rng, level, first, last, model=GpuRollup, inside=True,
+                                                levels=(MINUTE, HOUR)):
         rows = GpuRollup.objects.filter(step=step, instance=WHOLE_GPU, start__gte=start)
         rows = rows.filter(start__lte=end) if included else rows.filter(start__lt=end)
         for job_id, node_id, index, first_at, last_at, total, count in (

@@ -16,7 +16,7 @@ event reasons OR'd, the job the one that held the GPU for the most samples.
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -27,12 +27,31 @@ from django.utils import timezone
 from appliance import audit
 from appliance.inventory.models import Node
 
-from .models import HOUR, MINUTE, TEN_MINUTES, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+from .models import (
+    DAY,
+    FIVE_MINUTES,
+    HOUR,
+    MINUTE,
+    SIX_HOURS,
+    TEN_MINUTES,
+    FleetRollup,
+    GpuRollup,
+    HardwareEvent,
+    NodeCollector,
+    NodeRollup,
+)
 
 SETTLE_S = 120
 MAX_HOURS_PER_RUN = 48
-MAX_TEN_MINUTES_PER_RUN = 12 * 6
+SUB_HOUR_LEVELS = (FIVE_MINUTES, TEN_MINUTES)
+ABOVE_HOUR_LEVELS = (SIX_HOURS, DAY)  # node rows folded from the hour rows, kept as long as they are
+ABOVE_HOUR_CATCH_UP = 60  # 6-hour or day buckets folded in one run from hours kept before they existed
+SUB_HOUR_CATCH_UP = timedelta(hours=12)  # of 5- or 10-minute buckets folded in one run
 TEN_MINUTES_BACK = timedelta(days=1, hours=2)
+# Each run folds the fleet's newest minutes again from this far back: a write that commits while a fold
+# reads is in the next run's minutes (a later one is refolded by the ingest itself: refold_fleet).
+FLEET_REFOLD = timedelta(minutes=10)
+FLEET_SUMS = ("gpu_power_w", "ib_tx_bps", "ib_rx_bps", "fs_read_bps", "fs_write_bps")
 
 GPU_MEANS = ("util", "sm_active", "tensor_active", "dram_active", "fb_used_mib", "power_w", "temp_c", "sm_clock_mhz",
              "throttled_share", "pcie_tx_bps", "pcie_rx_bps", "nvlink_bps")
@@ -101,13 +120,19 @@ def fold_hour(hour: datetime, node_ids=None) -> tuple[int, int]:
             batch_size=500)
 
         node_rows = fold_nodes(hour, HOUR, node_ids)
+        # and the 6-hour and day buckets that hold the hour, from the hour rows (the minutes are gone long
+        # before a month is)
+        for step in ABOVE_HOUR_LEVELS:
+            fold_nodes(bucket_of(hour, step), step, node_ids, source=HOUR)
     return len(gpu_rows), node_rows
 
 
-def fold_nodes(start: datetime, step: int, node_ids=None) -> int:
-    """Fold the per-minute node rows of one bucket (`step` seconds from `start`, of the given nodes or
-    all) into node rows of that step (replacing what a previous fold made). Returns the rows written."""
-    minutes = Q(step=MINUTE, start__gte=start, start__lt=start + timedelta(seconds=step))
+def fold_nodes(start: datetime, step: int, node_ids=None, source: int = MINUTE) -> int:
+    """Fold the node rows of step `source` (per minute, or per hour for the levels above it) of one bucket
+    (`step` seconds from `start`, of the given nodes or all) into node rows of that step (replacing what a
+    previous fold made; means weighted by samples, so a level folded from hours equals one folded from
+    their minutes). Returns the rows written."""
+    minutes = Q(step=source, start__gte=start, start__lt=start + timedelta(seconds=step))
     if node_ids is not None:
         minutes &= Q(node_id__in=list(node_ids))
     with transaction.atomic():
@@ -123,7 +148,67 @@ def fold_nodes(start: datetime, step: int, node_ids=None) -> int:
         NodeRollup.objects.bulk_create(
             node_rows, update_conflicts=True, unique_fields=["node", "step", "start"],
             update_fields=[*NODE_MEANS, *NODE_MAXIMA, *NODE_SUMS, "mounts"], batch_size=500)
+        fold_fleet(step, start)
     return len(node_rows)
+
+
+def fold_fleet(step: int, first: datetime, last: datetime | None = None) -> int:
+    """Sum the node rows of `step` whose buckets start from `first` to `last` (included; `first` alone
+    when None) into each appliance's fleet rows (replacing what a previous fold made; a bucket whose node
+    rows are gone loses its fleet row). Only nodes with GPUs count: the fleet the Overview shows. One
+    aggregate query and one write. Returns the fleet rows written."""
+    last = last or first
+    with transaction.atomic():
+        sums = (NodeRollup.objects.filter(step=step, start__gte=first, start__lte=last,
+                                          node__in=Node.objects.filter(gpus__isnull=False))
+                .order_by().values("node__appliance", "start")
+                .annotate(nodes_=Count("id"), util_sum=Sum("gpu_util"), util_count=Count("gpu_util"),
+                          **{f"{name}_": Sum(name) for name in FLEET_SUMS}))
+        rows = [FleetRollup(appliance_id=row["node__appliance"], step=step, start=row["start"], nodes=row["nodes_"],
+                            gpu_util_sum=row["util_sum"], gpu_util_count=row["util_count"],
+                            **{name: row[f"{name}_"] for name in FLEET_SUMS}) for row in sums]
+        kept = {(row.appliance_id, row.start) for row in rows}
+        stale = [pk for pk, appliance_id, start in FleetRollup.objects.filter(step=step, start__gte=first, start__lte=last)
+                 .values_list("pk", "appliance", "start") if (appliance_id, start) not in kept]
+        if stale:
+            FleetRollup.objects.filter(pk__in=stale).delete()
+        FleetRollup.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["appliance", "step", "start"],
+            update_fields=["nodes", "gpu_util_sum", "gpu_util_count", *FLEET_SUMS], batch_size=500)
+    return len(rows)
+
+
+def minute_of(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+def fold_fleet_minutes(now: datetime | None = None) -> tuple[datetime, datetime] | None:
+    """Fold the fleet's settled minutes (SETTLE_S after they closed): those after the newest fleet minute
+    and FLEET_REFOLD before it, never further back than TEN_MINUTES_BACK (the per-minute fleet rows serve
+    ranges of a day at most). Returns the (first, last) minute folded, or None."""
+    now = now or timezone.now()
+    last = minute_of(now - timedelta(seconds=SETTLE_S)) - timedelta(seconds=MINUTE)
+    newest = FleetRollup.objects.filter(step=MINUTE).aggregate(newest=Max("start"))["newest"]
+    first = last - TEN_MINUTES_BACK if newest is None else max(newest - FLEET_REFOLD, last - TEN_MINUTES_BACK)
+    first = NodeRollup.objects.filter(step=MINUTE, start__gte=first, start__lte=last).aggregate(
+        oldest=Min("start"))["oldest"]
+    if first is None:
+        return None
+    fold_fleet(MINUTE, first, last)
+    return first, last
+
+
+def refold_fleet(starts) -> list[datetime]:
+    """Called by the ingest with the minutes a write brought: fold again the fleet minutes among them that
+    the periodic fold has made already (a late write), so a fleet row never misses a node's minute."""
+    starts = sorted(set(starts))
+    if not starts:
+        return []
+    newest = FleetRollup.objects.filter(step=MINUTE, start__lte=starts[-1]).aggregate(newest=Max("start"))["newest"]
+    late = [start for start in starts if newest is not None and start <= newest]
+    if late:
+        fold_fleet(MINUTE, late[0], late[-1])
+    return late
 
 
 def _fold_mounts(rows) -> dict:
@@ -176,56 +261,92 @@ def fold(now: datetime | None = None) -> list[datetime]:
             break
         fold_hour(hour)
         folded.append(hour)
-    fold_ten_minutes(now)
+    for step in SUB_HOUR_LEVELS:
+        fold_sub_hour(step, now)
+    fold_above_hour_backlog()
+    fold_fleet_minutes(now)
     return folded
 
 
-def ten_minutes_of(moment: datetime) -> datetime:
-    return moment.replace(minute=moment.minute // 10 * 10, second=0, microsecond=0)
+def fold_above_hour_backlog() -> list[tuple[int, datetime]]:
+    """Fold the 6-hour and day buckets that have hour rows but no row of their level: the hours kept
+    before these levels existed (an upgrade), at most ABOVE_HOUR_CATCH_UP buckets a run, newest first.
+    Which buckets have rows is read from the fleet's rows (one a bucket), not from every node's. (Each
+    hour folded from now on folds its buckets itself: fold_hour.) Returns the (step, bucket) folded."""
+    hours = set(FleetRollup.objects.filter(step=HOUR).values_list("start", flat=True).distinct())
+    folded = []
+    for step in ABOVE_HOUR_LEVELS:
+        have = set(FleetRollup.objects.filter(step=step).values_list("start", flat=True).distinct())
+        for bucket in sorted({bucket_of(hour, step) for hour in hours} - have, reverse=True):
+            if len(folded) >= ABOVE_HOUR_CATCH_UP:
+                return folded
+            fold_nodes(bucket, step, source=HOUR)
+            folded.append((step, bucket))
+    return folded
 
 
-def fold_ten_minutes(now: datetime | None = None) -> list[datetime]:
-    """Fold the nodes' per-minute rows of each complete 10-minute bucket into per-10-minute node rows
-    (what the fleet's heatmap and totals read for ranges of hours). Each run folds again the buckets of
-    the newest folded one's hour and the hour before (minutes that come a little late land in them; an
-    older hour's late minutes are folded again by refold_late), then the new complete ones, at most
-    MAX_TEN_MINUTES_PER_RUN, never further back than TEN_MINUTES_BACK (the level serves ranges of a day
-    at most; an appliance that was off catches up on its newest day). Returns the buckets folded."""
+def bucket_of(moment: datetime, step: int) -> datetime:
+    """The start of the `step`-second bucket (a divisor of an hour or of a day, UTC) that holds `moment`."""
+    if step > HOUR:
+        return datetime.fromtimestamp(moment.timestamp() // step * step, tz=UTC)
+    return moment.replace(minute=moment.minute // (step // 60) * (step // 60), second=0, microsecond=0)
+
+
+def fold_sub_hour(step: int, now: datetime | None = None) -> list[datetime]:
+    """Fold the nodes' per-minute rows of each complete `step` bucket (5 or 10 minutes) into node rows of
+    that step (what the fleet's heatmap reads for an hour or a few hours of a large fleet). Each run folds
+    again the newest folded bucket and the one before it (a write that committed while the last run read),
+    then the new complete ones, at most SUB_HOUR_CATCH_UP of them, never further back than TEN_MINUTES_BACK
+    (the levels serve ranges of a day at most; an appliance that was off catches up on its newest day).
+    Minutes that come later than that are folded again by the ingest (refold_late). Returns the buckets
+    folded."""
     now = now or timezone.now()
-    last_complete = ten_minutes_of(now - timedelta(seconds=SETTLE_S)) - timedelta(seconds=TEN_MINUTES)
-    newest = NodeRollup.objects.filter(step=TEN_MINUTES).aggregate(newest=Max("start"))["newest"]
+    last_complete = bucket_of(now - timedelta(seconds=SETTLE_S), step) - timedelta(seconds=step)
+    newest = NodeRollup.objects.filter(step=step).aggregate(newest=Max("start"))["newest"]
     oldest = NodeRollup.objects.filter(step=MINUTE, start__gte=last_complete - TEN_MINUTES_BACK) \
         .aggregate(oldest=Min("start"))["oldest"]
     if oldest is None:
         return []
-    bucket = ten_minutes_of(oldest)
+    bucket = bucket_of(oldest, step)
     if newest is not None:
-        bucket = max(bucket, hour_of(newest) - timedelta(hours=1))
+        bucket = max(bucket, newest - timedelta(seconds=step))
     folded = []
-    while bucket <= last_complete and len(folded) < MAX_TEN_MINUTES_PER_RUN:
-        fold_nodes(bucket, TEN_MINUTES)
+    while bucket <= last_complete and len(folded) < SUB_HOUR_CATCH_UP / timedelta(seconds=step):
+        fold_nodes(bucket, step)
         folded.append(bucket)
-        bucket += timedelta(seconds=TEN_MINUTES)
+        bucket += timedelta(seconds=step)
     return folded
 
 
-def refold_late(node_id: int, starts) -> list[datetime]:
+def fold_ten_minutes(now: datetime | None = None) -> list[datetime]:
+    return fold_sub_hour(TEN_MINUTES, now)
+
+
+def fold_five_minutes(now: datetime | None = None) -> list[datetime]:
+    return fold_sub_hour(FIVE_MINUTES, now)
+
+
+def refold_late(node_id: int, starts, now: datetime | None = None) -> list[datetime]:
     """Called by the ingest with the bucket starts of a write: fold again this node's hours that the
-    periodic fold has already passed (late minutes after an outage)."""
+    periodic fold has already passed (late minutes after an outage), and its 5- and 10-minute buckets
+    the fold has made already (minutes a few minutes late, in the current hour too). Returns the hours.
+    With `now`, a write of the current hour only (every on-time write) skips the watermark's queries: the
+    hour fold never passes the current hour."""
     starts = list(starts)
     hours = sorted({hour_of(start) for start in starts})
     if not hours:
         return []
-    watermark = fold_watermark()
-    late = [hour for hour in hours if watermark is not None and hour <= watermark]
+    late = []
+    if now is None or hours[0] < hour_of(now):
+        watermark = fold_watermark()
+        late = [hour for hour in hours if watermark is not None and hour <= watermark]
     for hour in late:
         fold_hour(hour, node_ids=[node_id])
-    # and the node's per-10-minute rows of those hours, where they were folded already
-    if late:
-        newest_ten = NodeRollup.objects.filter(step=TEN_MINUTES).aggregate(newest=Max("start"))["newest"]
-        for bucket in sorted({ten_minutes_of(start) for start in starts if hour_of(start) in late}):
-            if newest_ten is not None and bucket <= newest_ten:
-                fold_nodes(bucket, TEN_MINUTES, node_ids=[node_id])
+    for step in SUB_HOUR_LEVELS:
+        newest = NodeRollup.objects.filter(step=step, start__lte=max(starts)).aggregate(newest=Max("start"))["newest"]
+        for bucket in sorted({bucket_of(start, step) for start in starts}):
+            if newest is not None and bucket <= newest:
+                fold_nodes(bucket, step, node_ids=[node_id])
     return late
 
 
@@ -240,17 +361,26 @@ def prune(now: datetime | None = None) -> dict:
     # minute rows of an hour not folded yet stay until it is (their hour row is all that is left of them)
     minute_cutoff = min(minute_cutoff, watermark + timedelta(hours=1)) if watermark is not None else None
     hour_cutoff = hour_of(now - timedelta(days=retention["hour_days"]))
-    counts = {"minute_gpu_rows": 0, "minute_node_rows": 0, "hour_gpu_rows": 0, "hour_node_rows": 0, "events": 0}
+    counts = {"minute_gpu_rows": 0, "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
+              "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
     # _raw_delete: one DELETE statement; QuerySet.delete() would first load the rows whenever any delete
     # signal receiver exists, and a day of a large fleet is millions of rows.
     with transaction.atomic():
         if minute_cutoff is not None:
             counts["minute_gpu_rows"] = GpuRollup.objects.filter(step=MINUTE, start__lt=minute_cutoff)._raw_delete("default")
             # the per-10-minute node rows (a finer view of the same hours) go with the minutes
-            counts["minute_node_rows"] = NodeRollup.objects.filter(step__in=(MINUTE, TEN_MINUTES),
+            counts["minute_node_rows"] = NodeRollup.objects.filter(step__in=(MINUTE, *SUB_HOUR_LEVELS),
                                                                    start__lt=minute_cutoff)._raw_delete("default")
+            counts["minute_fleet_rows"] = FleetRollup.objects.filter(step__in=(MINUTE, *SUB_HOUR_LEVELS),
+                                                                     start__lt=minute_cutoff)._raw_delete("default")
         counts["hour_gpu_rows"] = GpuRollup.objects.filter(step=HOUR, start__lt=hour_cutoff)._raw_delete("default")
+        # and the 6-hour and day rows folded from them, whose bucket ended before the cut-off
         counts["hour_node_rows"] = NodeRollup.objects.filter(step=HOUR, start__lt=hour_cutoff)._raw_delete("default")
+        counts["hour_fleet_rows"] = FleetRollup.objects.filter(step=HOUR, start__lt=hour_cutoff)._raw_delete("default")
+        for step in ABOVE_HOUR_LEVELS:
+            ended = Q(step=step, start__lte=hour_cutoff - timedelta(seconds=step))
+            counts["hour_node_rows"] += NodeRollup.objects.filter(ended)._raw_delete("default")
+            counts["hour_fleet_rows"] += FleetRollup.objects.filter(ended)._raw_delete("default")
         counts["events"] = HardwareEvent.objects.filter(time__lt=hour_cutoff)._raw_delete("default")
         if any(counts.values()):
             audit.record("telemetry.rollup.prune", target_type="telemetry", target_name="rollups and events",

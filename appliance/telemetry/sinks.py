@@ -217,12 +217,14 @@ class Forwarder(threading.Thread):
             self.wake.clear()
 
     def stop(self, flush_s: float = 5.0) -> None:
-        """Stop after sending what the buffer holds (for at most flush_s); what is left stays on disk."""
-        deadline = time.monotonic() + flush_s
+        """Stop after sending what the buffer holds (for at most flush_s once the thread has ended); what is
+        left stays on disk. The thread's write under way is waited for (up to flush_s, at least 1 s) on a
+        budget of its own: a slow last write no longer leaves the final drain no time at all."""
         self.stopping.set()
         self.wake.set()
-        if self.is_alive():  # a write under way ends within the sink's timeout; not waited for past 1 s
+        if self.is_alive():
             self.join(timeout=max(flush_s, 1.0))
+        deadline = time.monotonic() + flush_s
         while time.monotonic() < deadline:
             try:
                 if not self.drain_once():

@@ -30,6 +30,7 @@ import statistics
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 from bench_fleet import measure
 from benchdb import create_database, drop_database, setup_django
@@ -160,12 +161,21 @@ def generate(node_ids: list[int], now: datetime, gpu_hours: float, node_hours: f
             hour_rows += insert(NodeRollup, node_columns, [
                 (node_id, 3600, start, 3600, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0, 3e9, 1e8, 0.3,
                  0.05, "{}") for node_id in node_ids])
-        last_ten = newest.replace(minute=newest.minute // 10 * 10) - timedelta(minutes=10)
-        for t in range(int(node_hours * 6)):
-            start = stamp(last_ten - timedelta(minutes=10 * t))
-            ten_rows += insert(NodeRollup, node_columns, [
-                (node_id, 600, start, 600, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0, 3e9, 1e8, 0.3,
-                 0.05, mounts) for node_id in node_ids])
+        # the 6-hour and day buckets that hold those hours (the newest ones partly: folded with each hour)
+        for step in (6 * 3600, 24 * 3600):
+            newest_bucket = int(last_hour.timestamp()) // step * step
+            for b in range(hour_days * 24 * 3600 // step + 1):
+                start = stamp(datetime.fromtimestamp(newest_bucket - b * step, tz=UTC))
+                hour_rows += insert(NodeRollup, node_columns, [
+                    (node_id, step, start, step, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0, 3e9, 1e8, 0.3,
+                     0.05, "{}") for node_id in node_ids])
+        for minutes in (5, 10):
+            last_bucket = newest.replace(minute=newest.minute // minutes * minutes) - timedelta(minutes=minutes)
+            for t in range(int(node_hours * 60 / minutes)):
+                start = stamp(last_bucket - timedelta(minutes=minutes * t))
+                ten_rows += insert(NodeRollup, node_columns, [
+                    (node_id, minutes * 60, start, minutes * 60, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0,
+                     3e9, 1e8, 0.3, 0.05, mounts) for node_id in node_ids])
         for h in range(int(node_hours)):
             start = stamp(last_hour - timedelta(hours=h))
             rows = []
@@ -180,11 +190,21 @@ def generate(node_ids: list[int], now: datetime, gpu_hours: float, node_hours: f
         events = [HardwareEvent(node_id=node_id, kind="xid", gpu=3, time=newest - timedelta(minutes=i),
                                 message="XID 79: GPU has fallen off the bus") for i, node_id in enumerate(node_ids[::5])]
         HardwareEvent.objects.bulk_create(events)
+    # and the fleet's rows, what the folds sum from the node rows of every level (timed: the fleet's part
+    # of the periodic fold)
+    from appliance.telemetry import services
+    from appliance.telemetry.models import FleetRollup
+
+    folded = time.perf_counter()
+    for step in (60, 300, 600, 3600, 6 * 3600, 24 * 3600):
+        services.fold_fleet(step, newest - timedelta(days=hour_days + 2), newest)
+    print(f"fleet rows summed from every node row kept: {FleetRollup.objects.count():,} in "
+          f"{time.perf_counter() - folded:.1f} s")
     print(f"generated {gpu_rows + node_rows + hour_rows + ten_rows + gpu_hour_rows:,} rows in "
           f"{time.perf_counter() - started:.0f} s: {gpu_rows:,} per-minute GPU rows ({gpu_hours:g} h), "
           f"{gpu_hour_rows:,} per-hour GPU rows ({int(node_hours)} h), {node_rows:,} per-minute node rows "
-          f"({node_hours:g} h), {ten_rows:,} per-10-minute node rows ({node_hours:g} h), {hour_rows:,} per-hour "
-          f"node rows ({hour_days} days), {len(events)} alerts")
+          f"({node_hours:g} h), {ten_rows:,} per-5- and per-10-minute node rows ({node_hours:g} h), {hour_rows:,} per-hour, "
+          f"per-6-hour and per-day node rows ({hour_days} days), {len(events)} alerts")
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
@@ -309,7 +329,11 @@ def run(args) -> int:
     bench_ingest([name for _, name in nodes], now)
     generate([pk for pk, _ in nodes], now, args.gpu_hours, args.node_hours, args.hour_days)
     node = nodes[len(nodes) // 2][1]
-    bench_pages(node, str(1000 + len(nodes) // 2 // 4), args.repeat)  # the job of that node (generate's layout)
+    # The pages are read with the clock half a minute after the minute the ingest wrote closed (its newest
+    # bucket): every GPU live, however long the generation took.
+    clock = now.replace(second=30, microsecond=0)
+    with mock.patch("django.utils.timezone.now", lambda: clock):
+        bench_pages(node, str(1000 + len(nodes) // 2 // 4), args.repeat)  # the job of that node (generate's layout)
     bench_fold_prune_status(now)
     print(f"load average now {os.getloadavg()[0]:.1f}")
     return 0

@@ -104,11 +104,15 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
     services.fold(now=at(1, 11, 3))
     # a day later: minute rows before 12-01 11:00 go, but the 11:00 minute waits for its hour to be folded
     counts = services.prune(now=at(2, 11, 30))
-    # the node's two minutes and the 10-minute row the fold made of them
-    assert counts == {"minute_gpu_rows": 5, "minute_node_rows": 3, "hour_gpu_rows": 0, "hour_node_rows": 0, "events": 0}
+    # the node's two minutes and the 5- and 10-minute rows the fold made of them (a node without GPUs in the
+    # inventory: no fleet row sums it)
+    assert counts == {"minute_gpu_rows": 5, "minute_node_rows": 4, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
+                      "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
     assert list(GpuRollup.objects.filter(step=60).values_list("start", flat=True)) == [at(1, 11)]
     counts = services.prune(now=at(4, 0, 0))  # three days after: hour rows and the first event are past two days
-    assert counts == {"minute_gpu_rows": 0, "minute_node_rows": 0, "hour_gpu_rows": 3, "hour_node_rows": 1, "events": 1}
+    # the node's hour row, and the 6-hour and day rows folded from it (whose buckets ended by the cut-off)
+    assert counts == {"minute_gpu_rows": 0, "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 3,
+                      "hour_node_rows": 3, "hour_fleet_rows": 0, "events": 1}
     assert list(HardwareEvent.objects.values_list("message", flat=True)) == ["recent XID"]
     records = AuditRecord.objects.filter(event="telemetry.rollup.prune").order_by("sequence")
     assert [(r.details["minute_gpu_rows"], r.details["hour_gpu_rows"], r.details["events"]) for r in records] == \
@@ -120,8 +124,8 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
 def test_the_periodic_task_folds_then_prunes(node, hour_of_minutes):
     result = tasks.fold_and_prune.apply().get()
     assert result["folded"] == ["2026-12-01T09:00:00+00:00", "2026-12-01T10:00:00+00:00", "2026-12-01T11:00:00+00:00"]
-    assert result["pruned"] == {"minute_gpu_rows": 0, "minute_node_rows": 0, "hour_gpu_rows": 0, "hour_node_rows": 0,
-                                "events": 0}
+    assert result["pruned"] == {"minute_gpu_rows": 0, "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
+                                "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
 
 
 def test_the_beat_runs_it_every_five_minutes():

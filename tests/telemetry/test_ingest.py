@@ -5,6 +5,7 @@ or not at all."""
 import gzip
 import hashlib
 from datetime import UTC, datetime
+from unittest import mock
 
 import pytest
 from django.test import Client
@@ -174,9 +175,10 @@ def test_gzip_bodies_are_taken(nodes):
     ("tok-not-issued-to-anyone-123456789012345", "unknown token"),
 ])
 def test_a_write_without_a_known_token_is_refused_with_401_and_audited_once_a_minute(nodes, token, message):
-    for _ in range(3):
-        response = post(GPU_LINE, token=token)
-        assert (response.status_code, response.json()) == (401, {"code": "unauthorized", "message": message})
+    with mock.patch("appliance.telemetry.ingest_views.time.time", return_value=1796119230.0):
+        for _ in range(3):
+            response = post(GPU_LINE, token=token)
+            assert (response.status_code, response.json()) == (401, {"code": "unauthorized", "message": message})
     assert stored_counts() == (0, 0, 0)
     records = AuditRecord.objects.filter(event="telemetry.ingest.refused")
     assert [(r.outcome, r.reason, r.details["status"]) for r in records] == [("denied", message, 401)]
@@ -189,15 +191,21 @@ def test_a_node_token_cannot_write_another_nodes_series(nodes):
     """An attacker holding gpu02's token forges gpu01's numbers: the whole write is refused."""
     _, gpu02 = nodes
     own = GPU_LINE.replace("Hostname=gpu01", "Hostname=gpu02")
-    response = post("\n".join([own, GPU_LINE]), token=TOKEN_2)
-    assert (response.status_code, response.json()) == (403, {
-        "code": "forbidden",
-        "message": "line 2: Hostname='gpu01' is not this token's node (gpu02): a node writes only its own series"})
-    assert stored_counts() == (0, 0, 0)
-    post(GPU_LINE, token=TOKEN_2)
+    # Both refusals fall in one minute (the clock is pinned): one record per node and minute.
+    with mock.patch("appliance.telemetry.ingest_views.time.time", return_value=1796119230.0):
+        response = post("\n".join([own, GPU_LINE]), token=TOKEN_2)
+        assert (response.status_code, response.json()) == (403, {
+            "code": "forbidden",
+            "message": "line 2: Hostname='gpu01' is not this token's node (gpu02): a node writes only its own series"})
+        assert stored_counts() == (0, 0, 0)
+        assert post(GPU_LINE, token=TOKEN_2).status_code == 403
     records = AuditRecord.objects.filter(event="telemetry.ingest.refused")
     assert [(r.target_type, r.target_name, r.details["status"]) for r in records] == [("inventory.node", "gpu02", 403)]
     assert NodeCollector.objects.get(node=gpu02).last_seen is None
+    # The next minute's refusal is a record of its own.
+    with mock.patch("appliance.telemetry.ingest_views.time.time", return_value=1796119290.0):
+        assert post(GPU_LINE, token=TOKEN_2).status_code == 403
+    assert AuditRecord.objects.filter(event="telemetry.ingest.refused").count() == 2
 
 
 @pytest.mark.parametrize(("line", "message"), [

@@ -1,5 +1,5 @@
-"""The telemetry reads at fleet scale: which level of rollups a range reads (per minute, per 10 minutes,
-per hour) and how the levels are joined, the per-10-minute node rows the fold keeps, and the charts of a
+"""The telemetry reads at fleet scale: which level of rollups a range reads (per minute, per 5 and per 10
+minutes, per hour) and how the levels are joined, the per-10-minute node rows the fold keeps, and the charts of a
 day of a node or a GPU in 10-minute points. Rows written by hand (tests/telemetry/rows.py); MAX_ROWS is
 lowered so that the two GPU nodes of the sample inventory read what 1,000 nodes read."""
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from appliance.telemetry import queries, services
-from appliance.telemetry.models import HOUR, MINUTE, TEN_MINUTES, NodeRollup
+from appliance.telemetry.models import DAY, FIVE_MINUTES, HOUR, MINUTE, SIX_HOURS, TEN_MINUTES, NodeRollup
 from tests.sample_inventory import build_sample_inventory
 from tests.telemetry.rows import NOW, at, collector, gpu_row, node_row, sample_telemetry
 
@@ -28,12 +28,13 @@ def inventory():
 def large_fleet(monkeypatch):
     """Two nodes read as 1,000 would: 100 rows at most per fleet-wide read."""
     monkeypatch.setattr(queries, "MAX_ROWS", 100)
+    monkeypatch.setattr(queries, "JOB_MAX_ROWS", 100)
 
 
 @pytest.mark.parametrize(("name", "count", "expected"), [
     # 1,000 nodes: at most 15 columns (15,000 cells), of whole steps
-    ("1h", 1000, (MINUTE, 240)), ("6h", 1000, (TEN_MINUTES, 1800)), ("24h", 1000, (HOUR, 7200)),
-    ("7d", 1000, (HOUR, 43200)), ("30d", 1000, (HOUR, 172800)),
+    ("1h", 1000, (FIVE_MINUTES, 300)), ("6h", 1000, (TEN_MINUTES, 1800)), ("24h", 1000, (HOUR, 7200)),
+    ("7d", 1000, (SIX_HOURS, 43200)), ("30d", 1000, (DAY, 172800)),
     ("1h", 20, (MINUTE, 60)), ("6h", 20, (MINUTE, 180)), ("24h", 20, (MINUTE, 600)), ("7d", 20, (HOUR, 7200)),
 ])
 def test_the_level_a_range_reads_grows_coarser_with_the_fleet(name, count, expected):
@@ -62,10 +63,11 @@ def test_a_day_of_a_large_fleet_reads_hours_then_ten_minutes_then_minutes(invent
     # 11:00: 20 minutes at 30 % and 10 at 60 %
     assert heat["values"][0][21:] == [20.0, 30.0, 40.0]
     assert heat["values"][1][21:] == [None, 50.0, None]
-    assert data["fabric"]["t"] == [epoch(9, 0), epoch(10, 0), epoch(11, 0)]
-    # the fleet's rate over the part of the column measured: (1e9 x 1,200 s + 4e9 x 600 s) / 1,800 s
-    assert data["fabric"]["ib_tx_bps"] == [1e9, 3e9, 2e9]
-    assert data["gpu"]["gpu_util"] == [20.0, 40.0, 40.0]
+    # The totals read the range's own step (minutes: the fleet's rows, none folded here, then the node rows),
+    # in 10-minute points: 10:30, then 11:20 to 11:29; the hour and 10-minute rows are the heatmap's.
+    assert data["fabric"]["t"] == [epoch(10, 30), epoch(11, 20)]
+    assert data["fabric"]["ib_tx_bps"] == [9e9, 4e9]
+    assert data["gpu"]["gpu_util"] == [99.0, 60.0]
 
 
 def test_six_hours_of_a_large_fleet_read_the_ten_minute_rows(inventory, large_fleet):
@@ -76,8 +78,8 @@ def test_six_hours_of_a_large_fleet_read_the_ten_minute_rows(inventory, large_fl
     data = queries.overview(range="6h", now=NOW)
     assert (data["step"], data["heatmap"]["width_s"], len(data["heatmap"]["columns"])) == (600, 600, 36)
     assert data["heatmap"]["values"][0][-2:] == [10.0, 80.0]
-    # 11:50: two minutes measured, 3e9 and 5e9
-    assert data["filesystem"] == {"t": [epoch(11, 40), epoch(11, 50)], "fs_read_bps": [1e9, 4e9],
+    # the totals: the minutes, in 3-minute points (11:48 to 11:50, 11:51 to 11:53)
+    assert data["filesystem"] == {"t": [epoch(11, 48), epoch(11, 51)], "fs_read_bps": [3e9, 5e9],
                                   "fs_write_bps": [None, None]}
 
 

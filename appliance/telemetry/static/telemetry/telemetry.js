@@ -288,7 +288,8 @@
       holder.appendChild(el("p", {className: "empty", text: TEXT.noGpus}));
       return;
     }
-    var width = data.nodes.reduce(function (n, node) { return Math.max(n, node.gpus.length); }, 0);
+    // A node's GPUs come in columns (gpus.index, gpus.live, gpus.util, ...): one value a GPU in each.
+    var width = data.nodes.reduce(function (n, node) { return Math.max(n, node.gpus.index.length); }, 0);
     var head = el("tr", {}, [el("th", {scope: "col", text: TEXT.node})]);
     for (var g = 0; g < width; g += 1) head.appendChild(el("th", {scope: "col", text: String(g)}));
     var body = el("tbody");
@@ -297,24 +298,26 @@
     data.nodes.forEach(function (node) {
       var name = el("a", {href: nodeUrl.replace("NODE", encodeURIComponent(node.name)), text: node.name});
       var row = el("tr", {"data-node": node.name}, [el("th", {scope: "row"}, [name])]);
-      var anyLive = node.gpus.some(function (cell) { return cell.state === "live"; });
+      var gpus = node.gpus;
+      var anyLive = gpus.live.some(function (live) { return live; });
       if (!anyLive) {
         row.appendChild(el("td", {colspan: String(Math.max(1, width)), className: "muted", text: whyNoData(node.collector)}));
         body.appendChild(row);
         return;
       }
-      node.gpus.forEach(function (cell) {
-        var href = gpuUrl.replace("NODE", encodeURIComponent(node.name)).replace(/\/0\/$/, "/" + cell.index + "/");
+      gpus.index.forEach(function (index, i) {
+        var href = gpuUrl.replace("NODE", encodeURIComponent(node.name)).replace(/\/0\/$/, "/" + index + "/");
+        var util = gpus.util[i];
         var td;
-        if (cell.state === "live") {
-          var title = TEXT.gpu + " " + cell.index + " · " + TEXT.utilization + " " + FORMAT.percent(cell.util) + " · " +
-              TEXT.memory + " " + FORMAT.mib(cell.fb_used_mib) + " / " + FORMAT.mib(cell.fb_total_mib) + " · " +
-              TEXT.power + " " + FORMAT.watts(cell.power_w) + (cell.job ? " · " + TEXT.job + " " + cell.job : "");
-          td = el("td", {className: "heat heat-" + level(cell.util || 0), "data-gpu": String(cell.index)},
-                  [el("a", {href: href, title: title, "aria-label": title, text: cell.util === null ? "—" : Math.round(cell.util) + "%"})]);
+        if (gpus.live[i]) {
+          var title = TEXT.gpu + " " + index + " · " + TEXT.utilization + " " + FORMAT.percent(util) + " · " +
+              TEXT.memory + " " + FORMAT.mib(gpus.fb_used_mib[i]) + " / " + FORMAT.mib(gpus.fb_total_mib[i]) + " · " +
+              TEXT.power + " " + FORMAT.watts(gpus.power_w[i]) + (gpus.job[i] ? " · " + TEXT.job + " " + gpus.job[i] : "");
+          td = el("td", {className: "heat heat-" + level(util || 0), "data-gpu": String(index)},
+                  [el("a", {href: href, title: title, "aria-label": title, text: util === null ? "—" : Math.round(util) + "%"})]);
         } else {
-          td = el("td", {className: "no-data", "data-gpu": String(cell.index)},
-                  [el("a", {href: href, title: TEXT.noData, "aria-label": TEXT.gpu + " " + cell.index + ": " + TEXT.noData, text: "—"})]);
+          td = el("td", {className: "no-data", "data-gpu": String(index)},
+                  [el("a", {href: href, title: TEXT.noData, "aria-label": TEXT.gpu + " " + index + ": " + TEXT.noData, text: "—"})]);
         }
         row.appendChild(td);
       });
