@@ -6,7 +6,7 @@ around layout.py, planner.py, services.py and sizing.py; a refusal is one 4xx na
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -27,6 +27,8 @@ from .serializers import (
 )
 
 APPLIANCE = OpenApiParameter("appliance", str, description="the appliance's name; default: the first appliance")
+NO_APPLIANCE = OpenApiResponse(description="no appliance of that name (or none in the inventory)")
+NOTHING_TO_ROLL_BACK = OpenApiResponse(description="no applied plan to roll back to, or a run is active")
 PLAN_NUMBER = OpenApiParameter("number", int, OpenApiParameter.PATH, description="the plan's number")
 
 
@@ -75,13 +77,14 @@ def preview_plan(appliance: Appliance, requests: list[dict]) -> tuple[dict, dict
     """(the planner's result for `requests` on the appliance's GPUs against their layout now, that layout).
     Saves nothing. Raises PlanningRefused for input the planner refuses."""
     from . import layout, planner
+    from .services import with_applied_placements, with_service_moves
 
     now = layout.current_layout(appliance)
     try:
-        result = planner.plan(layout.planner_gpus(now), requests, layout.planner_current(now))
+        result = planner.plan(layout.planner_gpus(now), requests,
+                              with_applied_placements(appliance, layout.planner_current(now)))
     except planner.PlanInputError as exc:
         raise input_refusal(exc) from None
-    from .services import with_service_moves
 
     return with_service_moves(appliance, result), now
 
@@ -147,7 +150,7 @@ class LayoutAPIView(APIView):
     capability = "partitioning.view"
 
     @extend_schema(operation_id="partitioning_layout_retrieve", parameters=[APPLIANCE],
-                   responses={200: LayoutSerializer})
+                   responses={200: LayoutSerializer, 404: NO_APPLIANCE})
     def get(self, request):
         from . import layout
 
@@ -163,13 +166,13 @@ class PlanListAPIView(APIView):
     write_capability = "partitioning.change"
 
     @extend_schema(operation_id="partitioning_plans_list", parameters=[APPLIANCE],
-                   responses={200: PlanSerializer(many=True)})
+                   responses={200: PlanSerializer(many=True), 404: NO_APPLIANCE})
     def get(self, request):
         appliance = appliance_named(request.query_params.get("appliance", "")[:64])
         return Response(PlanSerializer(plans_of(appliance)[:500], many=True).data)
 
     @extend_schema(operation_id="partitioning_plans_create", request=PlanCreateSerializer,
-                   responses={201: PlanDetailSerializer})
+                   responses={201: PlanDetailSerializer, 404: NO_APPLIANCE})
     def post(self, request):
         serializer = PlanCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -203,7 +206,8 @@ class ApplyAPIView(APIView):
     http_method_names = ["post", "options"]
 
     @extend_schema(operation_id="partitioning_plans_apply", parameters=[PLAN_NUMBER], request=ApplianceSerializer,
-                   responses={202: PlanDetailSerializer})
+                   responses={202: PlanDetailSerializer,
+                              409: OpenApiResponse(description="the plan is stale or not a draft, or a run is active")})
     def post(self, request, number):
         from appliance.core.permissions import ROLE_REFUSED
         from appliance.core.roles import can
@@ -230,7 +234,7 @@ class RollbackAPIView(APIView):
     http_method_names = ["post", "options"]
 
     @extend_schema(operation_id="partitioning_rollback", request=ApplianceSerializer,
-                   responses={202: PlanDetailSerializer})
+                   responses={202: PlanDetailSerializer, 404: NO_APPLIANCE, 409: NOTHING_TO_ROLL_BACK})
     def post(self, request):
         from appliance.core.permissions import ROLE_REFUSED
         from appliance.core.roles import can
@@ -255,7 +259,7 @@ class PreviewAPIView(APIView):
     write_capability = "partitioning.change"
 
     @extend_schema(operation_id="partitioning_preview", request=PlanRequestSerializer,
-                   responses={200: PreviewSerializer})
+                   responses={200: PreviewSerializer, 404: NO_APPLIANCE})
     def post(self, request):
         serializer = PlanRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -99,6 +99,27 @@ def mig_parted_config(result: dict) -> dict:
     return {"version": "v1", "mig-configs": configs}
 
 
+def time_sliced(slicing) -> dict[int, int]:
+    """GPU index -> replicas from a node's `time_slicing` fact (what the partitioning stage records):
+    {"replicas": N, "gpus": [index, ...], "per_gpu": {"index": n, ...}}. `per_gpu` gives each GPU its own
+    count (N is then their highest, kept for readers of earlier records); a record without it shares
+    every listed GPU N ways. None or {} is no time-slicing. Raises ValueError (or TypeError) when the
+    record is malformed."""
+    if not slicing:
+        return {}
+    if not isinstance(slicing, dict):
+        raise ValueError(f"not a mapping: {slicing!r}")
+    per_gpu = slicing.get("per_gpu")
+    if per_gpu is not None:
+        if not isinstance(per_gpu, dict):
+            raise ValueError(f"per_gpu is not a mapping: {per_gpu!r}")
+        counts = {int(index): int(replicas) for index, replicas in per_gpu.items()}
+    else:
+        replicas = int(slicing.get("replicas") or 0)
+        counts = {int(index): replicas for index in slicing.get("gpus") or []}
+    return {index: replicas for index, replicas in sorted(counts.items()) if replicas > 1}
+
+
 def device_plugin_config(result: dict, node: str, strategy: str = "mixed") -> dict:
     """The k8s-device-plugin config file (v1) for one node. Time-sliced GPUs are shared by index with the
     replicas the plan gives them (one resource entry per replica count). With the single strategy every

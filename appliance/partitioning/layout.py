@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from appliance.inventory.models import GPU
 
-from . import profiles
+from . import formats, profiles
 
 
 def _instances_by_gpu(facts: dict) -> dict[int, list[dict]]:
@@ -36,17 +36,11 @@ def _instances_by_gpu(facts: dict) -> dict[int, list[dict]]:
 
 
 def _time_sliced(facts: dict) -> dict[int, dict]:
-    slicing = (facts or {}).get("time_slicing")
-    if not isinstance(slicing, dict):
-        return {}
     try:
-        replicas = int(slicing.get("replicas") or 0)
-        indexes = [int(i) for i in slicing.get("gpus") or []]
-    except (TypeError, ValueError):
+        counts = formats.time_sliced((facts or {}).get("time_slicing"))
+    except (TypeError, ValueError, AttributeError):
         return {}
-    if replicas < 2:
-        return {}
-    return {index: {"replicas": replicas} for index in indexes}
+    return {index: {"replicas": replicas} for index, replicas in counts.items()}
 
 
 def pool_replicas(pool) -> int:

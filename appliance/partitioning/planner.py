@@ -16,6 +16,13 @@ placement for the whole multiset); current instances kept stay where they are. A
 policies (soft requests preferring MIG or time-slicing, hard isolation first) are run and the plan that
 serves the most weight, then disrupts least, wins.
 
+Against a current layout three more kinds of pass join them: the passes of a plan from scratch, run again
+and scored against the layout (planning again the requests a layout was planned for gives it back: no
+GPU changes unless more weight is served); passes that first offer each replica what the layout already
+has (requests that changed a little keep most of it); and, when `current` is a plan's whole output with
+its `placed` list, a pass that first puts each replica back where that plan put it (a layout made by a
+replan is kept too, and never serves less than it did).
+
 Rules the result always keeps: every MIG layout passes profiles.layout_errors; time-sliced services on a
 GPU need at most its memory together (and at most its 7 compute slices, counting the requests that state
 compute_slices); a GPU is MIG, time-sliced or whole, never two; exclusive requests get one whole GPU per
@@ -266,6 +273,36 @@ def check_current(current, gpus: list[dict]) -> dict[str, tuple]:
             replicas = _integer(ts.get("replicas"), f"{where}.time_slicing.replicas", 1, MAX_REPLICAS)
         layout[gpu_id] = (mig_layout, replicas)
     return layout
+
+
+def check_placed(current, gpus: list[dict]) -> dict[tuple[str, int], tuple[str, str | None, int | None]]:
+    """{(request, replica): (gpu id, profile | None, start | None)} from current.placed, where the current
+    plan put each replica (a plan's own output may be handed back whole as `current`). Replicas of requests
+    or GPUs no longer planned are passed over; an entry of the wrong shape is an error naming it."""
+    if not isinstance(current, dict) or current.get("placed") is None:
+        return {}
+    entries = current["placed"]
+    if not isinstance(entries, list):
+        raise PlanInputError("current.placed: a list of {request, replica, gpu, profile, start} is needed")
+    known = {g["id"] for g in gpus}
+    hints: dict[tuple[str, int], tuple[str, str | None, int | None]] = {}
+    for i, entry in enumerate(entries):
+        where = f"current.placed[{i}]"
+        if not isinstance(entry, dict):
+            raise PlanInputError(f"{where}: a mapping with request, replica, gpu, profile and start is needed")
+        request = _text(entry.get("request"), f"{where}.request", NAME)
+        replica = _integer(entry.get("replica"), f"{where}.replica", 0, MAX_REPLICAS - 1)
+        gpu_id = _text(entry.get("gpu"), f"{where}.gpu", GPU_ID)
+        profile, start = entry.get("profile"), entry.get("start")
+        if profile is not None and not isinstance(profile, str):
+            raise PlanInputError(f"{where}.profile: {profile!r} is not a profile name")
+        if profile is not None:
+            start = _integer(start, f"{where}.start", 0, P.MEMORY_SLICES - 1)
+        else:
+            start = None
+        if gpu_id in known:
+            hints[(request, replica)] = (gpu_id, profile, start)
+    return hints
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -619,7 +656,10 @@ class _Packer:
         self._ts_remove(gpu)
         self.free.get((gpu.model.id, gpu.pool), {}).pop(gpu.i, None)
         if action == "fixed":
-            instance = next(inst for inst, taken in sorted(gpu.fixed.items()) if taken is None and inst[0] == what)
+            if isinstance(what, tuple):   # a given instance (profile, start)
+                instance = what
+            else:
+                instance = next(inst for inst, taken in sorted(gpu.fixed.items()) if taken is None and inst[0] == what)
             gpu.fixed[instance] = item
             gpu.mode = "mig"
             self._mig_add(gpu)
@@ -643,11 +683,44 @@ class _Packer:
         self._reclaim_update(gpu)
         return gpu
 
-    def run(self, keep_first: list[int] | None = None) -> dict[int, _Gpu]:
-        """Place the items in order; with keep_first (positions in self.items), those are first offered
-        what the current layout has, in that order."""
+    def place_where_it_was(self, item: _Item, gpu_i: int, profile: str | None, start: int | None):
+        """Place a replica where the current plan put it, when that still holds it and changes nothing:
+        the same unused current MIG instance, a share of the same GPU time-sliced now (within its current
+        replicas), the same bare GPU for an exclusive request."""
+        gpu = self.gpus[gpu_i]
+        if item.pool is not None and gpu.pool != item.pool:
+            return None
+        if profile is not None:
+            instance = (profile, start)
+            if (item.isolation == "exclusive" or gpu.mode not in (None, "mig") or instance not in gpu.fixed
+                    or gpu.fixed[instance] is not None
+                    or all(p.name != profile for p in item.fixed_cands.get(gpu.model.id, ()))):
+                return None
+            option = ((), gpu_i, ("fixed", instance))
+        elif gpu.cur_ts is not None:
+            if (item.isolation != "soft" or gpu.mode not in (None, "ts") or len(gpu.ts_items) >= gpu.cur_ts
+                    or not _fits_ts(item, gpu)):
+                return None
+            option = ((), gpu_i, ("ts", None))
+        else:
+            if (item.isolation != "exclusive" or gpu.mode is not None or gpu.cur_mig is not None
+                    or item.memory > gpu.model.memory_gb):
+                return None
+            option = ((), gpu_i, ("whole", None))
+        return self._apply(item, option)
+
+    def run(self, keep_first: list[int] | None = None, were: list[tuple] | None = None) -> dict[int, _Gpu]:
+        """Place the items in order; with were ([(position in self.items, gpu index, profile, start)]),
+        those first go back where the current plan put them; with keep_first (positions), those are then
+        offered what the current layout has, in that order."""
         where: dict[int, _Gpu] = {}
+        for n, gpu_i, profile, start in were or ():
+            gpu = self.place_where_it_was(self.items[n], gpu_i, profile, start)
+            if gpu is not None:
+                where[n] = gpu
         for n in keep_first or ():
+            if n in where:
+                continue
             gpu = self.place_current(self.items[n])
             if gpu is not None:
                 where[n] = gpu
@@ -809,6 +882,7 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
     checked_gpus = check_gpus(gpus)
     checked_requests = check_requests(requests)
     layout_now = check_current(current, checked_gpus)
+    were_placed = check_placed(current, checked_gpus)
 
     models_by_pool: dict = {}
     for gpu in checked_gpus:
@@ -849,23 +923,51 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
     # Every ordering and policy on small inputs; on large ones the two that serve most there (density
     # order, soft requests on time-slicing first or on MIG first), so that planning stays under a second.
     runs = [(ordering, ts_first, False) for ordering in orderings for ts_first in sorted(policies, reverse=True)]
+    all_runs = bool(options.get("all_runs"))
+    budget = max(2, RUN_BUDGET // max(1, len(placeable)))
+    # The passes a plan without a current layout makes, exactly: run again from scratch, then scored
+    # against the current layout, they give back a layout the same requests were planned into, so
+    # pressing "plan" twice changes nothing unless another pass serves more weight.
+    from_scratch = [(*run, True) for run in (runs if all_runs else runs[:budget])]
     # With a current layout, a pass that first gives each replica what the layout already has (exclusive
-    # requests, then hard, then soft, the largest first), then packs the rest by density: planning again
-    # the requests a layout was made for keeps that layout.
-    if any(mig or ts for mig, ts in layout_now.values()):
+    # requests, then hard, then soft, the largest first), then packs the rest by density: requests that
+    # changed a little keep most of the layout.
+    if any(mig is not None or ts is not None for mig, ts in layout_now.values()):
         runs = [("density", True, "density"), ("density", True, "size"), ("density", False, "density"),
                 ("density", False, "size")] + runs
-    if not options.get("all_runs"):
-        runs = runs[:max(2, RUN_BUDGET // max(1, len(placeable)))]
+        # Within the budget of replicas placed (the passes from scratch first), at least one such pass.
+        if not all_runs:
+            runs = runs[:max(1, budget - len(from_scratch))]
+        runs = [(*run, False) for run in runs] + from_scratch
+        # Given where the current plan put each replica (its placed list), a pass that first puts them
+        # back there: the layout a plan made, however it was made, is kept while it serves as much.
+        if were_placed:
+            runs = [("density", True, "placed", False)] + runs
+    else:
+        runs = from_scratch
+    index_of = {g["id"]: i for i, g in enumerate(checked_gpus)}
     best = None
-    for ordering, soft_ts_first, keep in runs:
+    for ordering, soft_ts_first, keep, scratch in runs:
         ordered = sorted(placeable, key=sorts[ordering])
-        run_gpus = [_Gpu(i, g, *layout_now[g["id"]]) for i, g in enumerate(checked_gpus)]
+        run_gpus = [_Gpu(i, g, *((None, None) if scratch else layout_now[g["id"]]))
+                    for i, g in enumerate(checked_gpus)]
         packer = _Packer(run_gpus, ordered, soft_ts_first=soft_ts_first)
-        keep_first = None
-        if keep:
+        keep_first = were = None
+        if keep == "placed":
+            were = []
+            for n, item in enumerate(ordered):
+                hint = were_placed.get((item.request["name"], item.replica))
+                if hint is not None:
+                    were.append((n, index_of[hint[0]], hint[1], hint[2]))
+            keep_first = sorted(range(len(ordered)), key=lambda n: _keep_order(ordered[n], "density", n))
+        elif keep:
             keep_first = sorted(range(len(ordered)), key=lambda n: _keep_order(ordered[n], keep, n))
-        where = packer.run(keep_first)
+        where = packer.run(keep_first, were)
+        if scratch:
+            # Packed as though every GPU were bare; a GPU it leaves unused keeps its current layout, and
+            # the disruption is counted against the layout now.
+            for gpu in run_gpus:
+                gpu.cur_mig, gpu.cur_ts = layout_now[gpu.id]
         served = sum(ordered[n].weight for n in where)
         layouts = {g.i: _layout_of(g) for g in run_gpus}
         score = (-round(served, 9), *_score(run_gpus, layouts))

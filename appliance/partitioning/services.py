@@ -156,6 +156,14 @@ def applied_plan(appliance) -> Plan | None:
     return Plan.objects.filter(appliance=appliance, state=Plan.State.APPLIED).order_by("-applied_at", "-number").first()
 
 
+def with_applied_placements(appliance, current: list[dict]) -> dict:
+    """The planner's `current`: the layout now and where the applied plan put each replica, so that
+    planning the same requests again keeps the services where they run (the planner checks each placement
+    against the layout now and passes over those it no longer holds)."""
+    applied = applied_plan(appliance)
+    return {"gpus": current, "placed": list((applied.result or {}).get("placed") or []) if applied else []}
+
+
 def _spot(placement: dict) -> dict:
     return {"gpu": placement.get("gpu"), "kind": placement.get("kind"), "profile": placement.get("profile"),
             "start": placement.get("start")}
@@ -185,12 +193,25 @@ def service_moves(serving: list[dict] | None, placed: list[dict], destroyed: lis
     return moves
 
 
+def deployments_hit(appliance, gpus_changed) -> list[dict]:
+    """The model deployments (appliance/lifecycle) running on GPUs whose layout a plan changes: applying it
+    takes their GPU or MIG instance away (the deployments' health check then fails them), so the plan says
+    which, for the person who applies it: [{deployment, name, model, version, gpus}]."""
+    from appliance.lifecycle.deployments import placed_on
+
+    return [{"deployment": deployment.pk, "name": deployment.name, "model": deployment.version.model.name,
+             "version": deployment.version.number, "gpus": gpus}
+            for deployment, gpus in placed_on(appliance, gpus=gpus_changed or ())]
+
+
 def with_service_moves(appliance, result: dict) -> dict:
-    """The planner's result with disruption.services: the moves of the services the applied plan placed."""
+    """The planner's result with disruption.services (the moves of the services the applied plan placed)
+    and disruption.deployments (the model deployments on GPUs it changes)."""
     applied = applied_plan(appliance)
     serving = (applied.result or {}).get("placed") if applied else []
     disruption = dict(result.get("disruption") or {})
     disruption["services"] = service_moves(serving, result.get("placed") or [], disruption.get("destroyed"))
+    disruption["deployments"] = deployments_hit(appliance, disruption.get("gpus_changed"))
     return {**result, "disruption": disruption}
 
 
@@ -226,7 +247,7 @@ def save_plan(appliance, requests, *, user, description: str = "", gpus=None) ->
                 "ids": ", ".join(unknown), "appliance": appliance.name}])
     current = _current_of(layout, {g["id"] for g in gpus})
     try:
-        result = planner.plan(gpus, requests, current)
+        result = planner.plan(gpus, requests, with_applied_placements(appliance, current))
     except planner.PlanInputError as exc:
         raise PlanRefused([str(exc)]) from None
     return _create(appliance, user=user, description=description, requests=list(requests), gpus=list(gpus),
@@ -246,8 +267,10 @@ def save_result(appliance, result, *, user, description: str = "") -> Plan:
                "mig": None if g.get("mig") is None else [{"profile": i["profile"], "start": i["start"]} for i in g["mig"]],
                "time_slicing": None if g.get("time_slicing") is None else {"replicas": g["time_slicing"]["replicas"]}}
               for g in result["gpus"]]
+    changes = disruption(current, target)
+    changes["deployments"] = deployments_hit(appliance, changes["gpus_changed"])
     saved = {**{k: v for k, v in result.items() if k in ("placed", "unplaced", "served_weight", "total_weight")},
-             "gpus": target, "disruption": disruption(current, target)}
+             "gpus": target, "disruption": changes}
     gpus = [g for g in planner_gpus(layout) if g["id"] in ids]
     return _create(appliance, user=user, description=description, requests=[], gpus=gpus, current=current,
                    result=saved)
@@ -332,8 +355,54 @@ def apply_plan(plan: Plan, *, user, dry_run: bool = False):
                 "number": plan.number, "run": run.pk, "dry_run": dry_run, "nodes": nodes})
     except provisioning.RunRefused as exc:
         _refuse(plan, exc.errors, user, conflict=_busy(plan.appliance) is not None)
+    if not dry_run:
+        _stop_deployments(plan, user)
     transaction.on_commit(lambda: dispatch.enqueue(execute_run_task, run.pk))
     return run
+
+
+def _stop_deployments(plan: Plan, user) -> None:
+    """Before the stage changes their GPUs, the model deployments on them are stopped (pods deleted: a
+    service must not run on a GPU or MIG instance that is destroyed under it); follow_run deploys them
+    again once the run ended, on the layout it left. Their ids are kept in the plan (moved_deployments)."""
+    from appliance.lifecycle import deployments
+    from appliance.lifecycle.errors import LifecycleError
+
+    changed = ((plan.result or {}).get("disruption") or {}).get("gpus_changed") or ()
+    moved = []
+    for deployment, gpus in deployments.placed_on(plan.appliance, gpus=changed):
+        try:   # a refusal is audited by stop() itself; the stage then changes the GPU under the service
+            deployments.stop(deployment, user=user, reason=f"partition plan {plan.number} changes "
+                             f"{', '.join(gpus)}; it is deployed again once the plan's run has ended")
+        except LifecycleError:
+            continue
+        moved.append(deployment.pk)
+    if moved:
+        plan.result = {**plan.result, "moved_deployments": moved}
+        _save(plan, update_fields=["result", "updated"])
+
+
+def _redeploy_moved(plan: Plan) -> None:
+    """The run that applied (or failed to apply) `plan` ended: the deployments it stopped are deployed again
+    on the layout the GPUs have now (partitioning.plan.state says which came back, and which could not)."""
+    from appliance.lifecycle import deployments
+    from appliance.lifecycle.errors import LifecycleError
+    from appliance.lifecycle.models import Deployment
+
+    back, refused = [], []
+    for deployment in (Deployment.objects.filter(pk__in=(plan.result or {}).get("moved_deployments") or [],
+                                                 state=Deployment.State.STOPPED)
+                       .select_related("version__model", "appliance").order_by("pk")):
+        try:
+            again = deployments.redeploy(deployment, user=None)
+        except LifecycleError as exc:
+            refused.append({"deployment": deployment.pk, "name": deployment.name, "reason": str(exc)[:300]})
+            continue
+        back.append({"deployment": again.pk, "name": again.name, "state": again.state, "replaces": deployment.pk})
+    if back or refused:
+        audit.record("partitioning.plan.state", target=plan, outcome="failure" if refused else "success",
+                     reason="; ".join(f"{r['name']}: {r['reason']}" for r in refused)[:1000],
+                     details={"number": plan.number, "redeployed": back, "not_redeployed": refused})
 
 
 def rollback(appliance, *, user):
@@ -390,6 +459,8 @@ def follow_run(run) -> None:
                 _sync_simulated_devices(plan.appliance, list(run.node_names))
             if plan.state == Plan.State.APPLIED and plan.appliance.pools.exists():
                 transaction.on_commit(lambda plan=plan: rerender_workloads(plan, list(run.node_names)))
+            # Applied or failed, the GPUs are as the run left them: the services it stopped come back there.
+            transaction.on_commit(lambda plan=plan: _redeploy_moved(plan))
 
 
 def drained_nodes(plan: Plan) -> list[str]:

@@ -223,8 +223,9 @@ def _check_rules(gpus, requests, result):
     assert len(result["placed"]) + len(result["unplaced"]) == sum(r.get("replicas", 1) for r in requests)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_rules_hold_on_random_cases(seed):
+def _random_case(seed):
+    """A few GPUs of the table's models (some in pools) and up to 10 requests: hard, soft and exclusive,
+    some with a compute share or a pool."""
     rng = random.Random(seed)
     models = list(P.MODELS)
     gpus = [{"id": f"n{k // 4}/gpu{k % 4}", "model": rng.choice(models),
@@ -239,12 +240,109 @@ def test_rules_hold_on_random_cases(seed):
         if rng.random() < 0.2:
             request["pool"] = rng.choice(["p", "q"])
         requests.append(request)
+    return gpus, requests
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rules_hold_on_random_cases(seed):
+    gpus, requests = _random_case(seed)
     result = planner.plan(gpus, requests)
     _check_rules(gpus, requests, result)
-    # Planning again against its own result keeps the rules too (it mostly changes nothing, not always:
-    # the planner does not know which service ran where, only the layout).
     again = planner.plan(gpus, requests, result["gpus"])
     _check_rules(gpus, requests, again)
+
+
+NO_DISRUPTION_KEYS = ("destroyed", "created", "mig_mode_changes", "time_slicing_changes", "gpus_changed")
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_planning_the_same_requests_again_is_a_no_op(seed):
+    # An operator who presses "plan" twice is not told to re-partition anything: the layout the first
+    # plan made serves what it served, so the second plan keeps it, unless it finds a plan that serves
+    # more weight (weight comes first; then it may change what it must).
+    gpus, requests = _random_case(seed)
+    first = planner.plan(gpus, requests)
+    again = planner.plan(gpus, requests, first["gpus"])
+    _check_rules(gpus, requests, again)
+    assert again["served_weight"] >= first["served_weight"]
+    if again["served_weight"] == first["served_weight"]:
+        assert again["gpus"] == first["gpus"]
+        assert {key: again["disruption"][key] for key in NO_DISRUPTION_KEYS} == {key: [] for key in NO_DISRUPTION_KEYS}
+    # A layout the second plan made (not one a plan from scratch makes), handed back whole with where it
+    # put each replica: the third plan serves at least as much and, serving as much, changes nothing.
+    third = planner.plan(gpus, requests, again)
+    _check_rules(gpus, requests, third)
+    assert third["served_weight"] >= again["served_weight"]
+    if third["served_weight"] == again["served_weight"]:
+        assert third["gpus"] == again["gpus"]
+        assert {key: third["disruption"][key] for key in NO_DISRUPTION_KEYS} == {key: [] for key in NO_DISRUPTION_KEYS}
+
+
+def test_time_sliced_shares_are_kept_when_planning_again():
+    # Before: the second plan packed the soft services into the time-sliced GPUs in another way (r0 and
+    # r8 beside r1 on the A100, r6 on the H200), serving the same weight but changing two GPUs' replicas.
+    gpus = [{"id": "n0/gpu0", "model": "h100-nvl", "pool": "q"}, {"id": "n0/gpu1", "model": "h100-nvl"},
+            {"id": "n0/gpu2", "model": H100}, {"id": "n0/gpu3", "model": H100},
+            {"id": "n1/gpu0", "model": "a100-80gb"}, {"id": "n1/gpu1", "model": H100, "pool": "p"},
+            {"id": "n1/gpu2", "model": "h200"}]
+    requests = [{"name": "r0", "memory_gb": 37.9, "isolation": "soft", "weight": 3},
+                {"name": "r1", "memory_gb": 52.7, "replicas": 2, "isolation": "soft", "weight": 3},
+                {"name": "r2", "memory_gb": 8.4, "isolation": "soft"},
+                {"name": "r3", "memory_gb": 73.8, "replicas": 3, "isolation": "hard"},
+                {"name": "r4", "memory_gb": 23.7, "replicas": 2, "isolation": "hard", "pool": "q"},
+                {"name": "r5", "memory_gb": 10.6, "replicas": 3, "isolation": "hard", "weight": 3},
+                {"name": "r6", "memory_gb": 66.6, "isolation": "soft", "weight": 3},
+                {"name": "r7", "memory_gb": 115.7, "replicas": 3, "isolation": "soft", "weight": 2, "compute_slices": 4},
+                {"name": "r8", "memory_gb": 35.5, "replicas": 2, "isolation": "soft", "compute_slices": 3}]
+    first = planner.plan(gpus, requests)
+    shares = {g["id"]: g["time_slicing"] for g in first["gpus"] if g["time_slicing"]}
+    assert shares == {"n1/gpu0": {"replicas": 1}, "n1/gpu1": {"replicas": 1}, "n1/gpu2": {"replicas": 3}}
+    again = planner.plan(gpus, requests, first["gpus"])
+    assert again["served_weight"] == first["served_weight"] == 28
+    assert again["gpus"] == first["gpus"]
+    assert again["disruption"]["time_slicing_changes"] == again["disruption"]["gpus_changed"] == []
+
+
+def test_one_replica_more_disrupts_only_the_gpu_it_lands_on():
+    gpus = [{"id": f"n1/gpu{i}", "model": H100} for i in range(3)]
+    requests = [{"name": "chat", "memory_gb": 9, "replicas": 3, "isolation": "hard"},
+                {"name": "llm", "memory_gb": 38, "isolation": "hard", "weight": 3},
+                {"name": "rag", "memory_gb": 25, "replicas": 2, "isolation": "soft"},
+                {"name": "train", "memory_gb": 75, "isolation": "exclusive"}]
+    applied = planner.plan(gpus, requests)["gpus"]
+    gpu0 = [{"profile": "1g.10gb", "start": 0}, {"profile": "1g.10gb", "start": 1},
+            {"profile": "1g.10gb", "start": 2}, {"profile": "3g.40gb", "start": 4}]
+    assert applied == [{"id": "n1/gpu0", "model": H100, "mig": gpu0, "time_slicing": None},
+                       {"id": "n1/gpu1", "model": H100, "mig": None, "time_slicing": {"replicas": 2}},
+                       {"id": "n1/gpu2", "model": H100, "mig": None, "time_slicing": None}]
+
+    # A fourth chat replica: one 1g.10gb created in the free slice beside the others, nothing destroyed,
+    # the time-sliced GPU and the training GPU untouched.
+    more_chat = [{**requests[0], "replicas": 4}] + requests[1:]
+    result = planner.plan(gpus, more_chat, applied)
+    assert result["served_weight"] == 10
+    assert result["gpus"][1:] == applied[1:]
+    assert result["disruption"] == {
+        "destroyed": [],
+        "created": [{"gpu": "n1/gpu0", "profile": "1g.10gb", "start": 3}],
+        "kept": [{"gpu": "n1/gpu0", **instance} for instance in gpu0],
+        "mig_mode_changes": [], "time_slicing_changes": [], "gpus_changed": ["n1/gpu0"]}
+    assert [(p["request"], p["replica"], p["gpu"], p["profile"], p["start"]) for p in result["placed"]] == [
+        ("chat", 0, "n1/gpu0", "1g.10gb", 0), ("chat", 1, "n1/gpu0", "1g.10gb", 1),
+        ("chat", 2, "n1/gpu0", "1g.10gb", 2), ("chat", 3, "n1/gpu0", "1g.10gb", 3),
+        ("llm", 0, "n1/gpu0", "3g.40gb", 4), ("rag", 0, "n1/gpu1", None, None),
+        ("rag", 1, "n1/gpu1", None, None), ("train", 0, "n1/gpu2", None, None)]
+
+    # A third rag replica: one more share on the GPU time-sliced now (75 GB of 80), no MIG instance touched.
+    more_rag = requests[:2] + [{**requests[2], "replicas": 3}] + requests[3:]
+    result = planner.plan(gpus, more_rag, applied)
+    assert result["served_weight"] == 10
+    assert result["gpus"][0]["mig"] == gpu0 and result["gpus"][2] == applied[2]
+    assert result["disruption"] == {
+        "destroyed": [], "created": [],
+        "kept": [{"gpu": "n1/gpu0", **instance} for instance in gpu0],
+        "mig_mode_changes": [], "time_slicing_changes": [{"gpu": "n1/gpu1", "from": 2, "to": 3}],
+        "gpus_changed": ["n1/gpu1"]}
 
 
 # --- bad input -----------------------------------------------------------------------------------------------
@@ -277,6 +375,13 @@ OK = {"name": "a", "memory_gb": 10, "isolation": "hard"}
      "current[0].mig: not a valid layout for h100-80gb: 4g.40gb at 0 overlaps 3g.40gb at 0 on memory slice 0"),
     (GPU, [OK], [{"id": "n1/gpu0", "mig": [], "time_slicing": {"replicas": 2}}],
      "current[0]: a GPU is MIG or time-sliced, not both"),
+    (GPU, [OK], {"gpus": [], "placed": {"a": 1}},
+     "current.placed: a list of {request, replica, gpu, profile, start} is needed"),
+    (GPU, [OK], {"gpus": [], "placed": [{"request": "a", "replica": -1, "gpu": "n1/gpu0"}]},
+     "current.placed[0].replica: -1 is not between 0 and 19999"),
+    (GPU, [OK], {"gpus": [], "placed": [{"request": "a", "replica": 0, "gpu": "n1/gpu0", "profile": "1g.10gb",
+                                         "start": 9}]},
+     "current.placed[0].start: 9 is not between 0 and 7"),
     (GPU, [OK], {"gpus": [{"id": "n1/gpu0", "mig": [{"profile": "2g.10gb", "start": 0}]}]},
      "current.gpus[0].mig[0].profile: GPU model h100-80gb has no MIG profile '2g.10gb' (profiles: 1g.10gb, "
      "1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"),

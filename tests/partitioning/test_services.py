@@ -51,7 +51,8 @@ def test_a_pool_time_slicing_every_gpu_is_the_layout_a_plan_starts_from(shared, 
     run = services.apply_plan(plan, user=operator)
     gpu04 = partitioning_stage_vars(run, [Node.objects.get(name="gpu04")])["appliance_partitioning"]["targets"]["gpu04"]
     assert gpu04["gpus"]["0"] == {"mig": MIXED} and gpu04["gpus"]["1"] == {"keep": True, "mig": None}
-    assert gpu04["time_slicing"] == {"replicas": 4, "gpus": [1, 2, 3, 4, 5, 6, 7]}
+    assert gpu04["time_slicing"] == {"replicas": 4, "gpus": [1, 2, 3, 4, 5, 6, 7],
+                                     "per_gpu": {"1": 4, "2": 4, "3": 4, "4": 4, "5": 4, "6": 4, "7": 4}}
 
 
 @pytest.fixture
@@ -132,7 +133,7 @@ def test_apply_starts_the_partitioning_stage_on_the_changed_nodes(demo, operator
     gpu04 = target["targets"]["gpu04"]
     assert gpu04["gpus"]["0"] == {"mig": MIXED}
     assert gpu04["gpus"]["1"] == {"mig": None} and gpu04["gpus"]["2"] == {"keep": True, "mig": None}
-    assert gpu04["time_slicing"] == {"replicas": 4, "gpus": [1]}
+    assert gpu04["time_slicing"] == {"replicas": 4, "gpus": [1], "per_gpu": {"1": 4}}
     assert gpu04["slurm_node"] is False
     assert gpu04["profiles"]["3g.40gb"] == {"nvml_profile": 2, "compute_slices": 3}
 
@@ -268,3 +269,54 @@ def test_slurm_nodes_a_plan_changed_stay_drained_when_the_workloads_run_after_it
     record = AuditRecord.objects.filter(event="partitioning.plan.state", outcome="failure").get()
     assert record.details["nodes"] == ["gpu01"] and record.details["workloads_run"] == run.pk
     assert "stay drained" in record.reason
+
+
+def test_planning_again_keeps_the_services_where_the_applied_plan_put_them(demo, operator):
+    # The applied plan put chat's replica 0 on the 1g.10gb at 3 and replica 1 on the one at 2 (the planner
+    # alone, knowing only the layout, would give replica 0 the lower one): planning the same requests again
+    # moves no service and changes no GPU.
+    requests = [{"name": "chat", "memory_gb": 9, "replicas": 2, "isolation": "hard", "pool": "inference"},
+                {"name": "mid", "memory_gb": 18, "isolation": "hard", "pool": "inference"},
+                {"name": "big", "memory_gb": 35, "isolation": "hard", "pool": "inference"}]
+    placed = [{"request": "chat", "replica": 0, "gpu": "gpu04/gpu0", "profile": "1g.10gb", "start": 3, "kind": "mig"},
+              {"request": "chat", "replica": 1, "gpu": "gpu04/gpu0", "profile": "1g.10gb", "start": 2, "kind": "mig"},
+              {"request": "mid", "replica": 0, "gpu": "gpu04/gpu0", "profile": "2g.20gb", "start": 0, "kind": "mig"},
+              {"request": "big", "replica": 0, "gpu": "gpu04/gpu0", "profile": "3g.40gb", "start": 4, "kind": "mig"}]
+    applied = services.save_result(demo, {"gpus": [{"id": "gpu04/gpu0", "mig": MIXED, "time_slicing": None}],
+                                          "placed": placed}, user=operator)
+    Plan.objects.filter(pk=applied.pk).update(state=Plan.State.APPLIED)
+    record_layout("gpu04", {0: MIXED})
+    again = services.save_plan(demo, requests, user=operator)
+    assert again.result["disruption"]["gpus_changed"] == []
+    assert [(p["request"], p["replica"], p["profile"], p["start"]) for p in again.result["placed"]] == [
+        ("chat", 0, "1g.10gb", 3), ("chat", 1, "1g.10gb", 2), ("mid", 0, "2g.20gb", 0), ("big", 0, "3g.40gb", 4)]
+    assert again.result["disruption"]["services"] == {"moved": [], "restarted": [], "stopped": [], "started": []}
+
+
+def test_gpus_time_sliced_differently_on_one_node_keep_their_own_counts(demo, operator):
+    """GPU 1 of gpu04 planned x4 and GPU 2 x2: the stage records each count, the layout a plan starts from
+    reads them back, and the node's device plugin config shares each GPU as planned (one resource entry per
+    count, with its devices), never GPU 2 four ways (its services' memory was planned for two)."""
+    from appliance.partitioning import formats
+    from appliance.partitioning.layout import current_layout
+    from appliance.partitioning.renderers import kubernetes
+    from appliance.partitioning.renderers.site import site_view
+
+    result = {"gpus": [{"id": "gpu04/gpu1", "model": "h100-80gb", "mig": None, "time_slicing": {"replicas": 4}},
+                       {"id": "gpu04/gpu2", "model": "h100-80gb", "mig": None, "time_slicing": {"replicas": 2}}]}
+    run = services.apply_plan(services.save_result(demo, result, user=operator), user=operator)
+    target = partitioning_stage_vars(run, [Node.objects.get(name="gpu04")])["appliance_partitioning"]["targets"]
+    assert target["gpu04"]["time_slicing"] == {"replicas": 4, "gpus": [1, 2], "per_gpu": {"1": 4, "2": 2}}
+
+    record_layout("gpu04", {}, target["gpu04"]["time_slicing"])   # what the stage's facts then say
+    sliced = {g["index"]: g["time_slicing"] for g in current_layout(demo)["gpus"] if g["node"] == "gpu04"}
+    assert sliced == {0: None, 1: {"replicas": 4}, 2: {"replicas": 2}, 3: None, 4: None, 5: None, 6: None,
+                      7: None}
+    config = kubernetes.node_layout_configs(site_view(demo))["gpu04"]
+    assert config["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "devices": ["1"], "replicas": 4},
+        {"name": "nvidia.com/gpu", "devices": ["2"], "replicas": 2}]
+    # A record made before counts were kept per GPU still reads as one count for the GPUs it lists.
+    assert formats.time_sliced({"replicas": 4, "gpus": [1, 2]}) == {1: 4, 2: 4}
+    with pytest.raises(ValueError):
+        formats.time_sliced({"replicas": 4, "gpus": [1], "per_gpu": ["1"]})

@@ -135,7 +135,9 @@ def handle(command, options) -> int:
                                                               "MIG profiles") % {"id": gpu.get("id"),
                                                                                   "name": appliance.name})
         wanted = {g.get("id") for g in gpus if isinstance(g, dict)}
-        current = [g for g in planner_current(layout) if g["id"] in wanted]
+        from appliance.partitioning.services import with_applied_placements
+
+        current = with_applied_placements(appliance, [g for g in planner_current(layout) if g["id"] in wanted])
     elif gpus is None:
         raise CommandError(f"{source.path}: gpus: " + _("missing (or give --appliance to plan its GPUs)"))
     if options["current"]:
@@ -226,6 +228,10 @@ def table(result: dict) -> str:
     for key, label in (("destroyed", _("destroyed")), ("created", _("created"))):
         for instance in d[key]:
             lines.append(f"  {instance['gpu']}: {label} {instance['profile']}@{instance['start']}")
+    for hit in d.get("deployments") or []:
+        lines.append("  " + _("model deployment %(name)s (%(model)s v%(version)s) on %(gpus)s: interrupted, its GPU "
+                              "changes (deploy it again once the plan is applied)") % {
+            **hit, "gpus": ", ".join(hit["gpus"])})
     services = d.get("services")
     if services:  # planned for an appliance: its services as the applied plan placed them
         def where(spot):

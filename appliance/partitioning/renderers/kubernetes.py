@@ -72,6 +72,7 @@ def recorded_layout(node, replicas: int = 0) -> list[dict] | None:
     the planner's shape [{id, mig, time_slicing}]; None for a node no partitioning run has laid out: none
     recorded, or no GPU split and every GPU shared as its pool (`replicas`) shares them (every bootstrap's
     partitioning stage records each GPU node's layout; such a node keeps its pool's config)."""
+    from appliance.partitioning import formats
     from appliance.partitioning.layout import laid_out
 
     facts = node.facts or {}
@@ -86,12 +87,11 @@ def recorded_layout(node, replicas: int = 0) -> list[dict] | None:
             raise RenderError(f"node {node.name}: facts.mig_instances is malformed ({item!r})") from None
     slicing = facts.get("time_slicing") or {}
     try:
-        replicas = int(slicing.get("replicas") or 0)
-        sliced = {int(i) for i in slicing.get("gpus") or []} if replicas > 1 else set()
+        sliced = formats.time_sliced(slicing)   # each GPU with its own count
     except (TypeError, ValueError, AttributeError):
         raise RenderError(f"node {node.name}: facts.time_slicing is malformed ({slicing!r})") from None
     return [{"id": f"{node.name}/gpu{index}", "mig": instances.get(index),
-             "time_slicing": {"replicas": replicas} if index in sliced and index not in instances else None}
+             "time_slicing": {"replicas": sliced[index]} if index in sliced and index not in instances else None}
             for index in range(node.gpu_count)]
 
 

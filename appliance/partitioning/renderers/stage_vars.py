@@ -254,9 +254,12 @@ def partitioning_targets(appliance, nodes, plan_result: dict | None) -> dict:
                                 for p in profiles.model(gpu["model"]).profiles}
     for node in targets.values():
         sliced = node.pop("sliced")
-        # The device plugin shares every GPU of a node with one replica count; GPUs planned with fewer
-        # replicas get the node's highest (the planner's memory rule holds for the services it placed).
-        node["time_slicing"] = ({"replicas": max(sliced.values()), "gpus": sorted(sliced)} if sliced else None)
+        # Each GPU keeps the replicas its plan gives it (the device plugin's config has one resource entry
+        # per count, with its devices: formats.device_plugin_config); "replicas" is their highest, for
+        # readers of records made before counts were kept per GPU.
+        node["time_slicing"] = ({"replicas": max(sliced.values()), "gpus": sorted(sliced),
+                                 "per_gpu": {str(index): count for index, count in sorted(sliced.items())}}
+                                if sliced else None)
     return dict(sorted(targets.items()))
 
 

@@ -47,7 +47,7 @@ options:
     type: dict
     required: true
   time_slicing:
-    description: The node's time-slicing (C(replicas) and C(gpus)), recorded as a fact (the device plugin applies it).
+    description: The node's time-slicing (C(replicas), C(gpus) and C(per_gpu), each GPU index to its own replica count), recorded as a fact (the device plugin applies it).
     type: dict
 """
 
@@ -60,7 +60,7 @@ EXAMPLES = r"""
       "1": {mig: null}
     profiles:
       1g.10gb: {nvml_profile: 0, compute_slices: 1}
-    time_slicing: {replicas: 4, gpus: [1]}
+    time_slicing: {replicas: 4, gpus: [1], per_gpu: {"1": 4}}
 """
 
 RETURN = r"""
