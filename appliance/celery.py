@@ -59,6 +59,25 @@ def beat_schedule() -> dict:
             "task": "lending.advance",
             "schedule": 60,
         },
+        # Promotion requests that waited past their time expire; deployments rolling out are checked.
+        "lifecycle-expire-requests": {
+            "task": "lifecycle.expire_requests",
+            "schedule": 300,
+        },
+        "lifecycle-follow-deployments": {
+            "task": "lifecycle.follow_deployments",
+            "schedule": 30,
+        },
+        # Versions registered from a running job's batch script get the job's end once Slurm reports it.
+        "lifecycle-refresh-training": {
+            "task": "lifecycle.refresh_training",
+            "schedule": 60,   # slurmctld forgets an ended job after MinJobAge (300 s by default)
+        },
+        # Every registered version's files are re-hashed in full (a changed file raises an audited alert).
+        "lifecycle-verify-artifacts": {
+            "task": "lifecycle.verify_artifacts",
+            "schedule": max(60, settings.LIFECYCLE_FULL_VERIFY_EVERY_SECONDS),
+        },
         # The database queue keeps the rows of the messages workers took: delete them.
         "queue-cleanup": {
             "task": "core.queue_cleanup",

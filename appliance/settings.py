@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "appliance.lending",
     "appliance.traces",
     "appliance.partitioning",
+    "appliance.lifecycle",
     "appliance.portal",
 ]
 
@@ -377,6 +378,22 @@ AUDIT_WITNESS_SYSLOG = os.environ.get("AUDIT_WITNESS_SYSLOG", "")
 SECRETS_KEY_FILE = Path(os.environ.get("APPLIANCE_SECRETS_KEY_FILE", KEYS_DIR / "secrets.key"))
 
 SIMULATION_DIR = STATE_DIR / "simulation"
+
+# The model registry (appliance/lifecycle). Where a version's files may be registered from: the directories
+# listed here (os.pathsep-separated), or else the appliance's parallel filesystems (on a simulated appliance,
+# SIMULATION_DIR/filesystems/<name>, the directory that stands for each shared filesystem); lifecycle/roots.py.
+LIFECYCLE_ARTIFACT_ROOTS = [Path(p) for p in os.environ.get("APPLIANCE_MODEL_ROOTS", "").split(os.pathsep) if p]
+# A promotion request (to production) expires without a decision after this many hours.
+LIFECYCLE_REQUEST_TTL_HOURS = env_int("APPLIANCE_MODEL_REQUEST_TTL_HOURS", 72)
+# Every registered version's files are re-hashed in full this often (seconds); a quick check (size, mtime,
+# inode) and the signature precede every deployment whatever this says.
+LIFECYCLE_FULL_VERIFY_EVERY_SECONDS = env_int("APPLIANCE_MODEL_FULL_VERIFY_EVERY_SECONDS", 86400)
+# The model-signing key (an EC P-256 private key, PEM, made on first use) and the public key auditors verify with.
+LIFECYCLE_SIGNING_KEY_FILE = Path(os.environ.get("APPLIANCE_MODEL_SIGNING_KEY_FILE", KEYS_DIR / "model-signing.pem"))
+# Deployments on the inference pool: the registry its serving images come from (an air-gapped appliance's
+# own), and how long a rollout may take to become healthy before it fails (lifecycle/manifests.py, deployments.py).
+LIFECYCLE_IMAGE_REGISTRY = os.environ.get("APPLIANCE_IMAGE_REGISTRY", "registry.appliance.local:5000")
+LIFECYCLE_ROLLOUT_DEADLINE_SECONDS = env_int("APPLIANCE_MODEL_ROLLOUT_DEADLINE_SECONDS", 600)
 # The package repository the nodes install from (manage.py repository build; README "Air-gapped installs").
 REPOSITORY_DIR = Path(os.environ.get("APPLIANCE_REPOSITORY_DIR", STATE_DIR / "repository")).resolve()
 PLAYBOOKS_DIR = BASE_DIR / "playbooks"

@@ -18,6 +18,7 @@ api_v1_patterns = [
     path("analytics/", include("appliance.analytics.api_urls")),
     path("lending/", include("appliance.lending.api_urls")),
     path("partitioning/", include("appliance.partitioning.api_urls")),
+    path("lifecycle/", include("appliance.lifecycle.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's start script as a file: the Content-Security-Policy forbids inline scripts.
     path("schema/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="schema-docs"),
@@ -36,6 +37,10 @@ urlpatterns = [
     path("analytics/", include("appliance.analytics.urls")),
     path("lending/", include("appliance.lending.urls")),
     path("partitioning/", include("appliance.partitioning.urls")),
+    path("models/", include("appliance.lifecycle.urls")),
+    # MLflow's registry REST API, at the root as MLflow clients expect it (the appliance's URL is their
+    # registry URI): appliance/lifecycle/mlflow_api.py.
+    path("api/2.0/mlflow/", include("appliance.lifecycle.mlflow_urls")),
     # GET /api/ names the versions; anything else under /api/ outside a version is a 404 whose message
     # points to /api/v1/ (core_views.page_not_found), not a redirect: see appliance.core.api_root.
     path("api/", api_root.api_index, name="api-index"),

@@ -24,6 +24,8 @@ EXPECTED_MATRIX: dict[str, tuple[bool, bool, bool, bool, bool]] = {
     "pools.approve":        (True,  False, False, False, False),
     "models.view":          (True,  True,  True,  True,  True),
     "models.change":        (True,  False, True,  False, False),
+    "models.approve":       (True,  False, True,  False, False),
+    "models.deploy":        (True,  True,  True,  False, False),
     "audit.view":           (True,  False, False, True,  False),
     "audit.export":         (True,  False, False, True,  False),
     "audit.retention":      (True,  False, False, False, False),

@@ -97,3 +97,37 @@ def change_own_password(user, old_password: str, new_password: str, request):
         user.set_password(new_password)
         user.save()
     return user
+
+
+class ApproverNotIndependent(ValueError):
+    """An approval by someone who is not a second, independent person; the message says why."""
+
+
+def require_independent_approver(user, *, requester_id, requester_username: str, since, what: str, second: str,
+                                 role: str) -> None:
+    """Four-eyes: `user` may approve what `requester_id` asked at `since` only if they are another person whom
+    the requester could not have made or promoted for the occasion: not the requester, an account that existed
+    and held its role before the request, and not one the requester created (directly or through accounts
+    they created). `what` names the action ("archiving"), `second` the approver wanted ("a second
+    Administrator"), `role` the role held ("an Administrator"). Raises ApproverNotIndependent."""
+    if requester_id is not None and requester_id == user.pk:
+        raise ApproverNotIndependent(_("approver: %(what)s needs %(second)s, not the one who asked") % {
+            "what": what, "second": second})
+    name = user.get_username()
+    if user.date_joined >= since:
+        raise ApproverNotIndependent(
+            _("approver: %(name)r was created after the request; the approver must be an account that existed "
+              "before it") % {"name": name})
+    if user.role_since >= since:
+        raise ApproverNotIndependent(
+            _("approver: %(name)r became %(role)s after the request; the approver must have been one before it")
+            % {"name": name, "role": role})
+    maker, seen = user.created_by, {user.pk}
+    while maker is not None and maker.pk not in seen:
+        if maker.pk == requester_id:
+            raise ApproverNotIndependent(
+                _("approver: %(name)r was created by %(requester)r, who asked; the approver must be an account "
+                  "the requester did not make") % {"name": name, "requester": requester_username})
+        seen.add(maker.pk)
+        maker = maker.created_by
+

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import PasswordChangeForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, redirect, render, resolve_url
 from django.urls import reverse_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -27,6 +27,12 @@ class LoginView(LoginThrottleMixin, auth_views.LoginView):
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
+
+    def get_default_redirect_url(self):
+        # An ML engineer works in the model registry: without a ?next=, they land on the model list.
+        if getattr(self.request.user, "role", None) == Role.ML_ENGINEER:
+            return resolve_url("lifecycle:models")
+        return super().get_default_redirect_url()
 
 
 class LogoutView(auth_views.LogoutView):

@@ -23,6 +23,7 @@ from pathlib import Path
 from django.db import connection, transaction
 from django.utils import timezone
 
+from appliance.accounts.services import ApproverNotIndependent, require_independent_approver
 from appliance.core.models import ApplianceSetting
 from appliance.core.roles import can
 
@@ -145,22 +146,12 @@ def approve_retention(request_id: int, user) -> RetentionRequest:
 
 def _require_independent_approver(request: RetentionRequest, user) -> None:
     """The approver is a second person only if the requester could not have made or promoted the account."""
-    if request.requested_by_id == user.pk:
-        raise RetentionError("approver: archiving needs a second Administrator, not the one who asked")
-    name = user.get_username()
-    if user.date_joined >= request.requested_at:
-        raise RetentionError(f"approver: {name!r} was created after the request; the approver must be an "
-                             "account that existed before it")
-    if user.role_since >= request.requested_at:
-        raise RetentionError(f"approver: {name!r} became an Administrator after the request; the approver must "
-                             "have been one before it")
-    maker, seen = user.created_by, {user.pk}
-    while maker is not None and maker.pk not in seen:
-        if maker.pk == request.requested_by_id:
-            raise RetentionError(f"approver: {name!r} was created by {request.requested_by_username!r}, who asked; "
-                                 "the approver must be an account the requester did not make")
-        seen.add(maker.pk)
-        maker = maker.created_by
+    try:
+        require_independent_approver(user, requester_id=request.requested_by_id,
+                                     requester_username=request.requested_by_username, since=request.requested_at,
+                                     what="archiving", second="a second Administrator", role="an Administrator")
+    except ApproverNotIndependent as exc:
+        raise RetentionError(str(exc)) from None
 
 
 def _locked(request_id: int) -> RetentionRequest:

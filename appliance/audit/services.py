@@ -39,11 +39,16 @@ audit_models = _Models()
 
 REDACTED = "[redacted]"
 SECRET_KEYS = ("password", "passwd", "secret", "token", "private_key", "api_key", "credential")
+# A language model's tokens, not credentials: the sizing advisor's kv_bytes_per_token, tokens_per_s_ceiling.
+MODEL_TOKEN_KEYS = ("per_token", "tokens_per_")
 
 
 @functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
     lowered = key.lower()
+    if any(marker in lowered for marker in MODEL_TOKEN_KEYS) and not any(
+            marker in lowered for marker in SECRET_KEYS if marker != "token"):
+        return False
     return any(marker in lowered for marker in SECRET_KEYS)
 
 

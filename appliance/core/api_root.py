@@ -66,5 +66,6 @@ class ApiV1RootView(APIRootView):
         "analytics": "analytics-api-root",
         "lending": "lending-api-root",
         "partitioning": "partitioning-api-root",
+        "lifecycle": "lifecycle-api-root",
         "schema": "schema",
     }

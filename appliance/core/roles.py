@@ -38,6 +38,10 @@ CAPABILITIES: dict[str, frozenset[Role]] = {
     "pools.approve": frozenset({_A}),
     "models.view": _ALL,
     "models.change": frozenset({_A, _M}),
+    # Approving a promotion another person asked for (four-eyes: never one's own, nor one asked by the
+    # account that created one's own); deploying and rolling back a production version.
+    "models.approve": frozenset({_A, _M}),
+    "models.deploy": frozenset({_A, _O, _M}),
     "audit.view": frozenset({_A, _U}),
     "audit.export": frozenset({_A, _U}),
     "audit.retention": frozenset({_A}),

@@ -24,7 +24,7 @@ from .serializers import (
     ReasonSerializer,
 )
 
-STATE = OpenApiParameter("state", str, description="only plans in this state: " + ", ".join(PlanState.values))
+STATE = OpenApiParameter("state", str, enum=PlanState.values, description="only plans in this state")
 PLAN_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="the plan's id")
 POOL_ID = OpenApiParameter("pool", int, OpenApiParameter.PATH, description="the pool's id")
 

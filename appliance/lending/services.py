@@ -329,12 +329,39 @@ def _begin_reconfigure(plan: LendingPlan, pool: Pool, state: str, now: datetime)
     _step(plan, "workloads", outcome, message, now=now, details={"run": run_id})
 
 
+def _evict_deployments(plan: LendingPlan, pool: Pool) -> list[dict]:
+    """The inference pool's side of a drain: the model deployments (appliance/lifecycle) placed on the plan's
+    nodes are stopped (their pods deleted and their GPUs freed; audited lifecycle.deployment.stop, by the
+    appliance), since the nodes leave the pool. They are not moved: the drain step names them, to be
+    deployed again on the pool's other GPUs. Raises LifecycleError when one cannot be stopped."""
+    from appliance.lifecycle import deployments
+
+    stopped = []
+    for deployment, nodes in deployments.placed_on(plan.appliance, nodes=plan.nodes):
+        deployments.stop(deployment, user=None, reason=f"{', '.join(nodes)} leave pool {pool} (lending plan {plan.pk})")
+        stopped.append({"deployment": deployment.pk, "name": deployment.name, "model": deployment.version.model.name,
+                        "version": deployment.version.number, "nodes": nodes})
+    return stopped
+
+
 def _leave(plan: LendingPlan, pool: Pool) -> tuple[str, str, dict] | None:
-    """Drain the nodes in Slurm when `pool` is scheduled by Slurm. Returns (outcome, message, details), or
-    None when Slurm refused (the plan has failed)."""
+    """Drain the nodes: in Slurm when `pool` is scheduled by Slurm; else (the inference pool) stop the model
+    deployments placed on them. Returns (outcome, message, details), or None when Slurm or the pool refused
+    (the plan has failed)."""
     if not _uses_slurm(pool):
-        return (Outcome.SKIPPED, f"pool {pool} is not scheduled by Slurm: nothing drained in Slurm (its Kubernetes "
-                "is simulation state on a simulated appliance)", {})
+        from appliance.lifecycle.errors import LifecycleError
+
+        try:
+            stopped = _evict_deployments(plan, pool)
+        except LifecycleError as exc:
+            _fail(plan, "drain", f"stopping the model deployments on {', '.join(plan.nodes)} failed: {exc}")
+            return None
+        if not stopped:
+            return (Outcome.SUCCESS, f"no model deployment of pool {pool} runs on {', '.join(plan.nodes)}",
+                    {"deployments": []})
+        names = ", ".join(f"{d['name']} ({d['model']} v{d['version']})" for d in stopped)
+        return (Outcome.SUCCESS, f"model deployments on the nodes stopped: {names}; deploy them again on the pool's "
+                "other GPUs", {"deployments": stopped})
     why = f"lent to pool {plan.to_pool} by lending plan {plan.pk}" if pool == plan.from_pool else \
         f"returning to pool {plan.from_pool} (lending plan {plan.pk})"
     try:

@@ -104,3 +104,81 @@ def job_users(appliance, job_ids: list[str]) -> dict[str, str]:
             if job in wanted and user.strip():
                 users.setdefault(job, user.strip())
     return users
+
+
+def _gpu_count(gres: str) -> int:
+    """GPUs in a GRES or TRES list: "gpu:h100:8", "gres/gpu=2", "gpu:3g.40gb:2(IDX:0-1),gpu:h100:1"."""
+    total = 0
+    for item in gres.split(","):
+        item = item.split("(", 1)[0].strip()
+        if item.startswith("gres/gpu") and "=" in item and ":" not in item.split("=", 1)[0]:
+            count = item.split("=", 1)[1]
+        elif item.startswith("gpu:"):
+            count = item.rsplit(":", 1)[1]
+        else:
+            continue
+        total += int(count) if count.isdigit() else 0
+    return total
+
+
+# Job states in which a job has not ended: scontrol's EndTime is then when its time limit runs out, not an end.
+UNFINISHED_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED",
+                               "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
+                               "RESV_DEL_HOLD"})
+
+
+def job_details(appliance, job: str) -> dict | None:
+    """What Slurm says about job `job` (its id checked by the caller): {job, user, name, partition, nodes,
+    gpus, gpu_indices: {node: "0-1"}, start, end, limit_end, state, source}, from `scontrol --details show job`
+    while slurmctld knows it, else from sacct where accounting is kept; None when neither knows it. `end` is
+    None until the job has ended (a running job's EndTime is its time limit: that is `limit_end`)."""
+    try:
+        output = _client(appliance, "scontrol", "--details", "--oneliner", "show", "job", job)
+    except SlurmCommandError as exc:
+        if "Invalid job id" not in str(exc):
+            raise
+        output = ""
+    line = output.strip().splitlines()[0] if output.strip() else ""
+    if line:
+        pairs: list[list[str]] = []
+        for word in line.split(" "):
+            key, equals, value = word.partition("=")
+            if equals and key and not key.startswith("("):
+                pairs.append([key, value])
+            elif pairs and word:
+                pairs[-1][1] += " " + word
+        fields, indices, node = {}, {}, ""
+        for key, value in pairs:
+            fields.setdefault(key, value)
+            if key == "Nodes":
+                node = value
+            elif key == "GRES" and node and "IDX:" in value:
+                indices[node] = ",".join(part.split("IDX:", 1)[1].rstrip(")") for part in value.split(",gpu")
+                                         if "IDX:" in part)
+        nodelist = fields.get("NodeList", "")
+        nodes = _client(appliance, "scontrol", "show", "hostnames", nodelist).split() if nodelist else []
+        gpus = _gpu_count(fields.get("JOB_GRES", "")) or _gpu_count(fields.get("TRES", ""))
+        when = {key: (None if fields.get(key) in (None, "Unknown", "None") else fields[key])
+                for key in ("StartTime", "EndTime")}
+        state = fields.get("JobState", "")
+        unfinished = state in UNFINISHED_STATES
+        return {"job": job, "user": fields.get("UserId", "").split("(", 1)[0], "name": fields.get("JobName", ""),
+                "partition": fields.get("Partition", ""), "nodes": nodes, "gpus": gpus, "gpu_indices": indices,
+                "start": when["StartTime"], "end": None if unfinished else when["EndTime"],
+                "limit_end": when["EndTime"] if unfinished else None, "state": state, "source": "scontrol"}
+    try:
+        output = _client(appliance, "sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job}",
+                         "--format=JobID,User,JobName,Partition,NodeList,AllocTRES,Start,End,State")
+    except SlurmCommandError:
+        return None
+    for row in output.splitlines():
+        values = row.split("|")
+        if len(values) == 9 and values[0] == job:
+            nodes = _client(appliance, "scontrol", "show", "hostnames", values[4]).split() \
+                if values[4] and values[4] != "None assigned" else []
+            return {"job": job, "user": values[1], "name": values[2], "partition": values[3], "nodes": nodes,
+                    "gpus": _gpu_count(values[5]), "gpu_indices": {},
+                    "start": None if values[6] in ("Unknown", "None") else values[6],
+                    "end": None if values[7] in ("Unknown", "None") else values[7], "limit_end": None,
+                    "state": values[8].split(" ", 1)[0], "source": "sacct"}
+    return None

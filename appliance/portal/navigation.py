@@ -24,6 +24,7 @@ NAVIGATION: list[NavEntry] = [
     NavEntry(_("Recommendations"), "analytics:recommendations", "analytics.view", "analytics"),
     NavEntry(_("Lending"), "lending:plans", "analytics.view", "lending"),
     NavEntry(_("Partitioning"), "partitioning:layout", "partitioning.view", "partitioning"),
+    NavEntry(_("Models"), "lifecycle:models", "models.view", "lifecycle"),
     NavEntry(_("Nodes"), "inventory:node-list", "inventory.view", "inventory"),
     NavEntry(_("Fabric"), "portal:fabric", "inventory.view", "inventory"),
     NavEntry(_("Storage"), "portal:storage", "inventory.view", "inventory"),

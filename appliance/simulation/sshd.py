@@ -321,13 +321,19 @@ def _open_for_reading(top: Path) -> None:
 
 
 def _chown_tree(top: Path, login: Account) -> None:
+    """The sysroot's files to the login account. The live workload rewrites counter files under it meanwhile
+    (a temporary file renamed over the old one): a name listed by the walk may be gone when it is reached,
+    and is skipped (its replacement is the workload's, read the same way)."""
     os.chown(top, login.uid, login.gid)
     for root, directories, files in os.walk(top):
         for name in directories + files:
             path = Path(root) / name
-            info = path.lstat()
-            if info.st_uid != login.uid or info.st_gid != login.gid:
-                os.lchown(path, login.uid, login.gid)
+            try:
+                info = path.lstat()
+                if info.st_uid != login.uid or info.st_gid != login.gid:
+                    os.lchown(path, login.uid, login.gid)
+            except FileNotFoundError:
+                continue
 
 
 # -- servers --------------------------------------------------------------------------------------

@@ -7,7 +7,12 @@ What runs for real and what is modelled:
   generated partition says). Slurm decides nothing about the load: the model does.
 - inference services run on the inference pool, which is Kubernetes on a real appliance. No Kubernetes
   API server can be installed here (Debian ships only kubectl; FIELD-NOTES), so the services are kept in
-  the simulation's state only: each GPU's owner in the node's job map.
+  the simulation's state only: each GPU's owner in the node's job map. The demo's own services (chat,
+  embeddings) are background load drawn from the seed; a service the model lifecycle deployed is a
+  workload of the simulated Kubernetes (kubernetes.py): on the GPUs its ready pods hold, it replaces the
+  background and serves an inference load with a diurnal demand, named after the service (`services`).
+  The driver reconciles the simulated Kubernetes every step; without a driver, serve() puts the deployed
+  services' load and owners on the nodes once (the lifecycle calls it when it follows a rollout).
 - every GPU's counters (utilization, SM/tensor/DRAM activity, memory, power, clocks, clock event reasons,
   PCIe and NVLink throughput, energy), the node's InfiniBand port counters, filesystem client statistics,
   block devices and CPU time (iowait) follow a profile per activity; the simulated NVML and the node's
@@ -127,6 +132,12 @@ class Model:
     demo_kinds: tuple[str, ...] = DEMO_TRAINING_KINDS
     job_half_hours: tuple[int, int] = (2, 6)
     gap_ten_minutes: tuple[int, int] = (1, 4)
+    # The deployed services (kubernetes.serving): node -> {GPU index: service}. They take their GPUs from
+    # the day's background activities. background False: nothing but them (serve(), no driver running).
+    services: dict = field(default_factory=dict)
+    background: bool = True
+    # node -> {"<GPU index>/<GPU instance>": service} (kubernetes.instance_owners): the job map's MIG entries.
+    instance_services: dict = field(default_factory=dict)
     _days: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -145,6 +156,8 @@ class Model:
         rng = random.Random(f"{self.seed}/{self.profile}/{day}")
         base = day * DAY_S
         result = []
+        if not self.background:
+            return result
         training = [node for node in self.nodes if node.pool == "training" and node.gpus]
         inference = [node for node in self.nodes if node.pool == "inference" and node.gpus]
         for position, node in enumerate(training):
@@ -193,6 +206,12 @@ class Model:
         return result
 
     def activity_at(self, node: str, gpu: int, t: float) -> Activity | None:
+        served = self.services.get(node) or {}
+        if gpu in served:
+            service = served[gpu]
+            return Activity(service, "inference-diurnal", node,
+                            tuple(sorted(index for index, name in served.items() if name == service)),
+                            int(t // DAY_S) * DAY_S, DAY_S)
         for activity in self.activities(int(t // DAY_S)):
             if activity.node == node and gpu in activity.gpus and activity.start <= t < activity.end:
                 return activity
@@ -418,6 +437,32 @@ def make_idle(state: dict, now_ns: int) -> None:
 LOAD_VIEWS = ("proc/stat", "proc/self", "proc/diskstats", "sys/kernel", "run/appliance")
 
 
+def instance_owner_entries(instances: dict | None) -> dict:
+    """The job map's entries for MIG instances that serve a service: "<GPU>/<GPU instance>" -> owner."""
+    return {key: {"kind": "inference", "service": service} for key, service in sorted((instances or {}).items())}
+
+
+def serve(nodes: list[NodeSpec], services: dict, now: float | None = None, instances: dict | None = None) -> None:
+    """Without a driver: put the deployed services' inference load (and their owners in the job map) on
+    the nodes for the interval of wall-clock time `now`, every other GPU idle. `services`: node -> {GPU
+    index: service} (kubernetes.serving); `instances`: node -> {"<GPU>/<instance>": service}
+    (kubernetes.instance_owners)."""
+    now = time.time() if now is None else now
+    instances = instances or {}
+    model = Model("inference-diurnal", 1, tuple(nodes), services=services, background=False)
+    interval, now_ns = int(now // INTERVAL_S), int(now * 1e9)
+    for node in nodes:
+        if not node.sysroot or not node_state.exists(node.sysroot):
+            continue
+        owners = {str(gpu): {"kind": "inference", "service": service}
+                  for gpu, service in sorted((services.get(node.name) or {}).items())}
+        owners |= instance_owner_entries(instances.get(node.name))
+        with node_state.update(node.sysroot) as current:
+            last = int(current.get("counters_ns") or now_ns)
+            apply(current, model.node_load(node, interval), max(0.0, (now_ns - last) / 1e9), now_ns, owners)
+        hand_over(Path(node.sysroot))
+
+
 def hand_over(sysroot: Path) -> None:
     """Give what the driver (root) created under the sysroot to the sysroot's owner: the node's login
     account rewrites these views when a simulated command changes the state (mount a filesystem, ...)."""
@@ -496,10 +541,22 @@ class Driver:
                                     "name": activity.name}
             else:
                 owners[str(gpu)] = {"kind": "inference", "service": activity.name}
-        return owners
+        return owners | instance_owner_entries(self.model.instance_services.get(node.name))
+
+    def reconcile_kubernetes(self) -> None:
+        """The simulated Kubernetes' scheduler and kubelets, then the services its ready pods serve."""
+        from . import kubernetes
+
+        path = self.config.get("kubernetes")
+        if not path:
+            return
+        kubernetes.reconcile(path, {node.name: node.sysroot for node in self.model.nodes if node.pool == "inference"})
+        self.model.services = kubernetes.serving(path)
+        self.model.instance_services = kubernetes.instance_owners(path)
 
     def step(self, now: float) -> None:
         t = self.simulated_now(now)
+        self.reconcile_kubernetes()
         interval = int(t // INTERVAL_S)
         if self.config.get("slurm_conf"):
             for activity in self.model.activities(int(t // DAY_S)):
@@ -556,6 +613,9 @@ def workload_dir() -> Path:
     return Path(settings.SIMULATION_DIR) / "workload"
 
 
+EXEC_WAIT_S = 30  # how long start() waits for the driver's process to show its own command line
+
+
 def _pid() -> int | None:
     try:
         pid = int((workload_dir() / "driver.pid").read_text().strip())
@@ -565,6 +625,11 @@ def _pid() -> int | None:
         return None
     config = str(workload_dir() / "config.json").encode()
     return pid if config in cmdline and status not in ("Z", "X") else None
+
+
+def driver_pid() -> int | None:
+    """The driver's pid while it runs (it reconciles the simulated Kubernetes and serves its services)."""
+    return _pid()
 
 
 def node_specs(appliance) -> tuple[list[dict], str, str]:
@@ -606,9 +671,11 @@ def start(appliance, *, profile: str = "demo", speed: float = 60.0, seed: int = 
     Slurm running (slurm.start)."""
     import getpass
 
+    from django.conf import settings
+
     from appliance import audit
 
-    from . import slurm
+    from . import kubernetes, slurm
 
     if not appliance.simulated:
         raise WorkloadError(f"appliance {appliance.name} is not simulated: its GPUs run real work")
@@ -634,18 +701,29 @@ def start(appliance, *, profile: str = "demo", speed: float = 60.0, seed: int = 
     config = {"directory": str(directory), "profile": profile, "speed": speed, "seed": seed, "nodes": nodes,
               "training_mount": training_mount, "inference_mount": inference_mount, "started_at": time.time(),
               "slurm_conf": str(slurm.conf_path()) if needs_slurm else "", "user": getpass.getuser(),
+              "kubernetes": str(kubernetes.state_file(settings.SIMULATION_DIR, appliance.name)),
               "users": host_users() if os.geteuid() == 0 else []}
     (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (directory / "run.json").write_text(json.dumps(
         {key: config[key] for key in ("profile", "speed", "seed", "started_at")} | {"interval_s": INTERVAL_S},
         indent=1) + "\n")
-    from django.conf import settings
-
     with open(directory / "driver.log", "a") as log:
         process = subprocess.Popen([sys.executable, "-m", "appliance.simulation.workload", "run",
                                     str(directory / "config.json")], cwd=str(settings.BASE_DIR), stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     (directory / "driver.pid").write_text(f"{process.pid}\n")
+    # Until the child has exec'd, /proc shows the parent's command line and _pid() would not know it (a second
+    # start then passed the "already runs" check on a loaded machine): wait for it, or for its death.
+    deadline = time.monotonic() + EXEC_WAIT_S
+    while _pid() is None and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _pid() is None:
+        process.kill()
+        process.wait()
+        (directory / "driver.pid").unlink(missing_ok=True)
+        tail = (directory / "driver.log").read_text(errors="replace")[-1500:]
+        raise WorkloadError(f"the workload driver did not start (exit status {process.returncode}); "
+                            f"{directory / 'driver.log'} ends: {tail}")
     audit.record("simulation.workload.start", target=appliance,
                  details={"profile": profile, "speed": speed, "seed": seed, "pid": process.pid,
                           "nodes": [node["name"] for node in nodes]})

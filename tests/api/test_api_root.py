@@ -37,6 +37,7 @@ def test_v1_root_lists_each_app_for_a_signed_in_user(client_for):
         "analytics": "http://testserver/api/v1/analytics/",
         "lending": "http://testserver/api/v1/lending/",
         "partitioning": "http://testserver/api/v1/partitioning/",
+        "lifecycle": "http://testserver/api/v1/lifecycle/",
         "schema": "http://testserver/api/v1/schema/",
     }
     assert Client().get("/api/v1/").status_code == 401

@@ -62,6 +62,15 @@ RULES_BEYOND_THE_SCHEMA = {
     "POST /api/v1/inventory/site/import/": "the body must be a valid site definition",
     "POST /api/v1/inventory/site/validate/": "the body must be a valid site definition",
     "POST /api/v1/provisioning/runs/": "the appliance, stages and nodes named must exist",
+    "GET /api/v1/analytics/efficiency/": "times are ISO 8601 dates or times, the pool named must exist",
+    "GET /api/v1/analytics/report/": "times are ISO 8601 dates or times, the pool named must exist",
+    "POST /api/v1/lending/plans/": "the pools and nodes named must exist, the window must be in order",
+    "POST /api/v1/partitioning/plans/": "each request is what the planner takes (a name's pattern, memory, replicas)",
+    "POST /api/v1/partitioning/preview/": "each request is what the planner takes (a name's pattern, memory, replicas)",
+    "POST /api/v1/partitioning/size/": "the model's figures must hold together (KV heads divide attention heads)",
+    "POST /api/v1/lifecycle/models/": "tag names follow a pattern; text holds no control characters",
+    "PATCH /api/v1/lifecycle/models/{name}/": "tag names follow a pattern; text holds no control characters",
+    "POST /api/v1/lifecycle/versions/": "the source must be a model's files inside an artifact root",
 }
 
 

@@ -1,8 +1,9 @@
 """Literal status codes, per role, for at least one endpoint of every capability that has one.
 
 Nothing here is computed from the roles table: each row is what a role must get from that request.
-Capabilities without an endpoint yet (partitioning.*, telemetry.view, models.*, audit.retention,
-which is the CLI's) are covered by tests/core/test_role_matrix.py.
+Capabilities without an endpoint yet (partitioning.*, telemetry.view, audit.retention, which is the
+CLI's) are covered by tests/core/test_role_matrix.py. The lifecycle's models.* rows name nothing that exists
+where the role passes: the service's 404 after the role check tells a permitted role from a refused one.
 """
 
 import json
@@ -63,6 +64,11 @@ ROWS = [
     ("accounts.self", "get", "/api/v1/accounts/tokens/", None, codes(200, 200, 200, 200, 200, 401)),
     ("accounts.self", "post", "/api/v1/accounts/tokens/", {"name": "ci"}, codes(201, 201, 201, 201, 201, 401)),
     ("credentials.manage", "get", "/api/v1/inventory/credentials/", None, codes(200, 403, 403, 403, 403, 401)),
+    ("models.view", "get", "/api/v1/lifecycle/models/", None, codes(200, 200, 200, 200, 200, 401)),
+    ("models.change", "post", "/api/v1/lifecycle/models/", {"name": "new-model"}, codes(201, 403, 201, 403, 403, 401)),
+    ("models.approve", "post", "/api/v1/lifecycle/requests/424242/approve/", {}, codes(404, 403, 404, 403, 403, 401)),
+    ("models.deploy", "post", "/api/v1/lifecycle/deployments/", {"model": "no-such-model"},
+     codes(404, 404, 404, 403, 403, 401)),
 ]
 CASES = [(row, role) for row in ROWS for role in ROLES_AND_ANONYMOUS]
 

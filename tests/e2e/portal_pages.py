@@ -20,6 +20,7 @@ NOT_PORTAL_PREFIXES = ("api/", "django-admin/", "health/", "i18n/")
 NOT_PAGES = {
     "portal:pool-config": "a generated configuration file, downloaded as text",
     "audit:export": "a bundle download (its form lives on the audit log page)",
+    "lifecycle:version-card": "a model card download (HTML, Markdown or JSON made by lifecycle/cards.py)",
 }
 # Pages no route names: the 404 page; search results.
 EXTRA_PAGES = [("portal:not-found", "/no-such-page/"), ("portal:search-results", "/search/?q=gpu")]
@@ -104,6 +105,7 @@ def portal_objects(db, users):
 
     Plan.objects.create(appliance=inventory.appliance, number=1, description="sample plan",
                         created_by=users["operator"])
+    model_name = _sample_model(users, now)
     record = AuditRecord.objects.order_by("-sequence").first()
     return {
         "name": inventory.gpu_node.name,
@@ -121,4 +123,39 @@ def portal_objects(db, users):
         "job": "4242",
         "lending:policy.pool": inventory.training.pk,
         "number": 1,
+        **{f"lifecycle:{route}.name": model_name for route in (
+            "model", "alias-set", "alias-delete", "version", "version-verify", "version-transition",
+            "version-request", "version-evaluation")},
     }
+
+
+def _sample_model(users, now) -> str:
+    """A registered model with version 1 (staging, one evaluation) and a pending request for production,
+    so that the model, version and approvals pages show their content."""
+    from datetime import timedelta
+
+    from appliance.lifecycle.models import (
+        Artifact,
+        Evaluation,
+        ModelVersion,
+        PromotionRequest,
+        RegisteredModel,
+    )
+
+    model = RegisteredModel.objects.create(name="sample-model", owner=users["ml_engineer"], tags={"team": "nlp"},
+                                           description="a sample model")
+    version = ModelVersion.objects.create(
+        model=model, number=1, stage="staging", source="/models/sample-model/1", format="safetensors",
+        training_job="4242", training={"job": "4242", "user": "alice", "nodes": ["gpu-01"], "gpu_hours": 12.5,
+                                       "efficiency": 0.81},
+        datasets=[{"name": "corpus", "uri": "file:///data/corpus", "sha256": "ab" * 32}],
+        registered_by=users["ml_engineer"])
+    Artifact.objects.create(version=version, path="model.safetensors", size=1024, sha256="cd" * 32, mtime_ns=1,
+                            inode=1)
+    evaluation = Evaluation.objects.create(version=version, name="held-out accuracy", metrics={"accuracy": 0.91},
+                                           passed=True, created_by=users["ml_engineer"])
+    request = PromotionRequest.objects.create(
+        version=version, target_stage="production", requested_by=users["ml_engineer"],
+        requested_by_username=users["ml_engineer"].username, reason="ready", expires_at=now + timedelta(days=1))
+    request.evidence.add(evaluation)
+    return model.name

@@ -54,9 +54,12 @@ def _write_routes(resolver: URLResolver, namespace: str = ""):
             yield pattern.name, reverse(f"{namespace}{pattern.name}", kwargs=kwargs), methods, media_type
 
 
+# MLflow's registry API reads no session cookie (a token or a password on each call) and parses JSON only, which
+# a cross-site form cannot send (tests/lifecycle/test_mlflow_wire.py sends one with a remembered Basic password).
+NO_SESSION_PREFIXES = ("/api/2.0/mlflow/",)
 WRITE_ROUTES = sorted((name, url, method, media_type)
                       for name, url, methods, media_type in _write_routes(get_resolver()) for method in methods
-                      if name not in NO_SESSION_ROUTES)
+                      if name not in NO_SESSION_ROUTES and not url.startswith(NO_SESSION_PREFIXES))
 
 
 def test_the_walk_finds_the_forms_and_api_writes():

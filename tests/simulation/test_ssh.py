@@ -158,3 +158,22 @@ def test_simulation_remove_deletes_the_service_account_and_hands_the_sysroots_ba
     assert oct(Path(settings.STATE_DIR).stat().st_mode & 0o777) == "0o700"
     assert set(AuditRecord.objects.filter(event__startswith="simulation.account.")
                .values_list("event", flat=True)) == {"simulation.account.create", "simulation.account.remove"}
+
+
+def test_handing_a_sysroot_over_skips_a_file_the_live_workload_renames_away_meanwhile(tmp_path, monkeypatch):
+    """The workload driver rewrites a node's counters by renaming a temporary file over them while the
+    sysroot is handed to the login account: a name the walk listed may be gone when it is reached."""
+    sysroot = tmp_path / "gpu03"
+    counters = sysroot / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    counters.mkdir(parents=True)
+    (counters / "port_rcv_packets").write_text("7\n")
+    walk = os.walk
+
+    def walk_with_a_vanished_name(top):
+        for root, directories, files in walk(top):
+            yield root, directories, files + ([".port_rcv_packets._0c3towy"] if root == str(counters) else [])
+
+    monkeypatch.setattr(sshd.os, "walk", walk_with_a_vanished_name)
+    login = sshd.Account(name="me", uid=os.getuid(), gid=os.getgid(), service=True)
+    sshd._chown_tree(sysroot, login)   # no FileNotFoundError
+    assert (counters / "port_rcv_packets").stat().st_uid == os.getuid()

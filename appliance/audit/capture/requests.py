@@ -31,13 +31,16 @@ def _view_name(request) -> str:
 
 
 def _api_error_message(response) -> str:
-    """The message of the suite's one API error body ({"error": {"message": ...}}), if this is one."""
+    """The message of the suite's API error body ({"error": {"message": ...}}, or MLflow's
+    {"error_code", "message"}), if this is one."""
     data = getattr(response, "data", None)
     if not isinstance(data, dict):
         return ""
     error = data.get("error")
     if isinstance(error, dict):
         return str(error.get("message", ""))
+    if "error_code" in data:  # the MLflow-compatible API's body (appliance/lifecycle/mlflow_api.py)
+        return str(data.get("message", ""))
     return str(data.get("detail", ""))
 
 

@@ -1,0 +1,191 @@
+"""Four-eyes promotion to production ("registry" part): who may approve, and what an approval does."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from appliance.accounts.services import create_user, set_role
+from appliance.audit.models import AuditRecord
+from appliance.core.roles import Role
+from appliance.lifecycle import services
+from appliance.lifecycle.errors import Conflict, Forbidden, LifecycleError
+from appliance.lifecycle.models import PromotionRequest
+
+from .registry_support import write_model
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "correct-horse-battery-9"
+
+
+@pytest.fixture
+def root(settings, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    settings.LIFECYCLE_ARTIFACT_ROOTS = [models]
+    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
+    return models
+
+
+@pytest.fixture
+def people(make_user):
+    return {"erin": make_user(Role.ML_ENGINEER, "erin"), "amir": make_user(Role.ML_ENGINEER, "amir"),
+            "ada": make_user(Role.ADMINISTRATOR, "ada"), "olga": make_user(Role.OPERATOR, "olga"),
+            "val": make_user(Role.VIEWER, "val")}
+
+
+def staged(root, people, directory="v1", seed=7):
+    version = services.register_version("llama", source=str(write_model(root / directory, seed)),
+                                        user=people["erin"])
+    services.transition(version, "validated", user=people["erin"])
+    services.transition(version, "staging", user=people["erin"])
+    evaluation = services.add_evaluation(version, user=people["erin"], name="mmlu", metrics={"accuracy": 0.61},
+                                         passed=True)
+    return version, evaluation
+
+
+def ask(version, evaluation, user):
+    return services.request_transition(version, "production", user=user, reason="beats v0 on mmlu",
+                                       evidence=[evaluation.pk])
+
+
+def test_an_approval_of_changed_files_is_refused_naming_them(root, people):
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    shard = root / "v1" / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes() + b" ")
+    with pytest.raises(Conflict, match="model-00002-of-00002.safetensors"):
+        services.approve(request, user=people["amir"], reason="evidence checked")
+    version.refresh_from_db()
+    request.refresh_from_db()
+    assert (version.stage, request.state) == ("staging", "pending")
+    assert AuditRecord.objects.filter(event="lifecycle.version.tampered").exists()
+    refusal = AuditRecord.objects.get(event="lifecycle.request.approve")
+    assert (refusal.outcome, refusal.actor_username) == ("failure", "amir")
+
+
+def test_a_second_person_approves_and_the_version_serves_production(root, people):
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    services.approve(request, user=people["amir"], reason="evidence checked")
+    version.refresh_from_db()
+    request.refresh_from_db()
+    assert version.stage == "production"
+    assert version.model.aliases.get(name="production").version == version
+    assert (request.state, request.decided_by_username) == ("approved", "amir")
+    assert AuditRecord.objects.filter(event="lifecycle.request.approve", outcome="success").count() == 1
+
+    second, second_evaluation = staged(root, people, "v2", seed=8)
+    services.approve(ask(second, second_evaluation, people["erin"]), user=people["ada"])
+    version.refresh_from_db()
+    assert version.stage == "deprecated"
+    assert version.model.aliases.get(name="production").version.number == 2
+    assert services.previous_production(version.model) == version
+    back = services.rollback_production(version.model, user=people["olga"], reason="v2 answers wrong")
+    second.refresh_from_db()
+    assert (back.number, back.stage, second.stage) == (1, "production", "deprecated")
+    assert version.model.aliases.get(name="production").version.number == 1
+
+
+def test_an_approval_also_points_the_alias_the_request_named(root, people):
+    version, evaluation = staged(root, people)
+    request = services.request_transition(version, "production", user=people["erin"], reason="ship",
+                                          evidence=[evaluation], alias="champion")
+    services.approve(request, user=people["amir"])
+    assert dict(version.model.aliases.values_list("name", "version__number")) == {"champion": 1, "production": 1}
+
+
+def test_the_requester_cannot_approve_their_own_request(root, people):
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    with pytest.raises(Conflict, match="needs a second person, not the one who asked"):
+        services.approve(request, user=people["erin"])
+    version.refresh_from_db()
+    request.refresh_from_db()
+    assert (version.stage, request.state) == ("staging", "pending")
+    refusal = AuditRecord.objects.get(event="lifecycle.request.approve")
+    assert refusal.outcome == "failure" and "not the one who asked" in refusal.reason
+
+
+def test_an_account_the_requester_created_cannot_approve_even_through_another(root, people):
+    made = create_user("erins-admin", Role.ADMINISTRATOR, PASSWORD, created_by=people["erin"])
+    made_by_made = create_user("erins-puppet", Role.ML_ENGINEER, PASSWORD, created_by=made)
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    for approver in (made, made_by_made):
+        with pytest.raises(Conflict, match="was created by 'erin', who asked"):
+            services.approve(request, user=approver)
+    request.refresh_from_db()
+    assert request.state == "pending"
+
+
+def test_an_approver_created_or_promoted_after_the_request_cannot_approve(root, people):
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    newcomer = create_user("newcomer", Role.ML_ENGINEER, PASSWORD)
+    with pytest.raises(Conflict, match="'newcomer' was created after the request"):
+        services.approve(request, user=newcomer)
+    promoted = people["val"]
+    set_role(promoted, Role.ML_ENGINEER)
+    with pytest.raises(Conflict, match="'val' became an approver of models after the request"):
+        services.approve(request, user=promoted)
+    assert PromotionRequest.objects.get(pk=request.pk).state == "pending"
+
+
+def test_an_expired_request_cannot_be_approved_and_is_marked_expired(root, people):
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    PromotionRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    with pytest.raises(Conflict, match="expired"):
+        services.approve(request, user=people["amir"])
+    request.refresh_from_db()
+    version.refresh_from_db()
+    assert (request.state, version.stage) == ("expired", "staging")
+    assert AuditRecord.objects.filter(event="lifecycle.request.expire").count() == 1
+
+
+def test_expire_requests_marks_only_requests_past_their_lifetime(root, people):
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    assert services.expire_requests(now=request.expires_at - timedelta(seconds=1)) == 0
+    assert services.expire_requests(now=request.expires_at) == 1
+    assert PromotionRequest.objects.get(pk=request.pk).state == "expired"
+
+
+def test_roles_without_models_approve_and_nobody_cannot_approve(root, people):
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    for user in (people["val"], people["olga"]):
+        with pytest.raises(Forbidden, match="needs models.approve"):
+            services.approve(request, user=user)
+    with pytest.raises(Forbidden, match="APPLIANCE_TOKEN"):
+        services.approve(request, user=None)
+    assert PromotionRequest.objects.get(pk=request.pk).state == "pending"
+
+
+def test_a_request_carries_evaluation_evidence_of_the_version(root, people):
+    version, evaluation = staged(root, people)
+    with pytest.raises(LifecycleError, match="production needs at least one evaluation") as caught:
+        services.request_transition(version, "production", user=people["erin"], reason="ship it")
+    assert caught.value.field == "evidence"
+    other, other_evaluation = staged(root, people, "v2", seed=8)
+    with pytest.raises(LifecycleError, match="are not evaluations of llama v1"):
+        services.request_transition(version, "production", user=people["erin"], reason="ship it",
+                                    evidence=[other_evaluation.pk])
+    request = ask(version, evaluation, people["erin"])
+    assert list(request.evidence.all()) == [evaluation]
+    with pytest.raises(Conflict, match="pending already"):
+        ask(version, evaluation, people["amir"])
+
+
+def test_reject_and_cancel(root, people):
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, people["erin"])
+    with pytest.raises(Forbidden, match="only they can withdraw it"):
+        services.cancel(request, user=people["amir"])
+    services.reject(request, user=people["amir"], reason="accuracy too low")
+    with pytest.raises(Conflict, match="is rejected, not pending"):
+        services.approve(request, user=people["ada"])
+    again = ask(version, evaluation, people["erin"])
+    services.cancel(again, user=people["erin"])
+    assert PromotionRequest.objects.get(pk=again.pk).state == "cancelled"
