@@ -133,6 +133,7 @@ _BASE = [
     EventType("lending.plan.requeue", "lending", "high", "A lending plan's drain deadline passed: the jobs still on its nodes were requeued.", 3004, 3, _OPERATION),
     EventType("lending.plan.move", "lending", "high", "A lending plan moved its nodes to another pool (lent or given back).", 3004, 3, _CHANGE),
     EventType("lending.plan.workloads", "lending", "medium", "A lending plan reran the workloads stage on its nodes (or says why not).", 3004, 3, _OPERATION),
+    EventType("lending.plan.redeploy", "lending", "medium", "The model deployments a lending plan stopped on its nodes were deployed again on the inference pool's other GPUs (or it says which did not fit).", 3004, 3, _OPERATION),
     EventType("lending.plan.activate", "lending", "medium", "A lending plan's nodes serve the borrowing pool.", 3004, 3, _OPERATION),
     EventType("lending.plan.reclaim_request", "lending", "medium", "The lending pool asked for its nodes back before the window's end.", 3004, 3, _OPERATION),
     EventType("lending.plan.reclaim", "lending", "high", "A lending plan's nodes are being reclaimed (window over or asked).", 3004, 3, _OPERATION),

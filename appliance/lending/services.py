@@ -12,6 +12,9 @@ A plan moves through LendingPlan's state table:
 - active: lent; at the window's end, or when someone asks, the plan reclaims them;
 - reclaiming: membership back, the workloads stage rerun again, then the nodes resumed in Slurm.
 
+Leaving the inference pool, the nodes' model deployments are stopped at the drain (or reclaim) and, once the
+nodes are out of the pool, deployed again on its other GPUs where they fit (step `redeploy`).
+
 `advance(plan)` takes every step that is due; the Celery task `lending.advance` calls `advance_due()`.
 Every change of state is one PlanStep and one audit record (`lending.plan.<step>`).
 """
@@ -320,6 +323,12 @@ def _begin_reconfigure(plan: LendingPlan, pool: Pool, state: str, now: datetime)
         plan.save(update_fields=["state", "updated"])
     _step(plan, "move", Outcome.SUCCESS, f"{', '.join(plan.nodes)} now in pool {pool}", now=now,
           details={"moved": moved, "pool": pool.name})
+    left = plan.to_pool if pool == plan.from_pool else plan.from_pool
+    if not _uses_slurm(left):
+        # The nodes are out of the inference pool now: what its drain stopped is placed on its other GPUs,
+        # as Kubernetes reschedules the pods of a drained node (after the commit: deploy() writes the
+        # pool's state, which a rollback here could not take back).
+        transaction.on_commit(lambda plan_id=plan.pk: _redeploy_evicted(plan_id))
     outcome, message, run_id = _rerun_workloads(plan)
     plan.run_id = run_id
     plan.save(update_fields=["run_id", "updated"])
@@ -344,6 +353,46 @@ def _evict_deployments(plan: LendingPlan, pool: Pool) -> list[dict]:
     return stopped
 
 
+def _redeploy_evicted(plan_id: int) -> None:
+    """The deployments the plan's last drain (or reclaim) stopped on the inference side, deployed again under
+    their service names on the inference pool's GPUs (the plan's nodes no longer among them): one step,
+    `redeploy`, naming those that came back and those that did not fit (they stay stopped, with the
+    reason; the plan goes on). A service someone deployed again meanwhile is left as it is."""
+    from appliance.lifecycle import deployments
+    from appliance.lifecycle.errors import LifecycleError
+    from appliance.lifecycle.models import Deployment
+
+    plan = LendingPlan.objects.select_related("appliance", "from_pool", "to_pool").get(pk=plan_id)
+    stopped_by = (plan.steps.filter(name__in=("drain", "reclaim")).order_by("-pk").values_list("details", flat=True)
+                  .first() or {}).get("deployments") or []
+    back, refused = [], []
+    for deployment in (Deployment.objects.filter(pk__in=[entry["deployment"] for entry in stopped_by],
+                                                 state=Deployment.State.STOPPED)
+                       .select_related("version__model", "appliance").order_by("name", "pk")):
+        if Deployment.objects.filter(appliance=deployment.appliance, name=deployment.name,
+                                     state__in=deployments.ACTIVE).exists():
+            continue
+        try:
+            again = deployments.redeploy(deployment, user=None)
+        except LifecycleError as exc:
+            refused.append({"deployment": deployment.pk, "name": deployment.name, "reason": str(exc)[:300]})
+            continue
+        back.append({"deployment": again.pk, "name": again.name, "state": again.state, "replaces": deployment.pk,
+                     "gpus": [f"{spot['node']}/gpu{spot['gpu']}" for spot in again.placement or []]})
+    if not back and not refused:
+        return
+    parts = []
+    if back:
+        parts.append("deployed again: " + ", ".join(f"{entry['name']} on {', '.join(entry['gpus'])}"
+                                                    for entry in back))
+    if refused:
+        parts.append("not deployed again (they stay stopped): " + "; ".join(f"{entry['name']}: {entry['reason']}"
+                                                                          for entry in refused))
+    with transaction.atomic():
+        _step(_locked(plan), "redeploy", Outcome.FAILURE if refused else Outcome.SUCCESS, "; ".join(parts),
+              details={"redeployed": back, "not_redeployed": refused})
+
+
 def _leave(plan: LendingPlan, pool: Pool) -> tuple[str, str, dict] | None:
     """Drain the nodes: in Slurm when `pool` is scheduled by Slurm; else (the inference pool) stop the model
     deployments placed on them. Returns (outcome, message, details), or None when Slurm or the pool refused
@@ -360,8 +409,8 @@ def _leave(plan: LendingPlan, pool: Pool) -> tuple[str, str, dict] | None:
             return (Outcome.SUCCESS, f"no model deployment of pool {pool} runs on {', '.join(plan.nodes)}",
                     {"deployments": []})
         names = ", ".join(f"{d['name']} ({d['model']} v{d['version']})" for d in stopped)
-        return (Outcome.SUCCESS, f"model deployments on the nodes stopped: {names}; deploy them again on the pool's "
-                "other GPUs", {"deployments": stopped})
+        return (Outcome.SUCCESS, f"model deployments on the nodes stopped: {names}; they are deployed again on the "
+                "pool's other GPUs once the nodes have left it", {"deployments": stopped})
     why = f"lent to pool {plan.to_pool} by lending plan {plan.pk}" if pool == plan.from_pool else \
         f"returning to pool {plan.from_pool} (lending plan {plan.pk})"
     try:
