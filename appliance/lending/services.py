@@ -39,6 +39,8 @@ MAX_NODES = 64
 MAX_REASON = 1000
 MAX_WINDOW = timedelta(days=31)
 Outcome = PlanStep.Outcome
+# sinfo's states (its %T, without the flag suffixes) of a node that takes jobs: nothing to resume.
+SERVING_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
 
 
 class LendingError(Exception):
@@ -279,8 +281,24 @@ def _set_pool(plan: LendingPlan, pool: Pool) -> list[str]:
     return sorted(moved)
 
 
+def _workloads_nodes(plan: LendingPlan) -> list[str]:
+    """The nodes the workloads stage reruns on once the plan's nodes changed pool. A training node lent out
+    stays in slurm.conf, drained, to come back with a resume: its own files change, nothing else. Nodes
+    lent INTO a training pool join the Slurm cluster (and leave it when they return): slurm.conf names every
+    node and partition and must be the same file on the controller and on every Slurm node (slurmctld
+    refuses a slurmd it does not know), so the run covers the management node and every member of a
+    training pool too."""
+    names = set(plan.nodes)
+    if _uses_slurm(plan.to_pool):
+        names |= set(plan.appliance.nodes.filter(role="management").values_list("name", flat=True))
+        names |= set(plan.appliance.nodes.filter(pool_membership__pool__kind=Pool.Kind.TRAINING)
+                     .values_list("name", flat=True))
+    return sorted(names)
+
+
 def _rerun_workloads(plan: LendingPlan, actor=None) -> tuple[str, str, int | None]:
-    """Start the workloads stage on the plan's nodes (one node run). Returns (outcome, message, run id)."""
+    """Start the workloads stage on the plan's nodes, and the Slurm cluster's when they join or leave it
+    (_workloads_nodes; one node run). Returns (outcome, message, run id)."""
     from appliance.provisioning import services as provisioning
     from appliance.provisioning.models import Run, StageRun
     from appliance.provisioning.states import StageState
@@ -289,12 +307,13 @@ def _rerun_workloads(plan: LendingPlan, actor=None) -> tuple[str, str, int | Non
                                    state=StageState.SUCCEEDED).exists():
         return (Outcome.SKIPPED, f"the workloads stage has never completed on appliance {plan.appliance}: not rerun; "
                 "the nodes keep the workload files they have", None)
+    nodes = _workloads_nodes(plan)
     try:
-        run = provisioning.start_run(plan.appliance, kind=Run.Kind.NODE, stages=["workloads"], nodes=plan.nodes,
+        run = provisioning.start_run(plan.appliance, kind=Run.Kind.NODE, stages=["workloads"], nodes=nodes,
                                      user=actor)
     except provisioning.RunRefused as exc:
         return Outcome.FAILURE, f"the workloads stage could not start: {exc}", None
-    return Outcome.SUCCESS, f"the workloads stage runs on {', '.join(plan.nodes)} (run #{run.pk})", run.pk
+    return Outcome.SUCCESS, f"the workloads stage runs on {', '.join(nodes)} (run #{run.pk})", run.pk
 
 
 def _run_result(plan: LendingPlan) -> str | None:
@@ -450,12 +469,25 @@ def _arrive(plan: LendingPlan, pool: Pool) -> bool:
     if not _uses_slurm(pool):
         return True
     try:
-        slurmctl.resume(plan.appliance, plan.nodes)
+        # A node that has just joined the cluster (lent into the training pool: slurm.conf names it now)
+        # registers idle: it has nothing to resume, and Slurm refuses to resume a node that is not drained or down.
+        serving = {node for node, state in slurmctl.node_states(plan.appliance, plan.nodes).items()
+                   if state.rstrip("*~#$@+^!%-") in SERVING_STATES}
+        resumed = [node for node in plan.nodes if node not in serving]
+        if resumed:
+            slurmctl.resume(plan.appliance, resumed)
     except slurmctl.SlurmCommandError as exc:
         _fail(plan, "resume", f"resume in Slurm failed: {exc}")
         return False
-    _step(plan, "resume", Outcome.SUCCESS, f"resumed in Slurm: {', '.join(plan.nodes)} serve pool {pool}",
-          details={"slurm": _slurm_states(plan)})
+    idle = sorted(serving)
+    if not idle:
+        message = f"resumed in Slurm: {', '.join(plan.nodes)} serve pool {pool}"
+    elif not resumed:
+        message = f"{', '.join(plan.nodes)} serve pool {pool} in Slurm: idle there, nothing to resume"
+    else:
+        message = (f"resumed in Slurm: {', '.join(resumed)}; {', '.join(idle)} idle there: "
+                   f"{', '.join(plan.nodes)} serve pool {pool}")
+    _step(plan, "resume", Outcome.SUCCESS, message, details={"slurm": _slurm_states(plan), "resumed": resumed})
     return True
 
 

@@ -4,6 +4,7 @@ a second plan is rolled back. Every step is audited."""
 
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -109,3 +110,74 @@ def test_a_node_is_lent_to_inference_and_returned_through_slurm(lending_slurm):
     assert PoolMembership.objects.get(node__name="gpu02").pool.name == "training"
     assert second.steps.last().message.startswith("rolled back by administrator-user: gpu02 back in pool training; "
                                                   "resumed in Slurm (gpu02)")
+
+
+def play_workloads_stage(appliance, run_id):
+    """What the workloads run the plan started does on a simulated appliance (its playbook is tested in
+    tests/playbooks): the slurm role writes the files of the pools as they are now (the vars provider the
+    stage runs with) on the Slurm nodes the run covers, and only there; the simulation (playing systemd)
+    restarts the daemons whose files changed; the run ends."""
+    from appliance.partitioning.renderers.stage_vars import workloads_vars
+    from appliance.provisioning.models import Run
+    from appliance.provisioning.states import RunState
+
+    run = Run.objects.get(pk=run_id)
+    config = workloads_vars(appliance)["appliance_slurm"]
+    for node in appliance.nodes.filter(name__in=[config["controller"], *config["nodes"]]):
+        if node.name in run.node_names:
+            (Path(node.sysroot) / "etc" / "slurm").mkdir(parents=True, exist_ok=True)
+            for name, key in (("slurm.conf", "slurm_conf"), ("gres.conf", "gres_conf"), ("cgroup.conf", "cgroup_conf")):
+                (Path(node.sysroot) / "etc" / "slurm" / name).write_text(config[key])
+    slurm.start(appliance)
+    Run.objects.filter(pk=run_id).update(state=RunState.SUCCEEDED)
+
+
+def test_an_inference_node_lent_into_training_joins_the_slurm_cluster_and_leaves_it(lending_slurm):
+    from appliance.provisioning.models import Run, StageRun
+    from appliance.provisioning.states import RunState, StageState
+
+    appliance, operator, administrator = lending_slurm
+    gpu04 = appliance.nodes.get(name="gpu04")
+    gpu04.facts = {**gpu04.facts, "gpu_cores": {str(gpu): "0-55" if gpu < 4 else "56-111" for gpu in range(8)}}
+    gpu04.save(update_fields=["facts"])
+    done = Run.objects.create(appliance=appliance, kind=Run.Kind.STAGES, stages=["workloads"], state=RunState.SUCCEEDED)
+    StageRun.objects.create(run=done, stage="workloads", order=1, state=StageState.SUCCEEDED)
+    LendingPolicy.objects.create(pool=Pool.objects.get(name="inference"), may_lend=True, minimum_nodes=0,
+                                 reclaim_minutes=10)
+    assert "gpu04" not in slurm.client("sinfo", "--noheader", "--Node", "--format=%N").stdout.split()
+
+    t0 = timezone.now()
+    plan = services.propose(nodes=["gpu04"], from_pool="inference", to_pool="training", window_start=t0,
+                            window_end=t0 + timedelta(hours=2), reason="a deadline in training", actor=operator)
+    services.approve(plan, administrator)
+    plan = services.advance(plan, now=t0)
+    assert plan.state == PlanState.MOVED
+    # Joining the Slurm cluster rewrites slurm.conf on the controller and every Slurm node, not only on gpu04.
+    run = Run.objects.get(pk=plan.run_id)
+    assert (run.kind, run.stages, run.node_names) == ("node", ["workloads"], ["gpu01", "gpu02", "gpu03", "gpu04", "mgmt01"])
+    play_workloads_stage(appliance, run.pk)
+    plan = services.advance(plan, now=t0)
+    assert plan.state == PlanState.ACTIVE
+    resume = plan.steps.get(name="resume")
+    assert (resume.outcome, resume.message) == ("success", "gpu04 serve pool training in Slurm: idle there, nothing to resume")
+    # The training pool's Slurm runs a job on the lent node.
+    job = slurm.client("sbatch", "--parsable", "--job-name=on-gpu04", "--nodelist=gpu04", "--nodes=1", "--gres=gpu:8",
+                       f"--output={slurm.slurm_dir() / 'job-%j.out'}", "--wrap", "hostname").stdout.strip()
+    wait_for("the job ran on gpu04", lambda: (slurm.slurm_dir() / f"job-{job}.out").is_file()
+             and (slurm.slurm_dir() / f"job-{job}.out").read_text().strip() == "gpu04")
+
+    # At the window's end the node is drained in Slurm and leaves the cluster again.
+    end = t0 + timedelta(hours=2, seconds=1)
+    plan = services.advance(plan, now=end)
+    assert plan.state == PlanState.RECLAIMING
+    assert PoolMembership.objects.get(node__name="gpu04").pool.name == "inference"
+    run = Run.objects.get(pk=plan.run_id)
+    assert run.node_names == ["gpu01", "gpu02", "gpu03", "gpu04", "mgmt01"]
+    play_workloads_stage(appliance, run.pk)
+    plan = services.advance(plan, now=end)
+    assert plan.state == PlanState.RETURNED
+    assert wait_for("gpu04 out of the cluster", lambda: "gpu04" not in slurm.client(
+        "sinfo", "--noheader", "--Node", "--format=%N").stdout.split())
+    assert [name for name, _ in plan.steps.values_list("name", "outcome")] == [
+        "propose", "approve", "drain", "move", "workloads", "resume", "activate", "reclaim", "move", "workloads",
+        "return"]
