@@ -441,11 +441,36 @@ def _controller_up() -> bool:
     return client("scontrol", "ping", check=False, timeout=10).stdout.count("is UP") > 0
 
 
+def _slurmd_stopped(appliance, names: list[str]) -> set[str]:
+    """The nodes among `names` whose slurmd unit systemd (the simulated systemctl) has stopped: the workloads
+    stage stops it on a node that slurm.conf no longer names (a lent training node). A node whose state
+    says nothing of the unit runs it (the files were written without the stage)."""
+    stopped = set()
+    for node in appliance.nodes.filter(name__in=names):
+        if node.sysroot and sim_state.exists(node.sysroot):
+            entry = (sim_state.load(node.sysroot).get("services") or {}).get("slurmd.service")
+            if entry is not None and not entry.get("active"):
+                stopped.add(node.name)
+    return stopped
+
+
 def start(appliance) -> dict:
-    """Start slurmctld and one slurmd per Slurm node (those not running yet) and wait until every node has
-    registered. Returns {"controller": pid, "nodes": {node: pid}, "conf": path}."""
+    """Start slurmctld and one slurmd per Slurm node (those not running yet, unless the node's slurmd unit
+    was stopped) and wait until every node started has registered; a slurmd of a node that slurm.conf no
+    longer names, or whose unit was stopped, is ended (systemd stops it on a real node). Returns
+    {"controller": pid, "nodes": {node: pid}, "conf": path}."""
     _require_host()
     layout = configure(appliance)
+    idle = _slurmd_stopped(appliance, layout["nodes"])
+    gone = [name for name in (path.name[len("slurmd."):-len(".pid")] for path in sorted(slurm_dir().glob("slurmd.*.pid")))
+            if name not in layout["nodes"] or name in idle]
+    ended = {name: pid for name, pid in ((name, _running(_pid_file(name))) for name in gone) if pid}
+    for name in gone:
+        _pid_file(name).unlink(missing_ok=True)
+    _terminate(list(ended.values()))
+    if ended:
+        audit.record("simulation.slurm.stop", target=appliance, details={"stopped": sorted(ended), "other_processes": 0})
+    layout["nodes"] = [name for name in layout["nodes"] if name not in idle]
     started = []
     running = [pid for pid in (_running(_pid_file(name)) for name in ["slurmctld", *layout["nodes"]]) if pid]
     if layout["changed"] and running:
@@ -469,9 +494,10 @@ def start(appliance) -> dict:
             _launch(name, [SLURMD, "-N", name], name, {"HWLOC_SYNTHETIC": topology} if topology else None)
             started.append(name)
         pids[name] = pid
-    _wait("the Slurm nodes", lambda: all(
-        _running(_pid_file(name)) and node_states().get(name, "unknown").rstrip("*~#$@+") not in ("unknown", "down")
-        for name in layout["nodes"]), layout["nodes"][-1])
+    if layout["nodes"]:
+        _wait("the Slurm nodes", lambda: all(
+            _running(_pid_file(name)) and node_states().get(name, "unknown").rstrip("*~#$@+") not in ("unknown", "down")
+            for name in layout["nodes"]), layout["nodes"][-1])
     pids = {name: _running(_pid_file(name)) for name in layout["nodes"]}
     if started:
         audit.record("simulation.slurm.start", target=appliance,

@@ -197,3 +197,34 @@ def test_bmc_faults_end_in_one_message_naming_node_and_url(simulated_appliance, 
     line = next(line for line in run.output.splitlines() if message in line)
     assert f"{NODE}: BMC {bmc['url']}" in line
     assert sim.bmc_password not in run.output
+
+
+def test_a_node_that_slurm_conf_no_longer_names_has_slurmd_stopped_and_disabled(simulated_appliance):
+    """The workloads stage on a node outside the Slurm cluster (this node is in no pool): a node that never
+    had Slurm is left as it is; one that was a Slurm node (a training node lent out, an inference node lent
+    in and returned) has its slurmd stopped and disabled, since slurmctld no longer knows it."""
+    import os
+
+    sim = simulated_appliance
+    env = {**os.environ, **sim.host_vars["node_environment"]}
+
+    def systemctl(*args):
+        return subprocess.run(["systemctl", *args], env=env, capture_output=True, text=True).stdout.strip()
+
+    run = sim.run("stages/workloads.yml")
+    assert run.returncode == 0, run.output
+    assert run.changed() == 0, run.output
+    assert systemctl("show", "-p", "LoadState", "--value", "slurmd") == "not-found"
+
+    subprocess.run(["apt-get", "install", "-y", "slurmd"], env=env, check=True, capture_output=True)
+    (sim.sysroot / "etc/slurm").mkdir(parents=True, exist_ok=True)
+    (sim.sysroot / "etc/slurm/slurm.conf").write_text(f"SlurmctldHost=mgmt01\nNodeName={NODE} Gres=gpu:h100:8\n")
+    subprocess.run(["systemctl", "enable", "--now", "slurmd"], env=env, check=True, capture_output=True)
+    assert (systemctl("is-enabled", "slurmd"), systemctl("is-active", "slurmd")) == ("enabled", "active")
+
+    run = sim.run("stages/workloads.yml")
+    assert run.returncode == 0, run.output
+    assert run.changed() == 1, run.output
+    assert (systemctl("is-enabled", "slurmd"), systemctl("is-active", "slurmd")) == ("disabled", "inactive")
+    again = sim.run("stages/workloads.yml")
+    assert (again.returncode, again.changed()) == (0, 0), again.output

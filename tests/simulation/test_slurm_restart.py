@@ -49,3 +49,39 @@ def test_changed_stage_files_restart_the_daemons_with_the_new_gres(demo_applianc
     assert list(AuditRecord.objects.filter(event__startswith="simulation.slurm.").values_list("event", flat=True)
                 .order_by("sequence")) == ["simulation.slurm.start", "simulation.slurm.restart",
                                            "simulation.slurm.start", "simulation.slurm.stop"]
+
+
+@pytest.mark.slow
+def test_a_slurmd_whose_unit_was_stopped_or_whose_node_left_slurm_conf_is_ended(demo_appliance):  # noqa: F811
+    """The workloads stage stops slurmd on a node that slurm.conf no longer names; systemd ends it there.
+    The simulation does the same at its next start: that node's slurmd is ended and not waited for."""
+    from appliance.inventory.models import Pool, PoolMembership
+
+    write_stage_files(demo_appliance)
+    try:
+        first = slurm.start(demo_appliance)
+        assert sorted(first["nodes"]) == ["gpu01", "gpu02", "gpu03"]
+        gpu02 = demo_appliance.nodes.get(name="gpu02")
+        pid = first["nodes"]["gpu02"]
+        # gpu02's slurmd unit stopped by the stage (the simulated systemctl records it in the node's state).
+        with node_state.update(gpu02.sysroot) as state:
+            state.setdefault("services", {})["slurmd.service"] = {"enabled": False, "active": False}
+        second = slurm.start(demo_appliance)
+        assert sorted(second["nodes"]) == ["gpu01", "gpu03"]
+        assert not slurm._ours(pid)
+        assert second["controller"] == first["controller"]  # the files did not change: no restart
+
+        # gpu03 leaves the training pool: the stage's files no longer name it, and its slurmd is ended.
+        gpu03 = demo_appliance.nodes.get(name="gpu03")
+        pid = second["nodes"]["gpu03"]
+        PoolMembership.objects.filter(node=gpu03).update(pool=Pool.objects.get(appliance=demo_appliance,
+                                                                               kind="inference"))
+        write_stage_files(demo_appliance)
+        third = slurm.start(demo_appliance)
+        assert sorted(third["nodes"]) == ["gpu01"]
+        assert not slurm._ours(pid)
+        assert "gpu03" not in slurm.client("sinfo", "--noheader", "--Node", "--format=%N").stdout.split()
+    finally:
+        slurm.stop(demo_appliance)
+    stops = AuditRecord.objects.filter(event="simulation.slurm.stop").order_by("sequence")
+    assert [record.details["stopped"] for record in stops][:2] == [["gpu02"], ["gpu03"]]

@@ -55,6 +55,13 @@ options:
     description: Name of the node, for messages.
     type: str
     default: ""
+  missing_ok:
+    description:
+      - A unit the node does not have (C(systemctl show -p LoadState) says V(not-found): a daemon of a
+        package the node never had) is left as it is, unchanged, instead of failing. Only with
+        O(state=stopped) or O(enabled=false), which such a unit already is.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -64,6 +71,13 @@ EXAMPLES = r"""
     enabled: true
     state: started
     node: "{{ inventory_hostname }}"
+
+- name: Stop and disable slurmd where it was installed (a node that left the Slurm cluster)
+  appliance.hgx.appliance_service:
+    name: slurmd
+    enabled: false
+    state: stopped
+    missing_ok: true
 
 - name: Reload the unit files and start the new mount unit
   appliance.hgx.appliance_service:
@@ -80,6 +94,11 @@ actions:
   type: list
   elements: str
   sample: [enable, start]
+missing:
+  description: With O(missing_ok), the node has no such unit (nothing was done).
+  returned: when the unit is not found
+  type: bool
+  sample: true
 status:
   description: C(enabled) and C(active) as C(systemctl) reports them after the task (empty in check mode).
   returned: always
@@ -124,6 +143,7 @@ def main():
             "state": {"type": "str", "choices": ["started", "stopped", "restarted"]},
             "daemon_reload": {"type": "bool", "default": False},
             "node": {"type": "str", "default": ""},
+            "missing_ok": {"type": "bool", "default": False},
         },
         required_one_of=[["enabled", "state", "daemon_reload"]],
         supports_check_mode=True,
@@ -135,6 +155,15 @@ def main():
     if p["daemon_reload"] and not module.check_mode:
         # daemon-reload only rereads unit files: it is not a change of the node's state by itself.
         systemctl.run("daemon-reload")
+
+    if p["missing_ok"]:
+        if p["state"] in ("started", "restarted") or p["enabled"]:
+            module.fail_json(msg="missing_ok: only for a unit to be stopped or disabled (a unit that does not "
+                                 "exist cannot start)")
+        _rc, load_state = systemctl.run("show", "-p", "LoadState", "--value", unit, check=False)
+        if load_state == "not-found":
+            module.exit_json(changed=False, actions=[], status={}, missing=True,
+                             diff={"before": f"{unit}: not found\n", "after": f"{unit}: not found\n"})
 
     enabled = systemctl.is_enabled(unit) if p["enabled"] is not None else None
     active = systemctl.is_active(unit) if p["state"] else None
