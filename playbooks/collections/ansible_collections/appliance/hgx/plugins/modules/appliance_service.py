@@ -57,9 +57,9 @@ options:
     default: ""
   missing_ok:
     description:
-      - A unit the node does not have (C(systemctl show -p LoadState) says V(not-found): a daemon of a
-        package the node never had) is left as it is, unchanged, instead of failing. Only with
-        O(state=stopped) or O(enabled=false), which such a unit already is.
+      - A unit the node does not have (C(systemctl show -p LoadState) says V(not-found), as for a daemon
+        of a package the node never had) is left as it is, unchanged, instead of failing.
+      - Only with O(state=stopped) or O(enabled=false), which such a unit already is.
     type: bool
     default: false
 """
