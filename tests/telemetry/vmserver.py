@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 BINARY = "victoria-metrics"
+# How long a write may take to become searchable in VictoriaMetrics (export() reads until stable this apart).
+SETTLE_S = 1.5
 
 
 def free_port() -> int:
@@ -67,9 +69,22 @@ class VictoriaMetrics:
             self.process.wait()
             self.process = None
 
-    def export(self, match: str) -> list[dict]:
-        """Every series matching `match` with its values and timestamps, after a flush."""
+    def _export_once(self, match: str) -> list[dict]:
         urllib.request.urlopen(self.url + "/internal/force_flush", timeout=30).read()
         query = urllib.parse.urlencode({"match[]": match, "start": "0"})
         with urllib.request.urlopen(f"{self.url}/api/v1/export?{query}", timeout=60) as answer:
             return [json.loads(line) for line in answer.read().decode().splitlines() if line]
+
+    def export(self, match: str, settle_s: float = SETTLE_S, patience_s: float = 15.0) -> list[dict]:
+        """Every series matching `match` with its values and timestamps, once what was written has become
+        searchable: even after /internal/force_flush, VictoriaMetrics shows a new series, and at times a
+        new sample, only up to a second or so later (measured here: 0.7 to 1.0 s on an idle machine,
+        more under load). The answer is read again `settle_s` later until two readings agree."""
+        deadline = time.monotonic() + patience_s
+        answer = self._export_once(match)
+        while True:
+            time.sleep(settle_s)
+            again = self._export_once(match)
+            if again == answer or time.monotonic() > deadline:
+                return again
+            answer = again
