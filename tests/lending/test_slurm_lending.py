@@ -166,11 +166,15 @@ def test_an_inference_node_lent_into_training_joins_the_slurm_cluster_and_leaves
     wait_for("the job ran on gpu04", lambda: (slurm.slurm_dir() / f"job-{job}.out").is_file()
              and (slurm.slurm_dir() / f"job-{job}.out").read_text().strip() == "gpu04")
 
+    # The job has ended (Slurm may still show it completing for a moment after its output is written).
+    wait_for("the job left gpu04", lambda: not slurm.client("squeue", "--noheader", "--nodelist=gpu04").stdout.strip())
+
     # At the window's end the node is drained in Slurm and leaves the cluster again.
     end = t0 + timedelta(hours=2, seconds=1)
     plan = services.advance(plan, now=end)
     assert plan.state == PlanState.RECLAIMING
-    assert PoolMembership.objects.get(node__name="gpu04").pool.name == "inference"
+    assert PoolMembership.objects.get(node__name="gpu04").pool.name == "inference", list(
+        plan.steps.values_list("name", "message"))
     run = Run.objects.get(pk=plan.run_id)
     assert run.node_names == ["gpu01", "gpu02", "gpu03", "gpu04", "mgmt01"]
     play_workloads_stage(appliance, run.pk)
