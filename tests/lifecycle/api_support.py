@@ -23,15 +23,6 @@ from appliance.lifecycle.models import (
 
 
 @pytest.fixture
-def root(settings, tmp_path):
-    models = tmp_path / "models"
-    models.mkdir()
-    settings.LIFECYCLE_ARTIFACT_ROOTS = [models]
-    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
-    return models
-
-
-@pytest.fixture
 def people(make_user):
     return {"erin": make_user(Role.ML_ENGINEER, "erin"), "amir": make_user(Role.ML_ENGINEER, "amir"),
             "ada": make_user(Role.ADMINISTRATOR, "ada"), "olga": make_user(Role.OPERATOR, "olga"),

@@ -71,14 +71,6 @@ def lay_out_mig(appliance, index: int, profile_id: int = 19, *, on_node: bool = 
     return instances
 
 
-@pytest.fixture
-def root(settings, tmp_path):
-    models = tmp_path / "models"
-    models.mkdir()
-    settings.LIFECYCLE_ARTIFACT_ROOTS = [models]
-    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "signing" / "model-signing.pem"
-    return models
-
 
 @pytest.fixture
 def people(make_user):

@@ -10,7 +10,7 @@ from django.test import Client
 from appliance.audit.models import AuditRecord
 from appliance.lifecycle.models import Deployment
 
-from .api_support import people, post, root  # noqa: F401 (fixtures)
+from .api_support import people, post  # noqa: F401 (fixtures)
 from .deploy_support import demo, owners  # noqa: F401 (fixture)
 from .registry_support import write_model
 

@@ -7,7 +7,7 @@ import pytest
 from appliance.audit.models import AuditRecord
 from appliance.lifecycle.models import ModelVersion, PromotionRequest, RegisteredModel
 
-from .api_support import people, post, root  # noqa: F401 (fixtures)
+from .api_support import people, post  # noqa: F401 (fixtures)
 from .registry_support import write_model
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from django.test import Client
 from appliance.audit.models import AuditRecord
 from appliance.lifecycle import cards, services
 
-from .api_support import people, root  # noqa: F401 (fixtures)
+from .api_support import people  # noqa: F401 (fixtures)
 from .registry_support import write_model
 
 pytestmark = pytest.mark.django_db

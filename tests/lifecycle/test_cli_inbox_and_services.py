@@ -16,7 +16,7 @@ from appliance.lifecycle import deployments, services
 from appliance.lifecycle.models import Deployment, PromotionRequest
 from appliance.simulation import kubernetes
 
-from .deploy_support import cluster_file, demo, people, production, root  # noqa: F401 (fixtures)
+from .deploy_support import cluster_file, demo, people, production  # noqa: F401 (fixtures)
 from .registry_support import write_model
 from .test_deploy_cli import models as deploy_models
 from .test_registry_cli import models

@@ -6,7 +6,7 @@ from django.test import Client
 
 from appliance.lifecycle import deployments
 
-from .deploy_support import demo, lay_out_mig, people, production, root  # noqa: F401 (fixtures)
+from .deploy_support import demo, lay_out_mig, people, production  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 

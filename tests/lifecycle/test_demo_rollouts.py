@@ -14,7 +14,7 @@ from appliance.lifecycle import deployments
 from appliance.lifecycle.models import Deployment
 from appliance.simulation import kubernetes, workload
 
-from .deploy_support import cluster_file, demo, people, production, root  # noqa: F401 (fixtures)
+from .deploy_support import cluster_file, demo, people, production  # noqa: F401 (fixtures)
 from .test_deploy_cli import models
 
 pytestmark = pytest.mark.django_db

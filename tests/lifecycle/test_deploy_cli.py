@@ -10,7 +10,7 @@ from appliance.accounts import tokens
 from appliance.audit.models import AuditRecord
 from appliance.lifecycle.models import Deployment, StageHistory
 
-from .deploy_support import demo, people, production, root  # noqa: F401 (fixtures)
+from .deploy_support import demo, people, production  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 

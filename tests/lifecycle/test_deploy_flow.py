@@ -21,7 +21,6 @@ from .deploy_support import (  # noqa: F401 (fixtures)
     owners,
     people,
     production,
-    root,
 )
 from .registry_support import write_model
 

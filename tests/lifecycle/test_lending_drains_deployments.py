@@ -19,7 +19,7 @@ from appliance.lifecycle.models import Deployment
 from appliance.simulation import kubernetes
 from appliance.simulation.services import prepare_node
 
-from .deploy_support import cluster_file, demo, owners, people, production, root  # noqa: F401 (fixtures)
+from .deploy_support import cluster_file, demo, owners, people, production  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from appliance.lifecycle import deployments
 from appliance.partitioning import services as partitioning
 from appliance.partitioning.cli.plan import table
 
-from .deploy_support import demo, people, production, root  # noqa: F401 (fixtures)
+from .deploy_support import demo, people, production  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 

@@ -18,14 +18,6 @@ pytestmark = pytest.mark.django_db
 PASSWORD = "correct-horse-battery-9"
 
 
-@pytest.fixture
-def root(settings, tmp_path):
-    models = tmp_path / "models"
-    models.mkdir()
-    settings.LIFECYCLE_ARTIFACT_ROOTS = [models]
-    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
-    return models
-
 
 @pytest.fixture
 def people(make_user):

@@ -21,14 +21,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def root(settings, tmp_path, monkeypatch):
-    models = tmp_path / "models"
-    models.mkdir()
-    settings.LIFECYCLE_ARTIFACT_ROOTS = [models]
-    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
+def root(root, monkeypatch):
+    """The artifact root (conftest.py), with none of the variables a job's environment would give the command."""
     for name in ("APPLIANCE_TOKEN", "SLURM_JOB_ID", "APPLIANCE_URL"):
         monkeypatch.delenv(name, raising=False)
-    return models
+    return root
 
 
 def models(*args) -> str:

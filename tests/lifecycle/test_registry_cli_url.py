@@ -13,17 +13,7 @@ from appliance.core.roles import Role
 from appliance.lifecycle.models import ModelVersion
 
 from .registry_support import write_model
-
-
-@pytest.fixture
-def root(settings, tmp_path, monkeypatch):
-    models = tmp_path / "models"
-    models.mkdir()
-    settings.LIFECYCLE_ARTIFACT_ROOTS = [models]
-    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
-    for name in ("APPLIANCE_TOKEN", "SLURM_JOB_ID", "APPLIANCE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    return models
+from .test_registry_cli import root  # noqa: F401 (fixture)
 
 
 def register(*args) -> str:
@@ -32,7 +22,7 @@ def register(*args) -> str:
     return out.getvalue()
 
 
-def test_register_through_the_api_with_a_token(root, live_server, make_user, monkeypatch):
+def test_register_through_the_api_with_a_token(root, live_server, make_user, monkeypatch):  # noqa: F811
     directory = write_model(root / "llama" / "v1")
     monkeypatch.setenv("APPLIANCE_TOKEN", issue_token(make_user(Role.ML_ENGINEER, "erin"))[1])
     monkeypatch.setenv("APPLIANCE_URL", live_server.url)
@@ -51,7 +41,7 @@ def test_register_through_the_api_with_a_token(root, live_server, make_user, mon
     assert ModelVersion.objects.count() == 1
 
 
-def test_the_url_and_the_token_are_checked_before_anything_is_sent(root, monkeypatch):
+def test_the_url_and_the_token_are_checked_before_anything_is_sent(root, monkeypatch):  # noqa: F811
     directory = write_model(root / "m")
     with pytest.raises(CommandError, match="needs APPLIANCE_TOKEN"):
         register("m", "--source", str(directory), "--url", "http://appliance.example:8000")

@@ -21,14 +21,6 @@ from .registry_support import MODEL_PARAMS, write_model
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def root(settings, tmp_path):
-    models = tmp_path / "models"
-    models.mkdir()
-    settings.LIFECYCLE_ARTIFACT_ROOTS = [models]
-    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
-    return models
-
 
 @pytest.fixture
 def engineer(make_user):
