@@ -288,11 +288,11 @@ def _workloads_nodes(plan: LendingPlan) -> list[str]:
     node and partition and must be the same file on the controller and on every Slurm node (slurmctld
     refuses a slurmd it does not know), so the run covers the management node and every member of a
     training pool too."""
+    from appliance.partitioning.services import slurm_cluster_nodes
+
     names = set(plan.nodes)
     if _uses_slurm(plan.to_pool):
-        names |= set(plan.appliance.nodes.filter(role="management").values_list("name", flat=True))
-        names |= set(plan.appliance.nodes.filter(pool_membership__pool__kind=Pool.Kind.TRAINING)
-                     .values_list("name", flat=True))
+        names |= slurm_cluster_nodes(plan.appliance)
     return sorted(names)
 
 

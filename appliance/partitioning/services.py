@@ -507,6 +507,15 @@ def _sync_simulated_devices(appliance, names: list[str]) -> None:
         simulated_slurm.sync_mig_devices(node)
 
 
+def slurm_cluster_nodes(appliance) -> set[str]:
+    """The nodes that hold the Slurm cluster's slurm.conf: the management node (the controller) and every
+    member of a training pool. The file names every node and must be the same on all of them."""
+    from appliance.inventory.models import Pool
+
+    return (set(appliance.nodes.filter(role="management").values_list("name", flat=True))
+            | set(appliance.nodes.filter(pool_membership__pool__kind=Pool.Kind.TRAINING).values_list("name", flat=True)))
+
+
 def workloads_nodes(appliance, nodes: list[str]) -> list[str]:
     """The nodes the workloads stage reruns on after `nodes` changed layout: them, the management node, and
     every Slurm node when one of them is a Slurm node (slurm.conf names each node's MIG types in Gres= and
@@ -514,9 +523,8 @@ def workloads_nodes(appliance, nodes: list[str]) -> list[str]:
     from appliance.inventory.models import Pool
 
     names = set(nodes) | set(appliance.nodes.filter(role="management").values_list("name", flat=True))
-    training = appliance.nodes.filter(pool_membership__pool__kind=Pool.Kind.TRAINING)
-    if training.filter(name__in=nodes).exists():
-        names |= set(training.values_list("name", flat=True))
+    if appliance.nodes.filter(pool_membership__pool__kind=Pool.Kind.TRAINING, name__in=nodes).exists():
+        names |= slurm_cluster_nodes(appliance)
     return sorted(names)
 
 

@@ -441,6 +441,11 @@ def _controller_up() -> bool:
     return client("scontrol", "ping", check=False, timeout=10).stdout.count("is UP") > 0
 
 
+def _slurmd_names() -> list[str]:
+    """The nodes whose slurmd this simulation started (a pid file each)."""
+    return [path.name[len("slurmd."):-len(".pid")] for path in sorted(slurm_dir().glob("slurmd.*.pid"))]
+
+
 def _slurmd_stopped(appliance, names: list[str]) -> set[str]:
     """The nodes among `names` whose slurmd unit systemd (the simulated systemctl) has stopped: the workloads
     stage stops it on a node that slurm.conf no longer names (a lent training node). A node whose state
@@ -462,8 +467,7 @@ def start(appliance) -> dict:
     _require_host()
     layout = configure(appliance)
     idle = _slurmd_stopped(appliance, layout["nodes"])
-    gone = [name for name in (path.name[len("slurmd."):-len(".pid")] for path in sorted(slurm_dir().glob("slurmd.*.pid")))
-            if name not in layout["nodes"] or name in idle]
+    gone = [name for name in _slurmd_names() if name not in layout["nodes"] or name in idle]
     ended = {name: pid for name, pid in ((name, _running(_pid_file(name))) for name in gone) if pid}
     for name in gone:
         _pid_file(name).unlink(missing_ok=True)
@@ -528,7 +532,7 @@ def stop(appliance) -> dict:
     stopped = []
     if _running(_pid_file("slurmctld")) and shutil.which("scancel"):
         client("scancel", "--full", "--quiet", "--user", getpass.getuser(), check=False, timeout=10)
-    names = ["slurmctld"] + [path.name[len("slurmd."):-len(".pid")] for path in sorted(slurm_dir().glob("slurmd.*.pid"))]
+    names = ["slurmctld", *_slurmd_names()]
     daemons = {}
     for name in names:
         pid = _running(_pid_file(name))
