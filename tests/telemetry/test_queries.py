@@ -47,6 +47,20 @@ def test_the_live_cells_show_each_gpu_newest_minute_or_say_why_there_is_none(inv
                                "newest_bucket": "2026-03-02T11:59:00+00:00", "newest_age_s": 90}
 
 
+def test_a_live_gpu_without_a_memory_total_shows_the_memory_the_inventory_knows(inventory):
+    """A collector that could not read a GPU's memory total (NVML answered nothing, or 0): the cell and the
+    fleet's total fall back to the GPU's memory in the inventory (81,559 MiB for the sample's H100s)."""
+    from tests.telemetry.rows import minutes_before
+
+    one = inventory.gpu_node
+    collector(one, minutes_before(NOW, 1))
+    gpu_row(one, 0, minutes_before(NOW, 1), util=20, fb_used_mib=1000, fb_total_mib=None)
+    gpu_row(one, 1, minutes_before(NOW, 1), util=30, fb_used_mib=2000, fb_total_mib=0)
+    data = queries.overview(range="1h", now=NOW)
+    assert data["nodes"][0]["gpus"]["fb_total_mib"][:3] == [81559.0, 81559.0, None]
+    assert (data["summary"]["fb_used_mib"], data["summary"]["fb_total_mib"]) == (3000.0, 163118.0)
+
+
 def test_a_collector_that_stopped_writing_is_silent_since_its_last_bucket(inventory):
     collector(inventory.gpu_node, at(11, 50))
     data = queries.overview(range="1h", now=NOW)
