@@ -8,10 +8,12 @@ who may change the inventory do (Administrator, Operator), recorded in the audit
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance.core.api import error_response
+from appliance.core.renderers import LargeJSONRenderer
 from appliance.inventory.models import Appliance, Node
 
 from . import queries
@@ -32,6 +34,7 @@ JOB = OpenApiParameter("job", str, OpenApiParameter.PATH, pattern=f"^{queries.JO
 
 class TelemetryView(APIView):
     capability = "telemetry.view"
+    renderer_classes = [LargeJSONRenderer, BrowsableAPIRenderer]
 
     def range_or_error(self, request):
         """The range asked for, or the 400 that names the parameter and its choices."""
