@@ -144,3 +144,20 @@ def test_the_fold_keeps_ten_minute_node_rows_and_folds_late_minutes_again(invent
     assert services.refold_late(one.pk, [at(10, 15)]) == [at(10, 0)]
     assert NodeRollup.objects.get(step=TEN_MINUTES, start=at(10, 10)).gpu_util == 70.0
     assert NodeRollup.objects.get(step=HOUR, start=at(10, 0)).gpu_util == 70.0
+
+
+def test_a_gpus_point_holding_two_jobs_is_the_mean_of_all_its_minutes_and_lists_both_jobs(inventory):
+    """A 10-minute point of a day where GPU 0 ran job A, then job B, and one of B's minutes has no
+    utilization: its mean is over the minutes that have one, whatever their job."""
+    one = inventory.gpu_node
+    node_row(one, at(11, 40), gpu_util=10)
+    gpu_row(one, 0, at(11, 40), util=10, fb_used_mib=1000, power_w=100, job="A")
+    gpu_row(one, 0, at(11, 41), util=20, fb_used_mib=3000, power_w=200, job="A")
+    gpu_row(one, 0, at(11, 42), util=60, fb_used_mib=None, power_w=300, job="B")
+    gpu_row(one, 0, at(11, 43), util=None, fb_used_mib=5000, power_w=None, job="B")
+    gpu_row(one, 1, at(11, 44), util=5, job="")
+    data = queries.node_series(one, "24h", now=NOW)
+    assert data["series"]["t"] == [epoch(11, 40)]
+    assert data["gpus"][0] == {"index": 0, "util": [30.0], "fb_used_mib": [3000.0], "power_w": [200.0],
+                               "jobs": ["A", "B"]}
+    assert data["gpus"][1] == {"index": 1, "util": [5.0], "fb_used_mib": [None], "power_w": [None], "jobs": []}
