@@ -249,3 +249,25 @@ def test_a_job_longer_than_a_day_reads_its_hourly_rows(inventory):
     gpu_row(node, 1, at(11, 0), step=HOUR, util=40, job="888")
     assert queries.job("888")["step"] == 60  # a short job keeps its minutes
 
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's planner, without statistics, is the one to guard")
+@pytest.mark.parametrize("read", [
+    lambda node: queries.gpu_series(node, 0, "1h", now=NOW),
+    lambda node: queries.gpu_series(node, 0, "24h", now=NOW),
+    lambda node: queries.node_series(node, "24h", now=NOW),
+], ids=["gpu-1h", "gpu-24h", "node-24h"])
+def test_a_node_or_gpu_page_reads_its_own_rows_not_the_fleets(inventory, read):
+    """A GPU's (or a node's GPUs') rows are found by the (node, gpu, instance, step, start) index: read by
+    the fleet's (step, ...) indexes, a day of 1,000 nodes is 11.5 million rows to go through for one GPU."""
+    sample_telemetry(inventory)
+    with CaptureQueriesContext(connection) as captured:
+        read(inventory.gpu_node)
+    plans = []
+    for query in captured.captured_queries:
+        if "telemetry_gpurollup" in query["sql"]:
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
+                plans += [row[-1] for row in cursor.fetchall()]
+    assert plans
+    assert not [plan for plan in plans if "telemetry_gpu_step_start" in plan or "telemetry_gpu_fleet_jobs" in plan]
