@@ -172,8 +172,8 @@ def test_the_clock_brings_the_pages_summaries_up_to_the_ledger(rows):
 
 
 def test_the_columns_are_what_the_rows_hold(rows):
-    """The raw column read (one CSV text on PostgreSQL, the cursor on SQLite) gives every value exactly,
-    a missing one as NaN, texts as codes."""
+    """The raw column read (one binary value a column on PostgreSQL, the cursor on SQLite) gives every value
+    exactly, a missing one as NaN, texts as codes (test_ledger_read.py checks it value by value)."""
     gpu01, _ = rows
     GpuRollup.objects.create(node=gpu01, gpu=5, step=60, start=T0, samples=60, job="x", util=1 / 3, sm_active=None,
                              fb_used_mib=0.1 + 0.2, throttle_reasons=0x40)
