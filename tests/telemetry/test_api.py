@@ -33,9 +33,10 @@ def error_of(response, status):
 def test_every_role_reads_the_fleet(client_for, telemetry, role):
     data = client_for(role).get(f"{API}/overview/").json()
     assert [n["name"] for n in data["nodes"]] == ["gpu-01", "gpu-02"]
-    gpus = data["nodes"][0]["gpus"]
-    assert [(gpus[f][0], gpus[f][1]) for f in ("index", "live", "util", "power_w", "job")] == [
-        (0, 1), (True, False), (70.0, None), (300.0, None), ("4242", None)]
+    gpus = data["gpus"]  # the fleet's GPUs in columns, gpu-01's eight first
+    assert [(gpus[f][0], gpus[f][1]) for f in ("node", "index", "live", "util", "power_w", "job")] == [
+        (0, 0), (0, 1), (True, False), (70.0, None), (300.0, None), ("4242", None)]
+    assert gpus["node"] == [0] * 8 + [1] * 8
     assert data["nodes"][1]["collector"]["state"] == "not deployed"
     assert data["summary"]["util_mean"] == 40.0
     assert data["fabric"]["ib_tx_bps"] == [1e9, 4e9]

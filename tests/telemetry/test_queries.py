@@ -31,16 +31,18 @@ def test_the_live_cells_show_each_gpu_newest_minute_or_say_why_there_is_none(inv
     assert one["collector"] == {"state": "live", "last_bucket": "2026-03-02T11:59:00+00:00",
                                 "last_seen": "2026-03-02T11:59:00+00:00", "age_s": 90}
     assert two["collector"] == {"state": "not deployed", "last_bucket": None, "age_s": None}
-    # a node's GPUs in columns: GPU 0 live (its 11:59 bucket, 90 s old); GPU 1's newest bucket (11:55) is 5.5
-    # minutes old: not live; GPUs 2 to 7 never reported
-    gpus = one["gpus"]
-    assert gpus["index"] == list(range(8))
-    assert gpus["live"] == [True] + [False] * 7
+    # the fleet's GPUs in columns, grouped by node in the order of the list (gpu-01's eight, then gpu-02's):
+    # GPU 0 live (its 11:59 bucket, 90 s old); GPU 1's newest bucket (11:55) is 5.5 minutes old: not live;
+    # GPUs 2 to 7 never reported
+    gpus = data["gpus"]
+    assert gpus["node"] == [0] * 8 + [1] * 8
+    assert gpus["index"] == list(range(8)) * 2
+    assert gpus["live"][:8] == [True] + [False] * 7
     assert [gpus[field][0] for field in ("util", "fb_used_mib", "fb_total_mib", "power_w", "temp_c", "job", "t",
                                          "age_s")] == [70.0, 2000.0, 81559.0, 300.0, 55.0, "4242", T_1159, 90]
-    assert {field: gpus[field][1] for field in gpus if field not in ("index", "live")} == dict.fromkeys(
+    assert {field: gpus[field][1] for field in gpus if field not in ("node", "index", "live")} == dict.fromkeys(
         ("util", "fb_used_mib", "fb_total_mib", "power_w", "temp_c", "job", "t", "age_s"))
-    assert two["gpus"]["util"][3] == 10.0
+    assert gpus["util"][8 + 3] == 10.0
     assert data["summary"] == {"nodes": 2, "gpus": 16, "gpus_live": 2, "collectors": 1, "collectors_live": 1,
                                "util_mean": 40.0, "gpus_busy": 1, "gpus_idle": 0, "power_w": 420.0,
                                "fb_used_mib": 32000.0, "fb_total_mib": 163118.0,
@@ -57,7 +59,7 @@ def test_a_live_gpu_without_a_memory_total_shows_the_memory_the_inventory_knows(
     gpu_row(one, 0, minutes_before(NOW, 1), util=20, fb_used_mib=1000, fb_total_mib=None)
     gpu_row(one, 1, minutes_before(NOW, 1), util=30, fb_used_mib=2000, fb_total_mib=0)
     data = queries.overview(range="1h", now=NOW)
-    assert data["nodes"][0]["gpus"]["fb_total_mib"][:3] == [81559.0, 81559.0, None]
+    assert data["gpus"]["fb_total_mib"][:3] == [81559.0, 81559.0, None]
     assert (data["summary"]["fb_used_mib"], data["summary"]["fb_total_mib"]) == (3000.0, 163118.0)
 
 
@@ -271,3 +273,17 @@ def test_a_node_or_gpu_page_reads_its_own_rows_not_the_fleets(inventory, read):
                 plans += [row[-1] for row in cursor.fetchall()]
     assert plans
     assert not [plan for plan in plans if "telemetry_gpu_step_start" in plan or "telemetry_gpu_fleet_jobs" in plan]
+
+
+def test_the_live_columns_follow_the_nodes_listed_by_name_not_their_ids(inventory):
+    """gpu-02 renamed "a-gpu" is listed first though its id is the larger: its GPUs come first in the
+    columns, and each GPU's "node" is its node's position in the list."""
+    sample_telemetry(inventory)
+    Node.objects.filter(name="gpu-02").update(name="a-gpu")
+    data = queries.overview(range="1h", now=NOW)
+    assert [n["name"] for n in data["nodes"]] == ["a-gpu", "gpu-01"]
+    gpus = data["gpus"]
+    assert gpus["node"] == [0] * 8 + [1] * 8
+    assert gpus["index"] == list(range(8)) * 2
+    assert (gpus["util"][3], gpus["util"][8]) == (10.0, 70.0)  # a-gpu's GPU 3, gpu-01's GPU 0
+    assert gpus["live"] == [False] * 3 + [True] + [False] * 4 + [True] + [False] * 7

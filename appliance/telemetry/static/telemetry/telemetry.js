@@ -288,24 +288,29 @@
       holder.appendChild(el("p", {className: "empty", text: TEXT.noGpus}));
       return;
     }
-    // A node's GPUs come in columns (gpus.index, gpus.live, gpus.util, ...): one value a GPU in each.
-    var width = data.nodes.reduce(function (n, node) { return Math.max(n, node.gpus.index.length); }, 0);
+    // The fleet's GPUs come in columns (gpus.node, gpus.index, gpus.live, gpus.util, ...): one value a GPU
+    // in each, grouped by node in the order of data.nodes; gpus.node is the position of the GPU's node.
+    var gpus = data.gpus;
+    var byNode = data.nodes.map(function () { return []; });
+    gpus.node.forEach(function (n, i) { byNode[n].push(i); });
+    var width = byNode.reduce(function (n, mine) { return Math.max(n, mine.length); }, 0);
     var head = el("tr", {}, [el("th", {scope: "col", text: TEXT.node})]);
     for (var g = 0; g < width; g += 1) head.appendChild(el("th", {scope: "col", text: String(g)}));
     var body = el("tbody");
     var nodeUrl = root.dataset.nodeUrl;
     var gpuUrl = root.dataset.gpuUrl;
-    data.nodes.forEach(function (node) {
+    data.nodes.forEach(function (node, n) {
       var name = el("a", {href: nodeUrl.replace("NODE", encodeURIComponent(node.name)), text: node.name});
       var row = el("tr", {"data-node": node.name}, [el("th", {scope: "row"}, [name])]);
-      var gpus = node.gpus;
-      var anyLive = gpus.live.some(function (live) { return live; });
+      var mine = byNode[n];
+      var anyLive = mine.some(function (i) { return gpus.live[i]; });
       if (!anyLive) {
         row.appendChild(el("td", {colspan: String(Math.max(1, width)), className: "muted", text: whyNoData(node.collector)}));
         body.appendChild(row);
         return;
       }
-      gpus.index.forEach(function (index, i) {
+      mine.forEach(function (i) {
+        var index = gpus.index[i];
         var href = gpuUrl.replace("NODE", encodeURIComponent(node.name)).replace(/\/0\/$/, "/" + index + "/");
         var util = gpus.util[i];
         var td;
