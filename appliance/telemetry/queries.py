@@ -8,7 +8,7 @@ them unchanged, the pages draw them in the browser.
 Ranges: up to a day reads the per-minute rows; 7 and 30 days read the per-hour rows the appliance folds
 (per-minute rows are kept for days only: settings.TELEMETRY_RETENTION). What reads the whole fleet (the
 Overview's heatmap and totals, the jobs of a range) reads a coarser level when the minutes would be too
-many (`resolution`: 1,000 nodes read per-5-minute node rows over an hour, per-10-minute rows over 6 hours,
+many (`resolution`: 1,000 nodes read per-5-minute node rows over an hour, per-30-minute rows over 6 hours,
 per-hour rows over a day, per-6-hour rows over a week, per-day rows over a month), and the part of the
 range the fold has not reached yet from the finer rows; the fleet's totals read one row a bucket
 (FleetRollup), not every node's. A chart has at most MAX_COLUMNS
@@ -51,6 +51,7 @@ from .models import (
     MINUTE,
     SIX_HOURS,
     TEN_MINUTES,
+    THIRTY_MINUTES,
     WHOLE_GPU,
     FleetRollup,
     GpuRollup,
@@ -79,7 +80,7 @@ MAX_COLUMNS = 150
 # an hour of 5-minute rows, 6 hours of 10-minute rows, a day of hours, a week of 6-hour rows, a month of
 # days), so the Overview answers in the same time whatever the fleet's size. The job list reads GPU rows,
 # per minute or per hour, up to JOB_MAX_ROWS.
-LEVELS = (MINUTE, FIVE_MINUTES, TEN_MINUTES, HOUR, SIX_HOURS, DAY)
+LEVELS = (MINUTE, FIVE_MINUTES, TEN_MINUTES, THIRTY_MINUTES, HOUR, SIX_HOURS, DAY)
 MAX_ROWS = 40_000
 JOB_MAX_ROWS = 60_000
 MAX_CELLS = 15_000  # a heatmap's nodes x columns
@@ -220,6 +221,13 @@ def resolution(rng: Range, count: int, levels: tuple[int, ...] = LEVELS, max_row
     return level, column_width(rng.seconds, level, min(MAX_COLUMNS, max(MIN_COLUMNS, MAX_CELLS // max(count, 1))))
 
 
+def tiling_level(level: int, width: int, levels: tuple[int, ...] = LEVELS) -> int:
+    """The coarsest level, from `level` up, whose buckets tile a heatmap column of `width` seconds: a row
+    a cell where the fold has made them, not several (6 hours of 1,000 nodes: 12,000 half-hour rows instead
+    of 36,000 ten-minute ones, in the same 30-minute columns)."""
+    return max(step for step in levels if level <= step <= width and width % step == 0)
+
+
 def _segments(rng: Range, level: int, first: datetime, last: datetime, model=NodeRollup, inside: bool = False,
               levels: tuple[int, ...] = LEVELS) -> list[tuple[int, datetime, datetime, bool]]:
     """The pieces of the window each level is read for, coarsest first: a coarser level up to the end of
@@ -343,14 +351,22 @@ def _fleet_totals(nodes, appliance, rng: Range, first: datetime, last: datetime,
     fleet = FleetRollup.objects.filter(step=rng.step, start__gte=first, start__lte=last)
     if appliance is not None:
         fleet = fleet.filter(appliance=appliance)
-    buckets = list(fleet.order_by().values("start").annotate(
-        t=Epoch("start"), util=Sum("gpu_util_sum"), util_n=Sum("gpu_util_count"), **{f: Sum(f) for f in TOTALS}))
-    newest = max((row["start"] for row in buckets), default=None)
+    fields = ("t", "util", "util_n", *TOTALS)
+
+    def read(query) -> list[dict]:  # raw, the start converted once a bucket (a day is 1,440 of them)
+        rows = [dict(zip(fields, row, strict=True)) for row in _rows(query, *fields)]
+        for row, t in zip(rows, _epochs([row["t"] for row in rows]).tolist(), strict=True):
+            row["t"] = t
+        return rows
+
+    buckets = read(fleet.order_by().values("start").annotate(
+        t=StartKey("start"), util=Sum("gpu_util_sum"), util_n=Sum("gpu_util_count"), **{f: Sum(f) for f in TOTALS}))
+    newest = datetime.fromtimestamp(max(row["t"] for row in buckets), tz=UTC) if buckets else None
     if newest is None or newest < last:  # the newest minutes, not summed by the fold yet
         rows = _node_rows(nodes, rng.step, first if newest is None else max(first, newest + timedelta(seconds=1)),
                           last, True).order_by()
-        buckets += rows.values("start").annotate(t=Epoch("start"), util=Sum("gpu_util"), util_n=Count("gpu_util"),
-                                                 **{f: Sum(f) for f in TOTALS})
+        buckets += read(rows.values("start").annotate(t=StartKey("start"), util=Sum("gpu_util"),
+                                                      util_n=Count("gpu_util"), **{f: Sum(f) for f in TOTALS}))
     totals: dict[int, dict] = {}
     for row in buckets:
         column = row["t"] // width * width
@@ -373,11 +389,11 @@ def _fleet_totals(nodes, appliance, rng: Range, first: datetime, last: datetime,
 def overview(appliance=None, range: str | None = None, now: datetime | None = None) -> dict:  # noqa: A002
     """Every GPU's latest utilization, memory and power (the live cells, in columns for the fleet: LIVE_COLUMNS),
     a nodes x time heatmap of GPU utilization, and the fabric and filesystem throughput of the fleet over
-    the range. At most twelve queries, whatever the size of the fleet: the heatmap is aggregated in the
-    database (one query), from the per-5-minute node rows for an hour of 1,000 nodes, per-10-minute rows
+    the range. At most thirteen queries, whatever the size of the fleet: the heatmap's rows in one query
+    (summed here: _heatmap), from the per-5-minute node rows for an hour of 1,000 nodes, per-30-minute rows
     for 6 hours, per-hour rows for a day, per-6-hour rows for a week (a small fleet reads finer rows: see
-    resolution), the newest part of the range that is not folded yet from the finer rows; the totals from
-    the fleet's rows at the range's own step."""
+    resolution and tiling_level), the newest part of the range that is not folded yet from the finer rows;
+    the totals from the fleet's rows at the range's own step."""
     rng = range_of(range)
     now = now or timezone.now()
     first, last = _window(rng, now)
@@ -399,6 +415,7 @@ def overview(appliance=None, range: str | None = None, now: datetime | None = No
     summary = _summary(summary, len(gpu_rows), len(node_rows), collectors, states, now)
 
     level, width = resolution(rng, len(node_rows))
+    level = tiling_level(level, width)
     columns = list(range_steps(first, last, width))
     heat = _heatmap(nodes if appliance is not None else None, _segments(rng, level, first, last), width,
                     [node_id for node_id, _ in node_rows], columns)

@@ -34,6 +34,7 @@ from .models import (
     MINUTE,
     SIX_HOURS,
     TEN_MINUTES,
+    THIRTY_MINUTES,
     FleetRollup,
     GpuRollup,
     HardwareEvent,
@@ -43,7 +44,7 @@ from .models import (
 
 SETTLE_S = 120
 MAX_HOURS_PER_RUN = 48
-SUB_HOUR_LEVELS = (FIVE_MINUTES, TEN_MINUTES)
+SUB_HOUR_LEVELS = (FIVE_MINUTES, TEN_MINUTES, THIRTY_MINUTES)
 ABOVE_HOUR_LEVELS = (SIX_HOURS, DAY)  # node rows folded from the hour rows, kept as long as they are
 ABOVE_HOUR_CATCH_UP = 60  # 6-hour or day buckets folded in one run from hours kept before they existed
 SUB_HOUR_CATCH_UP = timedelta(hours=12)  # of 5- or 10-minute buckets folded in one run

@@ -153,7 +153,7 @@ def generate(node_ids: list[int], now: datetime, gpu_hours: float, node_hours: f
             node_rows += insert(NodeRollup, node_columns, [
                 (node_id, 60, start, 60, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0, 3e9, 1e8, 0.3, 0.05,
                  mounts) for node_id in node_ids])
-        # What the periodic fold keeps up to date: per-hour node rows of every complete hour, per-10-minute
+        # What the periodic fold keeps up to date: per-hour node rows of every complete hour, per-5-, 10- and 30-minute
         # node rows of every complete 10 minutes of the last day, per-hour GPU rows of the last day.
         last_hour = newest.replace(minute=0) - timedelta(hours=1)
         for h in range(hour_days * 24):
@@ -169,7 +169,7 @@ def generate(node_ids: list[int], now: datetime, gpu_hours: float, node_hours: f
                 hour_rows += insert(NodeRollup, node_columns, [
                     (node_id, step, start, step, 8, rng.uniform(0, 100), 100.0, 3500.0, 2e10, 2e10, 0, 3e9, 1e8, 0.3,
                      0.05, "{}") for node_id in node_ids])
-        for minutes in (5, 10):
+        for minutes in (5, 10, 30):
             last_bucket = newest.replace(minute=newest.minute // minutes * minutes) - timedelta(minutes=minutes)
             for t in range(int(node_hours * 60 / minutes)):
                 start = stamp(last_bucket - timedelta(minutes=minutes * t))
@@ -196,14 +196,14 @@ def generate(node_ids: list[int], now: datetime, gpu_hours: float, node_hours: f
     from appliance.telemetry.models import FleetRollup
 
     folded = time.perf_counter()
-    for step in (60, 300, 600, 3600, 6 * 3600, 24 * 3600):
+    for step in (60, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600):
         services.fold_fleet(step, newest - timedelta(days=hour_days + 2), newest)
     print(f"fleet rows summed from every node row kept: {FleetRollup.objects.count():,} in "
           f"{time.perf_counter() - folded:.1f} s")
     print(f"generated {gpu_rows + node_rows + hour_rows + ten_rows + gpu_hour_rows:,} rows in "
           f"{time.perf_counter() - started:.0f} s: {gpu_rows:,} per-minute GPU rows ({gpu_hours:g} h), "
           f"{gpu_hour_rows:,} per-hour GPU rows ({int(node_hours)} h), {node_rows:,} per-minute node rows "
-          f"({node_hours:g} h), {ten_rows:,} per-5- and per-10-minute node rows ({node_hours:g} h), {hour_rows:,} per-hour, "
+          f"({node_hours:g} h), {ten_rows:,} per-5-, 10- and 30-minute node rows ({node_hours:g} h), {hour_rows:,} per-hour, "
           f"per-6-hour and per-day node rows ({hour_days} days), {len(events)} alerts")
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

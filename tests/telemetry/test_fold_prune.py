@@ -104,9 +104,9 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
     services.fold(now=at(1, 11, 3))
     # a day later: minute rows before 12-01 11:00 go, but the 11:00 minute waits for its hour to be folded
     counts = services.prune(now=at(2, 11, 30))
-    # the node's two minutes and the 5- and 10-minute rows the fold made of them (a node without GPUs in the
-    # inventory: no fleet row sums it)
-    assert counts == {"minute_gpu_rows": 5, "minute_node_rows": 4, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
+    # the node's two minutes and the 5-, 10- and 30-minute rows the fold made of them (a node without GPUs in
+    # the inventory: no fleet row sums it)
+    assert counts == {"minute_gpu_rows": 5, "minute_node_rows": 5, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
                       "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
     assert list(GpuRollup.objects.filter(step=60).values_list("start", flat=True)) == [at(1, 11)]
     counts = services.prune(now=at(4, 0, 0))  # three days after: hour rows and the first event are past two days

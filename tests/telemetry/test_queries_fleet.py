@@ -8,7 +8,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from appliance.telemetry import queries, services
-from appliance.telemetry.models import DAY, FIVE_MINUTES, HOUR, MINUTE, SIX_HOURS, TEN_MINUTES, NodeRollup
+from appliance.telemetry.models import (
+    DAY,
+    FIVE_MINUTES,
+    HOUR,
+    MINUTE,
+    SIX_HOURS,
+    TEN_MINUTES,
+    THIRTY_MINUTES,
+    NodeRollup,
+)
 from tests.sample_inventory import build_sample_inventory
 from tests.telemetry.rows import NOW, at, collector, gpu_row, node_row, sample_telemetry
 
@@ -26,8 +35,8 @@ def inventory():
 
 @pytest.fixture
 def large_fleet(monkeypatch):
-    """Two nodes read as 1,000 would: 100 rows at most per fleet-wide read."""
-    monkeypatch.setattr(queries, "MAX_ROWS", 100)
+    """Two nodes read as 1,000 would: 80 rows at most per fleet-wide read (40,000 for 1,000 nodes)."""
+    monkeypatch.setattr(queries, "MAX_ROWS", 80)
     monkeypatch.setattr(queries, "JOB_MAX_ROWS", 100)
 
 
@@ -39,6 +48,35 @@ def large_fleet(monkeypatch):
 ])
 def test_the_level_a_range_reads_grows_coarser_with_the_fleet(name, count, expected):
     assert queries.resolution(queries.range_of(name), count) == expected
+
+
+@pytest.mark.parametrize(("level", "width", "expected"), [
+    (TEN_MINUTES, 1800, THIRTY_MINUTES),  # 6 hours of 1,000 nodes: a half-hour row a cell
+    (FIVE_MINUTES, 300, FIVE_MINUTES), (HOUR, 7200, HOUR),  # 6 hours do not divide 2-hour columns
+    (SIX_HOURS, 43200, SIX_HOURS), (MINUTE, 600, TEN_MINUTES), (MINUTE, 180, MINUTE), (MINUTE, 240, MINUTE),
+])
+def test_a_heatmap_reads_the_coarsest_level_that_tiles_its_columns(level, width, expected):
+    assert queries.tiling_level(level, width) == expected
+
+
+def test_six_hours_of_1000_nodes_read_half_hour_rows_then_finer_ones(inventory, monkeypatch):
+    """The 6-hour heatmap of a large fleet: 30-minute columns from the half-hour rows the fold made, the
+    half hour it has not made yet from its 10-minute rows, then 5-minute rows, then minutes."""
+    monkeypatch.setattr(queries, "MAX_ROWS", 2 * 36)  # two nodes read as 1,000 would (36,000 10-minute rows)
+    monkeypatch.setattr(queries, "MAX_CELLS", 2 * 15)  # and shown in as many columns (15)
+    one = inventory.gpu_node
+    node_row(one, at(11, 0), step=THIRTY_MINUTES, gpu_util=20)
+    node_row(one, at(11, 0), step=TEN_MINUTES, gpu_util=99)  # covered by the half hour: not read again
+    node_row(one, at(11, 30), step=TEN_MINUTES, gpu_util=40)
+    node_row(one, at(11, 40), step=FIVE_MINUTES, gpu_util=60)
+    node_row(one, at(11, 45), gpu_util=80)
+    node_row(one, at(11, 59), gpu_util=100)
+    data = queries.overview(range="6h", now=NOW)
+    heat = data["heatmap"]
+    assert (data["step"], heat["width_s"]) == (THIRTY_MINUTES, 1800)
+    assert heat["columns"][-2:] == [epoch(11, 0), epoch(11, 30)]
+    # 11:30: 10 minutes at 40 %, 5 at 60 %, a minute at 80 % and one at 100 %
+    assert heat["values"][0][-2:] == [20.0, 51.8]  # (600 * 40 + 300 * 60 + 60 * 80 + 60 * 100) / 1020, rounded
 
 
 def test_a_day_of_a_large_fleet_reads_hours_then_ten_minutes_then_minutes(inventory, large_fleet):
