@@ -25,10 +25,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from django.db.models import (
     Avg,
-    Case,
     Count,
     F,
-    FloatField,
     Func,
     IntegerField,
     Max,
@@ -37,7 +35,6 @@ from django.db.models import (
     Q,
     Subquery,
     Sum,
-    When,
 )
 from django.db.models.sql.constants import MULTI
 from django.utils import timezone
