@@ -297,6 +297,10 @@ def _epochs(values) -> np.ndarray:
         moment = datetime.fromisoformat(value) if isinstance(value, str) else value
         return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
 
+    if values and isinstance(values[0], str):
+        text = np.array(values)
+        if text.dtype == np.dtype("<U19"):  # SQLite's "YYYY-MM-DD HH:MM:SS" (UTC): parsed by numpy, in C
+            return text.astype("datetime64[s]").astype(np.int64)
     epochs = {value: convert(value) for value in set(values)}
     return np.fromiter(map(epochs.__getitem__, values), dtype=np.int64, count=len(values))
 
@@ -349,38 +353,40 @@ def _fleet_totals(nodes, appliance, rng: Range, first: datetime, last: datetime,
     if appliance is not None:
         fleet = fleet.filter(appliance=appliance)
     fields = ("t", "util", "util_n", *TOTALS)
-
-    def read(query) -> list[dict]:  # raw, the start converted once a bucket (a day is 1,440 of them)
-        rows = [dict(zip(fields, row, strict=True)) for row in _rows(query, *fields)]
-        for row, t in zip(rows, _epochs([row["t"] for row in rows]).tolist(), strict=True):
-            row["t"] = t
-        return rows
-
-    buckets = read(fleet.order_by().values("start").annotate(
-        t=StartKey("start"), util=Sum("gpu_util_sum"), util_n=Sum("gpu_util_count"), **{f: Sum(f) for f in TOTALS}))
-    newest = datetime.fromtimestamp(max(row["t"] for row in buckets), tz=UTC) if buckets else None
+    rows = list(_rows(fleet.order_by().values("start").annotate(
+        t=StartKey("start"), util=Sum("gpu_util_sum"), util_n=Sum("gpu_util_count"), **{f: Sum(f) for f in TOTALS}),
+        *fields))
+    fleet_starts = _epochs([row[0] for row in rows])
+    newest = datetime.fromtimestamp(int(fleet_starts.max()), tz=UTC) if rows else None
     if newest is None or newest < last:  # the newest minutes, not summed by the fold yet
-        rows = _node_rows(nodes, rng.step, first if newest is None else max(first, newest + timedelta(seconds=1)),
-                          last, True).order_by()
-        buckets += read(rows.values("start").annotate(t=StartKey("start"), util=Sum("gpu_util"),
-                                                      util_n=Count("gpu_util"), **{f: Sum(f) for f in TOTALS}))
-    totals: dict[int, dict] = {}
-    for row in buckets:
-        column = row["t"] // width * width
-        entry = totals.setdefault(column, {"seconds": 0, "util": 0.0, "util_s": 0, **{f: None for f in TOTALS}})
-        entry["seconds"] += rng.step
-        if row["util_n"]:
-            entry["util"] += row["util"] * rng.step
-            entry["util_s"] += row["util_n"] * rng.step
+        node_rows = _node_rows(nodes, rng.step, first if newest is None else max(first, newest + timedelta(seconds=1)),
+                               last, True).order_by()
+        rows += _rows(node_rows.values("start").annotate(t=StartKey("start"), util=Sum("gpu_util"),
+                                                         util_n=Count("gpu_util"), **{f: Sum(f) for f in TOTALS}),
+                      *fields)
+    if not rows:
+        return {}
+    # Summed by column with numpy (a day is 1,440 buckets): a bucket weighs its step, which every bucket
+    # shares, so a column's rate is the sum of its buckets' over their number (those without a value count:
+    # the part of the column not measured), its utilization the sum over the GPUs measured.
+    columns = dict(zip(fields, zip(*rows, strict=True), strict=True))
+    starts, position = np.unique(_epochs(columns["t"]) // width * width, return_inverse=True)
+    buckets = np.bincount(position, minlength=len(starts))
+    util = np.array(columns["util"], dtype=np.float64)
+    util_n = np.nan_to_num(np.array(columns["util_n"], dtype=np.float64))
+    measured = (util_n > 0) & ~np.isnan(util)
+    util_s = np.bincount(position, np.where(measured, util_n, 0.0), len(starts))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        figures = {"gpu_util": np.where(util_s > 0, np.bincount(position, np.where(measured, util, 0.0), len(starts))
+                                        / util_s, np.nan)}
         for field in TOTALS:
-            if row[field] is not None:
-                entry[field] = (entry[field] or 0.0) + row[field] * rng.step
-    series = {}
-    for column in sorted(totals):
-        entry = totals[column]
-        series[column] = {"gpu_util": entry["util"] / entry["util_s"] if entry["util_s"] else None,
-                          **{f: None if entry[f] is None else entry[f] / entry["seconds"] for f in TOTALS}}
-    return series
+            values = np.array(columns[field], dtype=np.float64)  # None: NaN
+            valid = ~np.isnan(values)
+            total = np.bincount(position, np.where(valid, values, 0.0), len(starts))
+            figures[field] = np.where(np.bincount(position, valid, len(starts)) > 0, total / buckets, np.nan)
+    lists = {field: [None if value != value else value for value in values.tolist()]
+             for field, values in figures.items()}
+    return {column: {field: lists[field][i] for field in lists} for i, column in enumerate(starts.tolist())}
 
 
 def overview(appliance=None, range: str | None = None, now: datetime | None = None) -> dict:  # noqa: A002
