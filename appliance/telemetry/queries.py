@@ -9,7 +9,7 @@ Ranges: up to a day reads the per-minute rows; 7 and 30 days read the per-hour r
 (per-minute rows are kept for days only: settings.TELEMETRY_RETENTION). What reads the whole fleet (the
 Overview's heatmap and totals, the jobs of a range) reads a coarser level when the minutes would be too
 many (`resolution`: 1,000 nodes read per-5-minute node rows over an hour, per-30-minute rows over 6 hours,
-per-hour rows over a day, per-6-hour rows over a week, per-day rows over a month), and the part of the
+per-2-hour rows over a day, per-6-hour rows over a week, per-day rows over a month), and the part of the
 range the fold has not reached yet from the finer rows; the fleet's totals read one row a bucket
 (FleetRollup), not every node's. A chart has at most MAX_COLUMNS
 points: a node's or a GPU's day is 144 ten-minute means of its minutes.
@@ -49,6 +49,7 @@ from .models import (
     SIX_HOURS,
     TEN_MINUTES,
     THIRTY_MINUTES,
+    TWO_HOURS,
     WHOLE_GPU,
     FleetRollup,
     GpuRollup,
@@ -77,7 +78,7 @@ MAX_COLUMNS = 150
 # an hour of 5-minute rows, 6 hours of 10-minute rows, a day of hours, a week of 6-hour rows, a month of
 # days), so the Overview answers in the same time whatever the fleet's size. The job list reads GPU rows,
 # per minute or per hour, up to JOB_MAX_ROWS.
-LEVELS = (MINUTE, FIVE_MINUTES, TEN_MINUTES, THIRTY_MINUTES, HOUR, SIX_HOURS, DAY)
+LEVELS = (MINUTE, FIVE_MINUTES, TEN_MINUTES, THIRTY_MINUTES, HOUR, TWO_HOURS, SIX_HOURS, DAY)
 MAX_ROWS = 40_000
 JOB_MAX_ROWS = 60_000
 MAX_CELLS = 15_000  # a heatmap's nodes x columns
@@ -297,11 +298,12 @@ def _epochs(values) -> np.ndarray:
         moment = datetime.fromisoformat(value) if isinstance(value, str) else value
         return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
 
-    if values and isinstance(values[0], str):
-        text = np.array(values)
-        if text.dtype == np.dtype("<U19"):  # SQLite's "YYYY-MM-DD HH:MM:SS" (UTC): parsed by numpy, in C
-            return text.astype("datetime64[s]").astype(np.int64)
-    epochs = {value: convert(value) for value in set(values)}
+    distinct = list(set(values))
+    text = np.array(distinct) if distinct and isinstance(distinct[0], str) else None
+    if text is not None and text.dtype == np.dtype("<U19"):  # SQLite's "YYYY-MM-DD HH:MM:SS" (UTC), by numpy
+        epochs = dict(zip(distinct, text.astype("datetime64[s]").astype(np.int64).tolist(), strict=True))
+    else:
+        epochs = {value: convert(value) for value in distinct}
     return np.fromiter(map(epochs.__getitem__, values), dtype=np.int64, count=len(values))
 
 
@@ -392,9 +394,9 @@ def _fleet_totals(nodes, appliance, rng: Range, first: datetime, last: datetime,
 def overview(appliance=None, range: str | None = None, now: datetime | None = None) -> dict:  # noqa: A002
     """Every GPU's latest utilization, memory and power (the live cells, in columns for the fleet: LIVE_COLUMNS),
     a nodes x time heatmap of GPU utilization, and the fabric and filesystem throughput of the fleet over
-    the range. At most thirteen queries, whatever the size of the fleet: the heatmap's rows in one query
+    the range. At most fourteen queries, whatever the size of the fleet: the heatmap's rows in one query
     (summed here: _heatmap), from the per-5-minute node rows for an hour of 1,000 nodes, per-30-minute rows
-    for 6 hours, per-hour rows for a day, per-6-hour rows for a week (a small fleet reads finer rows: see
+    for 6 hours, per-2-hour rows for a day, per-6-hour rows for a week (a small fleet reads finer rows: see
     resolution and tiling_level), the newest part of the range that is not folded yet from the finer rows;
     the totals from the fleet's rows at the range's own step."""
     rng = range_of(range)

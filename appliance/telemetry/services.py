@@ -35,6 +35,7 @@ from .models import (
     SIX_HOURS,
     TEN_MINUTES,
     THIRTY_MINUTES,
+    TWO_HOURS,
     FleetRollup,
     GpuRollup,
     HardwareEvent,
@@ -45,9 +46,9 @@ from .models import (
 SETTLE_S = 120
 MAX_HOURS_PER_RUN = 48
 SUB_HOUR_LEVELS = (FIVE_MINUTES, TEN_MINUTES, THIRTY_MINUTES)
-ABOVE_HOUR_LEVELS = (SIX_HOURS, DAY)  # node rows folded from the hour rows, kept as long as they are
-ABOVE_HOUR_CATCH_UP = 60  # 6-hour or day buckets folded in one run from hours kept before they existed
-SUB_HOUR_CATCH_UP = timedelta(hours=12)  # of 5- or 10-minute buckets folded in one run
+ABOVE_HOUR_LEVELS = (TWO_HOURS, SIX_HOURS, DAY)  # node rows folded from the hour rows, kept as long as they are
+ABOVE_HOUR_CATCH_UP = 60  # 2-hour, 6-hour or day buckets folded in one run from hours kept before they existed
+SUB_HOUR_CATCH_UP = timedelta(hours=12)  # of 5-, 10- or 30-minute buckets folded in one run
 TEN_MINUTES_BACK = timedelta(days=1, hours=2)
 # Each run folds the fleet's newest minutes again from this far back: a write that commits while a fold
 # reads is in the next run's minutes (a later one is refolded by the ingest itself: refold_fleet).

@@ -16,6 +16,7 @@ from appliance.telemetry.models import (
     HOUR,
     MINUTE,
     SIX_HOURS,
+    TWO_HOURS,
     FleetRollup,
     NodeCollector,
     NodeRollup,
@@ -127,12 +128,12 @@ def test_prune_deletes_the_fleet_rows_with_the_node_rows_of_their_level(inventor
     services.fold_hour(at(11, 0))
     assert {(row.step, row.start) for row in FleetRollup.objects.all()} == {
         (MINUTE, at(11, 50)), (MINUTE, at(11, 51)), (FIVE_MINUTES, at(11, 50)), (HOUR, at(11, 0)),
-        (SIX_HOURS, at(6, 0)), (DAY, at(0, 0))}
+        (TWO_HOURS, at(10, 0)), (SIX_HOURS, at(6, 0)), (DAY, at(0, 0))}
     counts = services.prune(now=NOW + timedelta(days=1, hours=1))
     assert (counts["minute_fleet_rows"], counts["hour_fleet_rows"]) == (3, 0)
-    # three days on: the hour, and the 6-hour and day buckets that ended two days before
+    # three days on: the hour, and the 2-hour, 6-hour and day buckets that ended two days before
     counts = services.prune(now=NOW + timedelta(days=3))
-    assert (counts["minute_fleet_rows"], counts["hour_fleet_rows"]) == (0, 3)
+    assert (counts["minute_fleet_rows"], counts["hour_fleet_rows"]) == (0, 4)
     assert not FleetRollup.objects.exists()
 
 

@@ -110,9 +110,10 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
                       "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
     assert list(GpuRollup.objects.filter(step=60).values_list("start", flat=True)) == [at(1, 11)]
     counts = services.prune(now=at(4, 0, 0))  # three days after: hour rows and the first event are past two days
-    # the node's hour row, and the 6-hour and day rows folded from it (whose buckets ended by the cut-off)
+    # the node's hour row, and the 2-hour, 6-hour and day rows folded from it (whose buckets ended by the
+    # cut-off)
     assert counts == {"minute_gpu_rows": 0, "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 3,
-                      "hour_node_rows": 3, "hour_fleet_rows": 0, "events": 1}
+                      "hour_node_rows": 4, "hour_fleet_rows": 0, "events": 1}
     assert list(HardwareEvent.objects.values_list("message", flat=True)) == ["recent XID"]
     records = AuditRecord.objects.filter(event="telemetry.rollup.prune").order_by("sequence")
     assert [(r.details["minute_gpu_rows"], r.details["hour_gpu_rows"], r.details["events"]) for r in records] == \

@@ -101,7 +101,8 @@ def test_seven_and_thirty_days_read_the_hourly_rows(inventory):
     node_row(inventory.gpu_node, at(10, 0), step=HOUR, gpu_util=33, ib_tx_bps=7e8)
     node_row(inventory.gpu_node, at(10, 0, day=1), step=HOUR, gpu_util=11, ib_tx_bps=1e8)
     data = queries.overview(range="7d", now=NOW)
-    assert data["step"] == 3600
+    # its 2-hour columns tile with 2-hour rows (none folded here: the hours are read)
+    assert data["step"] == 7200
     assert data["fabric"]["ib_tx_bps"] == [1e8, 7e8]
     assert data["heatmap"]["width_s"] == 7200
     series = queries.node_series(inventory.gpu_node, "30d", now=NOW)["series"]

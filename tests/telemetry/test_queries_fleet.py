@@ -16,6 +16,7 @@ from appliance.telemetry.models import (
     SIX_HOURS,
     TEN_MINUTES,
     THIRTY_MINUTES,
+    TWO_HOURS,
     NodeRollup,
 )
 from tests.sample_inventory import build_sample_inventory
@@ -52,7 +53,7 @@ def test_the_level_a_range_reads_grows_coarser_with_the_fleet(name, count, expec
 
 @pytest.mark.parametrize(("level", "width", "expected"), [
     (TEN_MINUTES, 1800, THIRTY_MINUTES),  # 6 hours of 1,000 nodes: a half-hour row a cell
-    (FIVE_MINUTES, 300, FIVE_MINUTES), (HOUR, 7200, HOUR),  # 6 hours do not divide 2-hour columns
+    (FIVE_MINUTES, 300, FIVE_MINUTES), (HOUR, 7200, TWO_HOURS),  # a day of 1,000 nodes: a 2-hour row a cell
     (SIX_HOURS, 43200, SIX_HOURS), (MINUTE, 600, TEN_MINUTES), (MINUTE, 180, MINUTE), (MINUTE, 240, MINUTE),
 ])
 def test_a_heatmap_reads_the_coarsest_level_that_tiles_its_columns(level, width, expected):
