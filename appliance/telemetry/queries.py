@@ -254,6 +254,10 @@ def _segments(rng: Range, level: int, first: datetime, last: datetime, model=Nod
     folded = False
     for step in reversed(coarse):
         end = newest[step] + timedelta(seconds=step) if step in newest else start
+        if step > HOUR and HOUR in newest and end > newest[HOUR] + timedelta(seconds=HOUR):
+            # A level folded from the hours holds its newest bucket's folded hours only (the 2-hour row of
+            # 10:00 has 10:00 alone until 11:00 is folded): that bucket is read from the finer levels.
+            end = newest[step]
         if end > start:
             segments.append((step, start, end, False))
             start, folded = end, True

@@ -200,3 +200,23 @@ def test_a_gpus_point_holding_two_jobs_is_the_mean_of_all_its_minutes_and_lists_
     assert data["gpus"][0] == {"index": 0, "util": [30.0], "fb_used_mib": [3000.0], "power_w": [200.0],
                                "jobs": ["A", "B"]}
     assert data["gpus"][1] == {"index": 1, "util": [5.0], "fb_used_mib": [None], "power_w": [None], "jobs": []}
+
+
+def test_a_day_reads_the_two_hour_row_being_filled_from_the_finer_rows(inventory, monkeypatch):
+    """The 2-hour row of 10:00 holds the 10:00 hour alone until 11:00 is folded: the day's last column reads
+    that hour and the minutes after it instead, each weighing the time it covers."""
+    monkeypatch.setattr(queries, "MAX_ROWS", 2 * 24)  # two nodes read as 1,000 would (24,000 hour rows)
+    monkeypatch.setattr(queries, "MAX_CELLS", 2 * 15)  # and shown in as many columns (15)
+    one = inventory.gpu_node
+    node_row(one, at(8, 0), step=TWO_HOURS, gpu_util=25)
+    node_row(one, at(8, 0), step=HOUR, gpu_util=99)  # covered by its complete 2-hour row: not read again
+    node_row(one, at(10, 0), step=TWO_HOURS, gpu_util=40)  # 10:00 only: not read
+    node_row(one, at(10, 0), step=HOUR, gpu_util=40)
+    for minute in range(20, 30):
+        node_row(one, at(11, minute), gpu_util=61)
+    data = queries.overview(range="24h", now=NOW)
+    heat = data["heatmap"]
+    assert (data["step"], heat["width_s"]) == (TWO_HOURS, 7200)
+    assert heat["columns"][-2:] == [epoch(8, 0), epoch(10, 0)]
+    # 10:00: an hour at 40 %, then 10 minutes at 61 % ((3600 * 40 + 600 * 61) / 4200)
+    assert heat["values"][0][-2:] == [25.0, 43.0]
