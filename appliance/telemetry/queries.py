@@ -280,7 +280,9 @@ def _rows(queryset, *fields):
     names = list(query.selected) if query.selected else [*query.extra_select, *query.values_select,
                                                           *query.annotation_select]
     positions = [names.index(name) for name in fields]
-    pick = None if positions == list(range(len(names))) else operator.itemgetter(*positions)
+    # the rows as they come when they are already in `fields` order (a single field is picked: a value, not
+    # a tuple of one)
+    pick = None if len(fields) > 1 and positions == list(range(len(names))) else operator.itemgetter(*positions)
     for chunk in query.get_compiler(using=queryset.db).execute_sql(MULTI, chunk_size=ROWS_CHUNK):
         yield from (chunk if pick is None else map(pick, chunk))
 
@@ -328,7 +330,7 @@ def _heatmap(nodes, segments, width: int, node_ids: list[int], columns: list[int
     # one range of the (step, start, node, gpu_util) index a segment: a UNION ALL, where an OR of the
     # ranges makes SQLite collect the row ids of both first
     query = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
-    rows = list(_rows(query, "node", "gpu_util", "step", "key")) if parts else []
+    rows = list(_rows(query, "node", "gpu_util", "step", "key"))
     if rows and len(node_ids) and len(columns):
         node, util, step, start = zip(*rows, strict=True)
         util = np.array(util, dtype=np.float64)  # None: NaN
