@@ -290,3 +290,14 @@ def test_the_live_columns_follow_the_nodes_listed_by_name_not_their_ids(inventor
     assert gpus["index"] == list(range(8)) * 2
     assert (gpus["util"][3], gpus["util"][8]) == (10.0, 70.0)  # a-gpu's GPU 3, gpu-01's GPU 0
     assert gpus["live"] == [False] * 3 + [True] + [False] * 4 + [True] + [False] * 7
+
+
+def test_bucket_starts_read_raw_become_epoch_seconds_whatever_their_form():
+    """SQLite's text (parsed by numpy when every value has the plain form, one at a time otherwise),
+    PostgreSQL's epoch seconds, a datetime: 2026-03-02 11:58 and 11:59 UTC."""
+    assert queries._epochs(["2026-03-02 11:59:00", "2026-03-02 11:58:00", "2026-03-02 11:59:00"]).tolist() == [
+        T_1159, T_1158, T_1159]
+    assert queries._epochs(["2026-03-02 11:59:00", "2026-03-02 11:58:00.250000"]).tolist() == [T_1159, T_1158]
+    assert queries._epochs([T_1158, T_1159]).tolist() == [T_1158, T_1159]
+    assert queries._epochs([at(11, 59)]).tolist() == [T_1159]
+    assert queries._epochs([]).tolist() == []
