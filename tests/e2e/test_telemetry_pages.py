@@ -185,3 +185,20 @@ def test_a_phone_screen_has_no_horizontal_scroll(browser, live_server, users, te
         assert charts.count() >= 1
     finally:
         context.close()
+
+
+def test_a_chart_of_a_single_minute_spans_an_hour_not_years(page, log_in):
+    """Right after the collectors start, a node has one minute: its chart's time axis is the hour before
+    that minute (uPlot alone widened a single point's axis to years)."""
+    inventory = build_sample_inventory()
+    start = minutes_before(timezone.now(), 1)
+    node_row(inventory.gpu_node, start, gpu_util=30, ib_tx_bps=1e9, ib_rx_bps=1e9)
+    _logged_in(page, log_in)
+    page.goto("/telemetry/nodes/gpu-01/")
+    page.wait_for_selector(LOADED)
+    span = page.evaluate("""() => {
+      const body = document.querySelector('[data-chart][data-state="drawn"] .chart-body');
+      const x = body.uplot.scales.x;
+      return [x.min, x.max];
+    }""")
+    assert span == [int(start.timestamp()) - 3600, int(start.timestamp()) + 60]

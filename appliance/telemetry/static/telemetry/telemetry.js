@@ -138,7 +138,13 @@
     var opts = {
       width: chartWidth(body),
       height: 200,
-      scales: {x: {time: true}, y: {range: function (u, min, max) { return [Math.min(0, min), max > 0 ? max * 1.05 : 1]; }}},
+      // A single point (the first minute after the collectors start) would get an axis of years (uPlot
+      // widens it before this is asked): an hour before it and a minute after instead.
+      scales: {x: {time: true, range: function (u, min, max) {
+                 var xs = u.data[0];
+                 return xs.length === 1 ? [xs[0] - 3600, xs[0] + 60] : [min, max];
+               }},
+               y: {range: function (u, min, max) { return [Math.min(0, min), max > 0 ? max * 1.05 : 1]; }}},
       series: [{}].concat(drawn.map(function (s, i) {
         return {label: s.label, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: false,
                 value: function (u, v) { return format(v); }};
