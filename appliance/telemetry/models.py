@@ -31,7 +31,8 @@ TWO_HOURS = 2 * 3600  # node rows only, folded from the hours: what the heatmap 
 SIX_HOURS = 6 * 3600  # node rows only, folded from the hours: what a large fleet's week reads
 DAY = 24 * 3600  # node rows only, folded from the hours: what a large fleet's month reads
 STEPS = ((MINUTE, _("per minute")), (FIVE_MINUTES, _("per 5 minutes")), (TEN_MINUTES, _("per 10 minutes")),
-         (THIRTY_MINUTES, _("per 30 minutes")), (HOUR, _("per hour")), (TWO_HOURS, _("per 2 hours")), (SIX_HOURS, _("per 6 hours")), (DAY, _("per day")))
+         (THIRTY_MINUTES, _("per 30 minutes")), (HOUR, _("per hour")), (TWO_HOURS, _("per 2 hours")),
+         (SIX_HOURS, _("per 6 hours")), (DAY, _("per day")))
 WHOLE_GPU = -1  # `instance` of a row that measures the whole GPU rather than one MIG GPU instance
 
 
