@@ -172,14 +172,10 @@ def collector_state(collector: dict | None, now: datetime) -> dict:
             "age_s": _age(last, now)}
 
 
-class RawMoment(Func):
+class RawMoment(StartKey):
     """A datetime column as the driver gives it without Django's converter (a Python call a value, the most
-    of reading 1,000 collectors' two times on SQLite): SQLite's text, PostgreSQL's datetime (_moments)."""
-
-    output_field = IntegerField()
-
-    def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="CAST(%(expressions)s AS TEXT)", **extra)
+    of reading 1,000 collectors' two times on SQLite): SQLite's text, as StartKey, and PostgreSQL's datetime
+    (_moments converts both)."""
 
     def as_postgresql(self, compiler, connection, **extra):
         return self.as_sql(compiler, connection, template="%(expressions)s", **extra)
