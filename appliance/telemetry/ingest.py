@@ -20,12 +20,22 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from django.db import connections, models, router, transaction
 from django.utils import timezone
 
 from . import services
 from .lineprotocol import LineError, iter_lines
-from .models import MINUTE, WHOLE_GPU, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+from .models import (
+    LIVE_GPU_COLUMNS,
+    LIVE_GPU_FIELDS,
+    MINUTE,
+    WHOLE_GPU,
+    GpuRollup,
+    HardwareEvent,
+    NodeCollector,
+    NodeRollup,
+)
 
 # Limits of one write. A collector sends one closed minute of its node (about ten lines) at a time, and
 # after an outage its forwarder sends at most 50,000 points a write (a few thousand lines, ~1 MiB): these
@@ -441,6 +451,46 @@ def _store_events(node, events: dict, now: datetime) -> int:
     return len(new)
 
 
+def live_gpu_rows(blob, jobs: str) -> dict[int, tuple[list[float], str]]:
+    """NodeCollector.live_gpus and live_gpu_jobs read back: {GPU index: (its LIVE_GPU_COLUMNS, its job)};
+    empty when there are none or they do not have the shape this version writes."""
+    if not blob:
+        return {}
+    values = np.frombuffer(bytes(blob), dtype="<f8")
+    width = len(LIVE_GPU_COLUMNS)
+    names = (jobs or "").split("\n")
+    if len(values) % width or len(names) != len(values) // width:
+        return {}
+    rows = values.reshape(-1, width).tolist()
+    return {int(row[0]): (row, job) for row, job in zip(rows, names, strict=True)}
+
+
+def _live_gpus(collector: NodeCollector, write: Write) -> tuple[bytes, str] | None:
+    """The collector's live_gpus and live_gpu_jobs with the write's whole-GPU minutes merged in (a GPU's row
+    is replaced by a minute as new or newer: a minute sent again with other values is what its rollup row
+    now holds); None when the write carries no whole-GPU minute. Read under the row's lock, in the write's
+    transaction: two writes of one node cannot lose each other's GPUs."""
+    newest: dict[int, tuple[list, str]] = {}
+    for (gpu, instance, start), values in write.gpus.items():
+        if instance != WHOLE_GPU:
+            continue
+        row = [float(gpu), float(int(start.timestamp())),
+               *(np.nan if values.get(name) is None else float(values[name]) for name in LIVE_GPU_FIELDS)]
+        if gpu not in newest or row[1] >= newest[gpu][0][1]:
+            newest[gpu] = (row, values.get("job") or "")
+    if not newest:
+        return None
+    stored = (NodeCollector.objects.select_for_update().filter(pk=collector.pk)
+              .values_list("live_gpus", "live_gpu_jobs").first()) or (None, "")
+    kept = live_gpu_rows(*stored)
+    for gpu, entry in newest.items():
+        if gpu not in kept or entry[0][1] >= kept[gpu][0][1]:
+            kept[gpu] = entry
+    order = sorted(kept)
+    return (np.array([kept[gpu][0] for gpu in order], dtype="<f8").tobytes(),
+            "\n".join(kept[gpu][1] for gpu in order))
+
+
 def _store_report(collector: NodeCollector, write: Write, now: datetime) -> None:
     changes = {"last_seen": now}
     starts = _starts(write)
@@ -448,6 +498,9 @@ def _store_report(collector: NodeCollector, write: Write, now: datetime) -> None
         newest = max(starts)
         if collector.last_bucket is None or newest > collector.last_bucket:
             changes["last_bucket"] = newest
+    live = _live_gpus(collector, write)
+    if live is not None:
+        changes["live_gpus"], changes["live_gpu_jobs"] = live
     if write.report is not None:
         values = write.report[1]
         last_sweep = values.get("last_sweep_ns")

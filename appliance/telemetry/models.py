@@ -34,6 +34,10 @@ STEPS = ((MINUTE, _("per minute")), (FIVE_MINUTES, _("per 5 minutes")), (TEN_MIN
          (THIRTY_MINUTES, _("per 30 minutes")), (HOUR, _("per hour")), (TWO_HOURS, _("per 2 hours")),
          (SIX_HOURS, _("per 6 hours")), (DAY, _("per day")))
 WHOLE_GPU = -1  # `instance` of a row that measures the whole GPU rather than one MIG GPU instance
+# What NodeCollector.live_gpus keeps of each GPU's newest whole-GPU minute (a float64 each, in this order):
+# the GPU's index, the minute's start (epoch seconds) and its figures. The Overview's live cells.
+LIVE_GPU_FIELDS = ("util", "fb_used_mib", "fb_total_mib", "power_w", "temp_c")
+LIVE_GPU_COLUMNS = ("gpu", "start", *LIVE_GPU_FIELDS)
 
 
 class GpuRollup(models.Model):
@@ -134,7 +138,9 @@ class FleetRollup(models.Model):
     of these a bucket instead of aggregating every node's row: an hour of 1,000 nodes is 60 rows, not
     60,000. Folded from the node rows (services.fold_fleet): per-minute rows by the periodic fold once a
     minute has settled, the coarser levels whenever their node rows are folded, again for any bucket a late
-    write lands in. The part of a range newer than the newest fleet row is read from the node rows."""
+    write lands in. The part of a range newer than the newest fleet row is read from the node rows. Each
+    row also keeps its bucket's heatmap cells (every node's GPU utilization: node_ids, node_gpu_util), which
+    the Overview's heatmap reads instead of the node rows."""
 
     appliance = models.ForeignKey("inventory.Appliance", on_delete=models.CASCADE, related_name="fleet_rollups")
     step = models.PositiveIntegerField(choices=STEPS, default=MINUTE)
@@ -147,6 +153,14 @@ class FleetRollup(models.Model):
     ib_rx_bps = models.FloatField(null=True)
     fs_read_bps = models.FloatField(null=True, help_text="filesystem client reads, every node, bytes/s")
     fs_write_bps = models.FloatField(null=True)
+    # The bucket's heatmap cells: each node row's GPU utilization, in two arrays of the same length (the
+    # Overview reads a bucket of 1,000 nodes as one row instead of 1,000). None where the fold that made the
+    # row predates them: the heatmap then reads that bucket's node rows.
+    node_ids = models.BinaryField(null=True, editable=False,
+                                  help_text="the nodes summed, ascending: int64 each, little-endian")
+    node_gpu_util = models.BinaryField(null=True, editable=False,
+                                       help_text="those nodes' mean GPU utilization, %, in the same order: float64 "
+                                                 "each, little-endian, NaN where a node row has none")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["appliance", "step", "start"], name="telemetry_fleet_rollup_bucket")]
@@ -211,6 +225,13 @@ class NodeCollector(models.Model):
     sweep_errors = models.BigIntegerField(default=0)
     sink_error = models.TextField(blank=True, help_text="the last error of its InfluxDB sink, if any")
     version = models.CharField(max_length=40, blank=True)
+    # Each GPU's newest whole-GPU minute, kept by the ingest in the transaction that stores it: the Overview
+    # reads a node's live cells here, 1,000 short values for 1,000 nodes instead of 8,000 rollup rows.
+    live_gpus = models.BinaryField(
+        null=True, editable=False,
+        help_text="a row a GPU, by index: LIVE_GPU_COLUMNS as float64, little-endian (NaN: no value)")
+    live_gpu_jobs = models.TextField(blank=True, default="", editable=False,
+                                     help_text="the job of each of those GPUs, in the same order, one a line")
 
     def __str__(self):
         return f"collector of {self.node_id}"

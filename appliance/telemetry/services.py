@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Case, Count, F, FloatField, Max, Min, Q, Sum, When
@@ -157,18 +158,25 @@ def fold_nodes(start: datetime, step: int, node_ids=None, source: int = MINUTE) 
 def fold_fleet(step: int, first: datetime, last: datetime | None = None) -> int:
     """Sum the node rows of `step` whose buckets start from `first` to `last` (included; `first` alone
     when None) into each appliance's fleet rows (replacing what a previous fold made; a bucket whose node
-    rows are gone loses its fleet row). Only nodes with GPUs count: the fleet the Overview shows. One
-    aggregate query and one write. Returns the fleet rows written."""
+    rows are gone loses its fleet row), with each node's GPU utilization (the heatmap's cells: node_ids,
+    node_gpu_util). Only nodes with GPUs count: the fleet the Overview shows. Two queries (the sums, the
+    cells) and one write. Returns the fleet rows written."""
     last = last or first
     with transaction.atomic():
-        sums = (NodeRollup.objects.filter(step=step, start__gte=first, start__lte=last,
-                                          node__in=Node.objects.filter(gpus__isnull=False))
-                .order_by().values("node__appliance", "start")
+        node_rows = NodeRollup.objects.filter(step=step, start__gte=first, start__lte=last,
+                                              node__in=Node.objects.filter(gpus__isnull=False)).order_by()
+        sums = (node_rows.values("node__appliance", "start")
                 .annotate(nodes_=Count("id"), util_sum=Sum("gpu_util"), util_count=Count("gpu_util"),
                           **{f"{name}_": Sum(name) for name in FLEET_SUMS}))
-        rows = [FleetRollup(appliance_id=row["node__appliance"], step=step, start=row["start"], nodes=row["nodes_"],
-                            gpu_util_sum=row["util_sum"], gpu_util_count=row["util_count"],
-                            **{name: row[f"{name}_"] for name in FLEET_SUMS}) for row in sums]
+        cells = _fleet_cells(node_rows)
+        rows = []
+        for row in sums:
+            ids, utils = cells.get((row["node__appliance"], row["start"]), ((), ()))
+            rows.append(FleetRollup(
+                appliance_id=row["node__appliance"], step=step, start=row["start"], nodes=row["nodes_"],
+                gpu_util_sum=row["util_sum"], gpu_util_count=row["util_count"],
+                node_ids=np.array(ids, dtype="<i8").tobytes(), node_gpu_util=np.array(utils, dtype="<f8").tobytes(),
+                **{name: row[f"{name}_"] for name in FLEET_SUMS}))
         kept = {(row.appliance_id, row.start) for row in rows}
         stale = [pk for pk, appliance_id, start in FleetRollup.objects.filter(step=step, start__gte=first, start__lte=last)
                  .values_list("pk", "appliance", "start") if (appliance_id, start) not in kept]
@@ -176,8 +184,22 @@ def fold_fleet(step: int, first: datetime, last: datetime | None = None) -> int:
             FleetRollup.objects.filter(pk__in=stale).delete()
         FleetRollup.objects.bulk_create(
             rows, update_conflicts=True, unique_fields=["appliance", "step", "start"],
-            update_fields=["nodes", "gpu_util_sum", "gpu_util_count", *FLEET_SUMS], batch_size=500)
+            update_fields=["nodes", "gpu_util_sum", "gpu_util_count", *FLEET_SUMS, "node_ids", "node_gpu_util"],
+            batch_size=500)
     return len(rows)
+
+
+def _fleet_cells(node_rows) -> dict[tuple[int, datetime], tuple[list[int], list]]:
+    """{(appliance id, bucket start): (node ids ascending, their GPU utilization, None where none)} of node
+    rows, read in that order."""
+    cells: dict[tuple[int, datetime], tuple[list[int], list]] = {}
+    for appliance_id, start, node_id, util in (node_rows.order_by("node__appliance", "start", "node")
+                                               .values_list("node__appliance", "start", "node", "gpu_util")
+                                               .iterator(chunk_size=5000)):
+        ids, utils = cells.setdefault((appliance_id, start), ([], []))
+        ids.append(node_id)
+        utils.append(util)
+    return cells
 
 
 def minute_of(moment: datetime) -> datetime:
