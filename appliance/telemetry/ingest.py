@@ -480,8 +480,14 @@ def _live_gpus(collector: NodeCollector, write: Write) -> tuple[bytes, str] | No
             newest[gpu] = (row, values.get("job") or "")
     if not newest:
         return None
-    stored = (NodeCollector.objects.select_for_update().filter(pk=collector.pk)
-              .values_list("live_gpus", "live_gpu_jobs").first()) or (None, "")
+    # Raw SQL: the ORM's compilation of this one-row read cost more than the rest of the merge.
+    connection = connections[router.db_for_write(NodeCollector)]
+    table, quote = NodeCollector._meta.db_table, connection.ops.quote_name
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""  # SQLite: the write lock is held
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {quote('live_gpus')}, {quote('live_gpu_jobs')} FROM {quote(table)} "
+                       f"WHERE {quote('id')} = %s{lock}", [collector.pk])
+        stored = cursor.fetchone() or (None, "")
     kept = live_gpu_rows(*stored)
     for gpu, entry in newest.items():
         if gpu not in kept or entry[0][1] >= kept[gpu][0][1]:

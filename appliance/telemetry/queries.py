@@ -173,6 +173,26 @@ def collector_state(collector: dict | None, now: datetime) -> dict:
             "age_s": _age(last, now)}
 
 
+def collector_states(collectors: dict, now: datetime) -> dict[int, dict]:
+    """collector_state of each of `collectors` ({node id: collector}), a bucket's text and age made once
+    for the nodes that share it (most of a fleet's collectors wrote the same bucket last)."""
+    by_bucket: dict = {}
+
+    def bucket_state(last):
+        if last not in by_bucket:
+            live = last is not None and (now - last).total_seconds() <= LIVE_WINDOW_S
+            by_bucket[last] = ("live" if live else "silent", last.isoformat() if last else None, _age(last, now))
+        return by_bucket[last]
+
+    states = {}
+    for node_id, collector in collectors.items():
+        state, last, age = bucket_state(collector["last_bucket"])
+        seen = collector["last_seen"]
+        states[node_id] = {"state": state, "last_bucket": last, "last_seen": seen.isoformat() if seen else None,
+                           "age_s": age}
+    return states
+
+
 class RawMoment(StartKey):
     """A datetime column as the driver gives it without Django's converter (a Python call a value, the most
     of reading 1,000 collectors' two times on SQLite): SQLite's text, as StartKey, and PostgreSQL's datetime
@@ -419,9 +439,10 @@ def _fleet_totals(nodes, appliance, rng: Range, first: datetime, last: datetime,
     if appliance is not None:
         fleet = fleet.filter(appliance=appliance)
     fields = ("t", "util", "util_n", *TOTALS)
-    rows = list(_rows(fleet.order_by().values("start").annotate(
-        t=StartKey("start"), util=Sum("gpu_util_sum"), util_n=Sum("gpu_util_count"), **{f: Sum(f) for f in TOTALS}),
-        *fields))
+    # grouped by the start as StartKey reads it: a start selected as itself would be parsed by the driver's
+    # converter, a Python call a row (a day of minutes: 1,440)
+    rows = list(_rows(fleet.order_by().values(t=StartKey("start")).annotate(
+        util=Sum("gpu_util_sum"), util_n=Sum("gpu_util_count"), **{f: Sum(f) for f in TOTALS}), *fields))
     fleet_starts = _epochs([row[0] for row in rows])
     newest = datetime.fromtimestamp(int(fleet_starts.max()), tz=UTC) if rows else None
     if newest is None or newest < last:  # the newest minutes, not summed by the fold yet
@@ -481,7 +502,7 @@ def overview(appliance=None, range: str | None = None, now: datetime | None = No
     collectors = _collectors(nodes, live=True)
     live, summary = _live_cells(inventory, _live_entries(collectors, inventory, now), int(now.timestamp()),
                                 {node_id: position for position, (node_id, _) in enumerate(node_rows)})
-    states = {node_id: collector_state(collector, now) for node_id, collector in collectors.items()}
+    states = collector_states(collectors, now)
     summary = _summary(summary, len(gpu_rows), len(node_rows), collectors, states, now)
 
     level, width = resolution(rng, len(node_rows))

@@ -71,6 +71,30 @@ def test_a_collector_that_stopped_writing_is_silent_since_its_last_bucket(invent
     assert data["summary"]["collectors_live"] == 0
 
 
+def test_the_collectors_of_a_fleet_each_say_their_own_state(inventory):
+    """Nodes sharing their newest bucket share its text and age (collector_states makes them once); each
+    keeps its own last write; a collector that never wrote is silent with nothing to show."""
+    one, two = inventory.gpu_node, inventory.gpu_node_2
+    collector(one, at(11, 59), last_seen=NOW.replace(second=5, microsecond=250000))
+    collector(two, at(11, 59), last_seen=NOW.replace(second=7))
+    storage = collector(inventory.storage_node, None)
+    collectors = {one.pk: {"last_bucket": at(11, 59), "last_seen": NOW.replace(second=5, microsecond=250000)},
+                  two.pk: {"last_bucket": at(11, 59), "last_seen": NOW.replace(second=7)},
+                  storage.node_id: {"last_bucket": None, "last_seen": None},
+                  0: {"last_bucket": at(11, 50), "last_seen": at(11, 51)}}
+    assert queries.collector_states(collectors, NOW) == {
+        one.pk: {"state": "live", "last_bucket": "2026-03-02T11:59:00+00:00",
+                 "last_seen": "2026-03-02T12:00:05.250000+00:00", "age_s": 90},
+        two.pk: {"state": "live", "last_bucket": "2026-03-02T11:59:00+00:00",
+                 "last_seen": "2026-03-02T12:00:07+00:00", "age_s": 90},
+        storage.node_id: {"state": "silent", "last_bucket": None, "last_seen": None, "age_s": None},
+        0: {"state": "silent", "last_bucket": "2026-03-02T11:50:00+00:00", "last_seen": "2026-03-02T11:51:00+00:00",
+            "age_s": 630}}
+    nodes = queries.overview(range="1h", now=NOW)["nodes"]
+    assert [node["collector"]["last_seen"] for node in nodes] == ["2026-03-02T12:00:05.250000+00:00",
+                                                                  "2026-03-02T12:00:07+00:00"]
+
+
 def test_the_heatmap_and_the_fleet_throughput_over_an_hour(inventory):
     sample_telemetry(inventory)
     data = queries.overview(range="1h", now=NOW)
