@@ -394,7 +394,7 @@ def store(collector: NodeCollector, write: Write, now: datetime | None = None) -
         # that hour's per-hour row is folded again with them, and so are the 5- and 10-minute buckets the
         # fold has made, and the fleet's minutes it has summed (the Overview's totals).
         stored.refolded = services.refold_late(node.pk, _starts(write), now=now)
-        services.refold_fleet([*write.nodes, *write.mounts])
+        services.refold_fleet([*write.nodes, *write.mounts], node_ids=[node.pk])
     return stored
 
 

@@ -151,24 +151,31 @@ def fold_nodes(start: datetime, step: int, node_ids=None, source: int = MINUTE) 
         NodeRollup.objects.bulk_create(
             node_rows, update_conflicts=True, unique_fields=["node", "step", "start"],
             update_fields=[*NODE_MEANS, *NODE_MAXIMA, *NODE_SUMS, "mounts"], batch_size=500)
-        fold_fleet(step, start)
+        fold_fleet(step, start, node_ids=node_ids)
     return len(node_rows)
 
 
-def fold_fleet(step: int, first: datetime, last: datetime | None = None) -> int:
+def fold_fleet(step: int, first: datetime, last: datetime | None = None, node_ids=None) -> int:
     """Sum the node rows of `step` whose buckets start from `first` to `last` (included; `first` alone
     when None) into each appliance's fleet rows (replacing what a previous fold made; a bucket whose node
     rows are gone loses its fleet row), with each node's GPU utilization (the heatmap's cells: node_ids,
     node_gpu_util). Only nodes with GPUs count: the fleet the Overview shows. Two queries (the sums, the
-    cells) and one write. Returns the fleet rows written."""
+    cells) and one write. With `node_ids` (a late write of those nodes), the cells the fleet's rows hold
+    already are kept and only those nodes' are read again: a node's hour drained after an outage refolds
+    its buckets without reading the whole fleet's rows of each. Returns the fleet rows written."""
     last = last or first
     with transaction.atomic():
         node_rows = NodeRollup.objects.filter(step=step, start__gte=first, start__lte=last,
                                               node__in=Node.objects.filter(gpus__isnull=False)).order_by()
-        sums = (node_rows.values("node__appliance", "start")
-                .annotate(nodes_=Count("id"), util_sum=Sum("gpu_util"), util_count=Count("gpu_util"),
-                          **{f"{name}_": Sum(name) for name in FLEET_SUMS}))
-        cells = _fleet_cells(node_rows)
+        sums = list(node_rows.values("node__appliance", "start")
+                    .annotate(nodes_=Count("id"), util_sum=Sum("gpu_util"), util_count=Count("gpu_util"),
+                              **{f"{name}_": Sum(name) for name in FLEET_SUMS}))
+        cells = None
+        if node_ids is not None:
+            cells = _patched_cells(step, first, last, [(row["node__appliance"], row["start"]) for row in sums],
+                                   node_rows, list(node_ids))
+        if cells is None:
+            cells = _fleet_cells(node_rows)
         rows = []
         for row in sums:
             ids, utils = cells.get((row["node__appliance"], row["start"]), ((), ()))
@@ -187,6 +194,31 @@ def fold_fleet(step: int, first: datetime, last: datetime | None = None) -> int:
             update_fields=["nodes", "gpu_util_sum", "gpu_util_count", *FLEET_SUMS, "node_ids", "node_gpu_util"],
             batch_size=500)
     return len(rows)
+
+
+def _patched_cells(step: int, first: datetime, last: datetime, buckets: list, node_rows, node_ids: list[int]):
+    """The cells of `buckets` ((appliance id, start)) as the fleet's rows hold them with the given nodes'
+    read again from `node_rows`; None when a bucket's fleet row has none to start from (new, or folded
+    before rows kept cells): then all are read."""
+    held = {(appliance_id, start): (ids, utils) for appliance_id, start, ids, utils in
+            FleetRollup.objects.filter(step=step, start__gte=first, start__lte=last)
+            .values_list("appliance", "start", "node_ids", "node_gpu_util")}
+    if any(held.get(bucket, (None, None))[0] is None or held[bucket][1] is None for bucket in buckets):
+        return None
+    fresh = _fleet_cells(node_rows.filter(node_id__in=node_ids))
+    cells = {}
+    for bucket in buckets:
+        ids = np.frombuffer(bytes(held[bucket][0]), dtype="<i8")
+        utils = np.frombuffer(bytes(held[bucket][1]), dtype="<f8")
+        if len(ids) != len(utils):
+            return None
+        others = ~np.isin(ids, node_ids)
+        new_ids, new_utils = fresh.get(bucket, ([], []))
+        ids = np.concatenate([ids[others], np.array(new_ids, dtype="<i8")])
+        utils = np.concatenate([utils[others], np.array(new_utils, dtype="<f8")])
+        order = np.argsort(ids, kind="stable")
+        cells[bucket] = (ids[order], utils[order])
+    return cells
 
 
 def _fleet_cells(node_rows) -> dict[tuple[int, datetime], tuple[list[int], list]]:
@@ -222,16 +254,17 @@ def fold_fleet_minutes(now: datetime | None = None) -> tuple[datetime, datetime]
     return first, last
 
 
-def refold_fleet(starts) -> list[datetime]:
-    """Called by the ingest with the minutes a write brought: fold again the fleet minutes among them that
-    the periodic fold has made already (a late write), so a fleet row never misses a node's minute."""
+def refold_fleet(starts, node_ids=None) -> list[datetime]:
+    """Called by the ingest with the minutes a write brought (of `node_ids`): fold again the fleet minutes
+    among them that the periodic fold has made already (a late write), so a fleet row never misses a
+    node's minute."""
     starts = sorted(set(starts))
     if not starts:
         return []
     newest = FleetRollup.objects.filter(step=MINUTE, start__lte=starts[-1]).aggregate(newest=Max("start"))["newest"]
     late = [start for start in starts if newest is not None and start <= newest]
     if late:
-        fold_fleet(MINUTE, late[0], late[-1])
+        fold_fleet(MINUTE, late[0], late[-1], node_ids=node_ids)
     return late
 
 

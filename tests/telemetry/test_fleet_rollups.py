@@ -5,6 +5,7 @@ Overview's totals read of them (and of the node rows newer than them), a late wr
 import hashlib
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.test import Client
 
@@ -99,6 +100,23 @@ def test_a_write_for_a_minute_already_summed_sums_it_again(inventory, minutes):
     assert response.status_code == 204, response.content
     row = FleetRollup.objects.get(step=MINUTE, start=at(11, 51))
     assert (row.nodes, row.gpu_util_sum, row.gpu_util_count, row.gpu_power_w) == (2, 80.0, 2, 4000.0)
+    # the heatmap's cells of that minute: gpu-01's read again, gpu-02's kept as the fleet row held them
+    # (changed by hand here, they stay: only the writing node's rows are read again)
+    ids = np.frombuffer(row.node_ids, dtype="<i8").tolist()
+    assert ids == sorted([one.pk, inventory.gpu_node_2.pk])
+    utils = dict(zip(ids, np.frombuffer(row.node_gpu_util, dtype="<f8").tolist(), strict=True))
+    assert utils == {one.pk: 50.0, inventory.gpu_node_2.pk: 30.0}
+    row.node_gpu_util = np.array([99.0 if pk == inventory.gpu_node_2.pk else 50.0 for pk in ids], dtype="<f8").tobytes()
+    row.save()
+    again = f"node_rollup,Hostname=gpu-01 step=60,samples=60,gpus=8,gpu_util=55,gpu_power_w=1000,ib_tx_bps=2e9 " \
+            f"{int(at(11, 51).timestamp()) * 10**9}"
+    assert Client().generic("POST", "/telemetry/ingest/api/v2/write?precision=ns", again,
+                            HTTP_AUTHORIZATION=f"Token {TOKEN}").status_code == 204
+    row = FleetRollup.objects.get(step=MINUTE, start=at(11, 51))
+    assert dict(zip(np.frombuffer(row.node_ids, dtype="<i8").tolist(),
+                    np.frombuffer(row.node_gpu_util, dtype="<f8").tolist(), strict=True)) == {
+        one.pk: 55.0, inventory.gpu_node_2.pk: 99.0}
+    assert row.gpu_util_sum == 85.0  # the sums are read again whole
     # a minute newer than the fleet's rows is left to the periodic fold
     newer = f"node_rollup,Hostname=gpu-01 step=60,samples=60,gpus=8,gpu_util=5 {int(at(11, 59).timestamp()) * 10**9}"
     assert Client().generic("POST", "/telemetry/ingest/api/v2/write?precision=ns", newer,
