@@ -351,20 +351,21 @@ def _fleet_cells(appliance, segments) -> tuple[list[tuple], list[list[datetime]]
     rows = list(_rows(query, "node_ids", "node_gpu_util", "step", "key", "at"))
     epochs = _epochs([row[3] for row in rows]).tolist()
     moments = _moments([row[4] for row in rows])
-    complete: dict[tuple[int, int], bool] = {}
+    decoded, complete = [], {}
     for row, epoch in zip(rows, epochs, strict=True):
         key = (row[2], epoch)
-        complete[key] = complete.get(key, True) and row[0] is not None and row[1] is not None
+        ids = np.frombuffer(row[0], dtype="<i8") if row[0] is not None and len(row[0]) % 8 == 0 else None
+        utils = np.frombuffer(row[1], dtype="<f8") if row[1] is not None and len(row[1]) % 8 == 0 else None
+        whole = ids is not None and utils is not None and len(ids) == len(utils)
+        decoded.append((ids, utils) if whole else None)
+        complete[key] = complete.get(key, True) and whole
     cells, covered = [], [[] for _ in segments]
     seen = set()
-    for row, epoch, moment in zip(rows, epochs, moments, strict=True):
+    for row, epoch, moment, found in zip(rows, epochs, moments, decoded, strict=True):
         key = (row[2], epoch)
         if not complete[key]:
-            continue
-        ids = np.frombuffer(row[0], dtype="<i8")
-        utils = np.frombuffer(row[1], dtype="<f8")
-        if len(ids) == len(utils):
-            cells.append((ids, utils, row[2], epoch))
+            continue  # a fleet row of the bucket without its cells (or not of their shape): its node rows
+        cells.append((*found, row[2], epoch))
         if key not in seen:
             seen.add(key)
             for position, (step, start, end, included) in enumerate(segments):

@@ -163,6 +163,11 @@ def test_the_heatmap_reads_the_fleet_cells_and_the_node_rows_of_buckets_without_
     FleetRollup.objects.filter(start=at(11, 50)).update(node_ids=None, node_gpu_util=None)
     data = queries.overview(range="1h", now=NOW)
     assert [heat(data, node, int(at(11, 50).timestamp())) for node in ("gpu-01", "gpu-02")] == [40.0, 80.0]
+    # and one whose cells are not of their shape (a utilization missing): read from the node rows too
+    FleetRollup.objects.filter(start=at(11, 50)).update(node_ids=np.array([1, 2], dtype="<i8").tobytes(),
+                                                        node_gpu_util=np.array([1.0], dtype="<f8").tobytes())
+    data = queries.overview(range="1h", now=NOW)
+    assert [heat(data, node, int(at(11, 50).timestamp())) for node in ("gpu-01", "gpu-02")] == [40.0, 80.0]
     # and so is a minute newer than the fleet's rows (11:59, not settled at 12:00:30)
     node_row(inventory.gpu_node, at(11, 59), gpu_util=64)
     data = queries.overview(range="1h", now=NOW)
