@@ -482,11 +482,12 @@ def _live_gpus(collector: NodeCollector, write: Write) -> tuple[bytes, str] | No
         return None
     # Raw SQL: the ORM's compilation of this one-row read cost more than the rest of the merge.
     connection = connections[router.db_for_write(NodeCollector)]
-    table, quote = NodeCollector._meta.db_table, connection.ops.quote_name
+    meta, quote = NodeCollector._meta, connection.ops.quote_name
+    columns = ", ".join(quote(meta.get_field(name).column) for name in ("live_gpus", "live_gpu_jobs"))
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""  # SQLite: the write lock is held
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {quote('live_gpus')}, {quote('live_gpu_jobs')} FROM {quote(table)} "
-                       f"WHERE {quote('id')} = %s{lock}", [collector.pk])
+        cursor.execute(f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {quote(meta.pk.column)} = %s{lock}",
+                       [collector.pk])
         stored = cursor.fetchone() or (None, "")
     kept = live_gpu_rows(*stored)
     for gpu, entry in newest.items():
