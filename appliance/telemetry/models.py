@@ -80,7 +80,10 @@ class GpuRollup(models.Model):
         constraints = [models.UniqueConstraint(fields=["node", "gpu", "instance", "step", "start"],
                                                name="telemetry_gpu_rollup_bucket")]
         indexes = [models.Index(fields=["step", "start"], name="telemetry_gpu_step_start"),
-                   models.Index(fields=["job", "step", "start"], name="telemetry_gpu_job"),
+                   # a job's rows (its page), whole GPUs or MIG instances: the instance in the index, or
+                   # SQLite, without statistics, prefers the fleet's covering index below for a job's
+                   # whole-GPU minutes and goes through every row of the range
+                   models.Index(fields=["job", "step", "instance", "start"], name="telemetry_gpu_job_instance"),
                    # the jobs of a range, read from the index alone
                    models.Index(fields=["step", "instance", "start", "job", "node", "gpu", "util"],
                                 name="telemetry_gpu_fleet_jobs")]
