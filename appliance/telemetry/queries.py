@@ -166,11 +166,7 @@ def collector_state(collector: dict | None, now: datetime) -> dict:
     """How a node's collector looks from here: not deployed, silent (with since when) or live."""
     if collector is None:
         return {"state": "not deployed", "last_bucket": None, "age_s": None}
-    last = collector["last_bucket"]
-    live = last is not None and (now - last).total_seconds() <= LIVE_WINDOW_S
-    return {"state": "live" if live else "silent", "last_bucket": last.isoformat() if last else None,
-            "last_seen": collector["last_seen"].isoformat() if collector["last_seen"] else None,
-            "age_s": _age(last, now)}
+    return collector_states({None: collector}, now)[None]
 
 
 def collector_states(collectors: dict, now: datetime) -> dict[int, dict]:
