@@ -138,6 +138,19 @@ def test_the_ledgers_labels_are_the_rules_labels(rows):
     assert sorted(want.values()).count("input-bound") == 1 and sorted(want.values()).count("straggler") == 1
 
 
+def test_the_mounts_are_read_for_the_pairs_asked_a_batch_of_nodes_at_a_time(rows, monkeypatch):
+    """One node a query (MOUNT_NODES_A_QUERY), the pairs asked for on both nodes found; a minute a node has
+    no row at is left out, and so is a pair not asked for (gpu01 at 10:00, read with 10:01)."""
+    gpu01, gpu02 = rows
+    NodeRollup.objects.create(node=gpu02, step=60, start=T0 + MINUTE, samples=60, fs_read_bps=1.0e9,
+                              mounts={"/home": {"fstype": "nfs", "read_bps": 1.0e9}})
+    monkeypatch.setattr(ledger, "MOUNT_NODES_A_QUERY", 1)
+    t0, t1 = int(T0.timestamp()), int((T0 + MINUTE).timestamp())
+    assert ledger._mounts([(gpu01.pk, t1), (gpu02.pk, t1), (gpu02.pk, t0)]) == {
+        (gpu01.pk, t1): {"mounts": {"/mnt/scratch": {"fstype": "lustre", "read_bps": 2.0e9}}, "fs_read_bps": 2.0e9},
+        (gpu02.pk, t1): {"mounts": {"/home": {"fstype": "nfs", "read_bps": 1.0e9}}, "fs_read_bps": 1.0e9}}
+
+
 def test_a_jobs_verdicts_carry_their_evidence(rows):
     verdicts = ledger.job_verdicts("4182", T0, T0 + 2 * MINUTE)
     assert [(v["node"], v["gpu"], v["start"][11:16], v["label"], v["rule"]) for v in verdicts] == [
