@@ -33,6 +33,9 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
+from appliance.telemetry import frames
+from appliance.telemetry.models import GpuMinuteFrame
+
 from . import attribution, owners, rules, vector
 from .models import CAUSE_FIELDS, AttributionCursor, CauseHour
 
@@ -77,24 +80,30 @@ INTEGERS = {"node_id", "gpu", "instance", "t", "throttle_reasons"}
 STRINGS = {"job", "profile"}
 
 
-def _read(table: str, names: tuple[str, ...], since: datetime, until: datetime) -> dict[str, np.ndarray]:
+def _read(table: str, names: tuple[str, ...], since: datetime, until: datetime,
+          minutes: list[int] | None = None) -> dict[str, np.ndarray]:
     """One window's columns of a rollup table as numpy arrays (NULL: NaN, a NULL throttle_reasons 0; a text
     column as `<name>_code`, an index into `<name>_values`, where code 0 is the empty text, NULL included).
     PostgreSQL sends each column as one binary value (`_read_binary`); SQLite's rows go through its cursor
     (`_read_rows`)."""
     if connection.vendor == "postgresql":
-        return _read_binary(table, names, since, until)
-    return _read_rows(table, names, since, until)
+        return _read_binary(table, names, since, until, minutes)
+    return _read_rows(table, names, since, until, minutes)
 
 
-def _window(since: datetime, until: datetime) -> tuple[str, list]:
-    """The condition (and its parameters) of a window's per-minute rows."""
+def _window(since: datetime, until: datetime, minutes: list[int] | None = None) -> tuple[str, list]:
+    """The condition (and its parameters) of a window's per-minute rows (only those of `minutes`, epoch
+    seconds, when given)."""
+    if minutes is not None:
+        moments = [_param(datetime.fromtimestamp(t, UTC)) for t in minutes]
+        return f"step = %s AND start IN ({', '.join(['%s'] * len(moments))})", [STEP, *moments]
     return "step = %s AND start >= %s AND start < %s", [STEP, _param(since), _param(until)]
 
 
-def _read_rows(table: str, names: tuple[str, ...], since: datetime, until: datetime) -> dict[str, np.ndarray]:
+def _read_rows(table: str, names: tuple[str, ...], since: datetime, until: datetime,
+               minutes: list[int] | None = None) -> dict[str, np.ndarray]:
     """`_read` a row at a time through the cursor (SQLite; it works on any backend)."""
-    where, params = _window(since, until)
+    where, params = _window(since, until, minutes)
     selected = ", ".join(_epoch_sql("start") if name == "t" else name for name in names)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {selected} FROM {table} WHERE {where}", params)
@@ -129,7 +138,8 @@ def _binary_cursor():
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
 
 
-def _read_binary(table: str, names: tuple[str, ...], since: datetime, until: datetime) -> dict[str, np.ndarray]:
+def _read_binary(table: str, names: tuple[str, ...], since: datetime, until: datetime,
+                 minutes: list[int] | None = None) -> dict[str, np.ndarray]:
     """`_read` on PostgreSQL: one row of count(*) and, for each column, one bytea that is the
     concatenation of its values in PostgreSQL's binary (send) format, which numpy takes whole: no value
     of the window becomes a Python object.
@@ -150,7 +160,7 @@ def _read_binary(table: str, names: tuple[str, ...], since: datetime, until: dat
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    where, params = _window(since, until)
+    where, params = _window(since, until, minutes)
     aggregates = []
     for name in names:
         if name in STRINGS:
@@ -197,8 +207,65 @@ def _read_binary(table: str, names: tuple[str, ...], since: datetime, until: dat
     return result
 
 
+def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
+    """The window's GPU rows from their minute frames (telemetry.frames), as `_read` gives them, less the
+    minutes whose frames do not pack every row of the minute (written other than by the ingest, or
+    before frames were kept), which are read as rows; None when no minute has frames."""
+    frame_table = GpuMinuteFrame._meta.db_table
+    columns = (f"node_id, {_epoch_sql('start')}, row_count, figures, jobs, profiles FROM {frame_table} "
+               "WHERE start >= %s AND start < %s")
+    params = [_param(since), _param(until)]
+    if connection.vendor == "postgresql":
+        with _binary_cursor() as cursor:  # the figures as bytes, not as hex text
+            cursor.execute(f"SELECT {columns}", params)
+            found = cursor.fetchall()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {columns}", params)
+            found = cursor.fetchall()
+    if not found:
+        return None
+    where, params = _window(since, until)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_epoch_sql('start')}, count(*) FROM telemetry_gpurollup WHERE {where} GROUP BY start",
+                       params)
+        stored = dict(cursor.fetchall())
+    packed: dict[int, int] = {}
+    for frame in found:
+        packed[frame[1]] = packed.get(frame[1], 0) + frame[2]
+    differ = sorted(t for t in stored.keys() | packed.keys() if stored.get(t) != packed.get(t))
+    if differ:
+        skipped = set(differ)
+        found = [frame for frame in found if frame[1] not in skipped]
+    columns = frames.unpack(found)
+    missing = [t for t in differ if stored.get(t)]
+    if missing:
+        columns = _joined_columns(columns, _read("telemetry_gpurollup", GPU_NAMES, since, until, missing))
+    return columns
+
+
+def _joined_columns(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Two sets of `_read`'s columns end to end (the codes of b's texts mapped into a's)."""
+    result = {}
+    for name in a:
+        if name.endswith("_values"):
+            continue
+        if name.endswith("_code"):
+            text = name[:-len("_code")]
+            values = {value: code for code, value in enumerate(a[f"{text}_values"].tolist())}
+            remap = np.array([values.setdefault(value, len(values)) for value in b[f"{text}_values"].tolist()],
+                             dtype=np.int64)
+            result[name] = np.concatenate([a[name], remap[b[name]] if len(b[name]) else b[name]])
+            result[f"{text}_values"] = np.array(list(values), dtype=object)
+        else:
+            result[name] = np.concatenate([a[name], b[name].astype(a[name].dtype)])
+    return result
+
+
 def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
-    result = _read("telemetry_gpurollup", GPU_NAMES, since, until)
+    result = _frames(since, until)
+    if result is None:
+        result = _read("telemetry_gpurollup", GPU_NAMES, since, until)
     if not len(result["t"]):
         return {}
     result["job_code"], result["jobs"] = result.pop("job_code"), result.pop("job_values")
@@ -283,14 +350,15 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
     undecided = (without > INPUT_RULE) & found & vector.stalled_for_input(columns)
     decided = without
     if undecided.any():
-        pairs = sorted({(int(n), int(t)) for n, t in zip(node_ids[undecided], gpu["t"][undecided], strict=True)})
+        # a (node, minute) pair as one number, so that the GPUs' pairs are found with numpy, not a loop
+        key = node_ids[undecided] * width + (gpu["t"][undecided] - base) // STEP
+        wanted = np.unique(key)
+        pairs = [(int(k // width), base + int(k % width) * STEP) for k in wanted.tolist()]
         figures = _mounts(pairs)
-        saturated = {}
-        for pair, record in figures.items():
-            refs = references.get(pair[0], default)
-            saturated[pair] = vector.read_saturation(record, refs.storage)
-        flags = np.array([saturated.get((int(n), int(t)), False)
-                          for n, t in zip(node_ids[undecided], gpu["t"][undecided], strict=True)], dtype=bool)
+        saturated = np.array([pair in figures and vector.read_saturation(figures[pair],
+                                                                         references.get(pair[0], default).storage)
+                              for pair in pairs], dtype=bool)
+        flags = saturated[np.searchsorted(wanted, key)]
         decided = without.copy()
         decided[np.flatnonzero(undecided)[flags]] = INPUT_RULE
     gpu["rule"] = decided
@@ -340,16 +408,28 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
         counted = ~(~mig & np.isin(bucket, bucket[mig]))
     seconds = STEP * gpu["share"]
     hour = t // 3600 * 3600
-    keys = (gpu["job_code"], instance, gpu_index, node_id, hour)
-    order = np.lexsort(keys)
-    order = order[counted[order]]
-    if not len(order):
+    if not counted.any():
         return [], 0.0
-    sorted_keys = [key[order] for key in keys]
-    boundary = np.zeros(len(order), dtype=bool)
-    boundary[0] = True
-    for key in sorted_keys:
-        boundary[1:] |= key[1:] != key[:-1]
+    # The rows of one ledger row (hour, node, GPU, instance, job) share a number made of the five, so one
+    # sort of it groups them (a sort of five keys cost twice as much); five keys where it would not fit.
+    parts = [(hour - hour.min()) // 3600, node_id - node_id.min(), gpu_index, instance + 1, gpu["job_code"]]
+    spans = [int(part.max()) + 1 for part in parts]
+    if all(part.min() >= 0 for part in parts) and np.prod([float(span) for span in spans]) < 2.0**62:
+        combined = parts[0].astype(np.int64)
+        for part, span in zip(parts[1:], spans[1:], strict=True):
+            combined = combined * span + part
+        order = np.argsort(combined)
+        order = order[counted[order]]
+        combined = combined[order]
+        boundary = np.r_[True, combined[1:] != combined[:-1]]
+    else:
+        keys = (gpu["job_code"], instance, gpu_index, node_id, hour)
+        order = np.lexsort(keys)
+        order = order[counted[order]]
+        boundary = np.zeros(len(order), dtype=bool)
+        boundary[0] = True
+        for key in keys:
+            boundary[1:] |= key[order][1:] != key[order][:-1]
     group = np.cumsum(boundary) - 1
     groups = int(group[-1]) + 1
     s = seconds[order]

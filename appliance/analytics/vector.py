@@ -116,7 +116,11 @@ def classify(c: Mapping[str, np.ndarray]) -> np.ndarray:
         activity = np.where(uses_sm, sm, util / 100)
         # Peers' values in each metric: the GPU's own metric decides which one its peers are read in.
         sm_n, sm_med, sm_top = _peer_stats(sm, uses_sm & has_job, group)
-        ut_n, ut_med, ut_top = _peer_stats(util / 100, ~np.isnan(util) & has_job, group)
+        # Utilization peers only matter in the groups of a GPU that has no SM activity (most have it): the
+        # others are left out of that sort.
+        reads_util = has_job & ~uses_sm
+        in_util_groups = np.isin(group, np.unique(group[reads_util])) if reads_util.any() else reads_util
+        ut_n, ut_med, ut_top = _peer_stats(util / 100, ~np.isnan(util) & has_job & in_util_groups, group)
         peers = np.where(uses_sm, sm_n, ut_n)
         median = np.where(uses_sm, sm_med, ut_med)
         top = np.where(uses_sm, sm_top, ut_top)

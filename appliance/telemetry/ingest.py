@@ -24,7 +24,7 @@ import numpy as np
 from django.db import connections, models, router, transaction
 from django.utils import timezone
 
-from . import services
+from . import frames, services
 from .lineprotocol import LineError, iter_lines
 from .models import (
     LIVE_GPU_COLUMNS,
@@ -386,6 +386,8 @@ def store(collector: NodeCollector, write: Write, now: datetime | None = None) -
                     for (gpu, instance, start), values in write.gpus.items()]
             upsert(GpuRollup, GPU_UNIQUE, GPU_COLUMNS, rows)
             stored.gpu_rows = len(rows)
+            # and the node's frame of each of those minutes, from its rows as stored now (what the ledger reads)
+            frames.build({start for _, _, start in write.gpus}, [node.pk])
         _store_nodes(node, write)
         stored.node_rows = len(write.nodes.keys() | write.mounts.keys())
         stored.events, stored.new_events = len(write.events), _store_events(node, write.events, now)

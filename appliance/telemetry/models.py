@@ -94,6 +94,33 @@ class GpuRollup(models.Model):
         return f"{what} {self.start:%Y-%m-%d %H:%M} ({self.step}s)"
 
 
+# What a GpuMinuteFrame packs of each per-minute GPU row (a float64 each, in this order; NULL is NaN, a NULL
+# throttle_reasons 0): the figures the analytics ledger's rules read.
+FRAME_COLUMNS = ("gpu", "instance", "util", "sm_active", "fb_used_mib", "fb_total_mib", "sm_clock_mhz",
+                 "throttle_reasons", "throttled_share", "nvlink_bps")
+
+
+class GpuMinuteFrame(models.Model):
+    """Every per-minute GPU row of one node and minute, packed into one row (frames.py): what the ledger of
+    analytics reads, 8 GPU rows of an HGX node as one, so that a day of a large fleet is read in seconds.
+    Derived: the ingest writes it from the GPU rows of the minute, in the transaction that writes them,
+    and `row_count` says how many it packs (the ledger reads the rows of a minute whose count differs)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_minute_frames")
+    start = models.DateTimeField(help_text="start of the minute (UTC)")
+    row_count = models.PositiveSmallIntegerField(help_text="GPU rows packed")
+    figures = models.BinaryField(help_text="row_count x FRAME_COLUMNS float64, little-endian, by GPU and instance")
+    jobs = models.TextField(blank=True, help_text="each row's job, one per line")
+    profiles = models.TextField(blank=True, help_text="each row's MIG profile, one per line")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "start"], name="telemetry_gpu_frame_key")]
+        indexes = [models.Index(fields=["start"], name="telemetry_gpu_frame_start")]
+
+    def __str__(self):
+        return f"{self.node_id} {self.start:%Y-%m-%d %H:%M} ({self.row_count} GPU rows)"
+
+
 class NodeRollup(models.Model):
     """One node over one bucket: its GPUs together, its fabric ports, filesystems, disks and CPUs."""
 

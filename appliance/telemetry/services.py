@@ -38,6 +38,7 @@ from .models import (
     THIRTY_MINUTES,
     TWO_HOURS,
     FleetRollup,
+    GpuMinuteFrame,
     GpuRollup,
     HardwareEvent,
     NodeCollector,
@@ -418,13 +419,14 @@ def prune(now: datetime | None = None) -> dict:
     # minute rows of an hour not folded yet stay until it is (their hour row is all that is left of them)
     minute_cutoff = min(minute_cutoff, watermark + timedelta(hours=1)) if watermark is not None else None
     hour_cutoff = hour_of(now - timedelta(days=retention["hour_days"]))
-    counts = {"minute_gpu_rows": 0, "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
+    counts = {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
               "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
     # _raw_delete: one DELETE statement; QuerySet.delete() would first load the rows whenever any delete
     # signal receiver exists, and a day of a large fleet is millions of rows.
     with transaction.atomic():
         if minute_cutoff is not None:
             counts["minute_gpu_rows"] = GpuRollup.objects.filter(step=MINUTE, start__lt=minute_cutoff)._raw_delete("default")
+            counts["minute_gpu_frames"] = GpuMinuteFrame.objects.filter(start__lt=minute_cutoff)._raw_delete("default")
             # the per-10-minute node rows (a finer view of the same hours) go with the minutes
             counts["minute_node_rows"] = NodeRollup.objects.filter(step__in=(MINUTE, *SUB_HOUR_LEVELS),
                                                                    start__lt=minute_cutoff)._raw_delete("default")

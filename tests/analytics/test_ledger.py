@@ -10,6 +10,7 @@ from appliance.analytics import attribution, ledger, vector
 from appliance.analytics.models import AttributionCursor, CauseHour
 from appliance.audit.models import AuditRecord
 from appliance.inventory.models import Appliance, Node, Pool, PoolMembership
+from appliance.telemetry import frames
 from appliance.telemetry.models import GpuRollup, NodeRollup
 
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
@@ -225,3 +226,36 @@ def test_empty_hours_are_skipped_in_one_step_to_the_next_row(rows):
     assert len(rollup_reads) == 5, rollup_reads
     assert CauseHour.objects.filter(hour=later).count() == 1
     assert AttributionCursor.objects.get(name="rollups").attributed_until == later + MINUTE
+
+
+def test_minutes_with_frames_are_read_from_them_and_give_what_the_rows_give(rows):
+    """With the frames the ingest would have written, the GPU rows' columns are not read: same ledger."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert frames.build([T0, T0 + MINUTE]) == 4  # two nodes, two minutes
+    with CaptureQueriesContext(connection) as queries:
+        ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert ledger_rows() == EXPECTED
+    read = [q["sql"] for q in queries.captured_queries if "telemetry_gpurollup" in q["sql"]]
+    assert any("count(*)" in sql for sql in read) and not any("util" in sql for sql in read), read
+
+
+def test_a_minute_whose_frames_do_not_pack_every_row_is_read_from_its_rows(rows):
+    """A frame for 10:00 only; then a row is added to 10:00 without one (another writer): 10:00's count no
+    longer matches, so its rows are read (the added GPU is counted), and 10:01, with no frame, too."""
+    gpu01, _ = rows
+    assert frames.build([T0]) == 2
+    GpuRollup.objects.create(node=gpu01, gpu=7, step=60, start=T0, samples=60, job="", util=0.0, sm_active=0.0)
+    ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert ledger_rows() == EXPECTED | {("gpu01", 7, -1, ""): (T0, "training", "", 60.0, 0.0, 0.0, 60.0, 0.0, 0.0, 0.0,
+                                                               0.0, 0.0)}
+
+
+def test_a_frame_whose_rows_are_gone_is_not_counted(rows):
+    assert frames.build([T0, T0 + MINUTE]) == 4
+    GpuRollup.objects.filter(start=T0 + MINUTE, node__name="gpu02").delete()
+    ledger.run_incremental(until=T0 + 2 * MINUTE)
+    result = ledger_rows()
+    assert result[("gpu02", 1, -1, "")] == (T0, "inference", "", 60.0, 0.0, 0.0, 60.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert result[("gpu01", 1, -1, "4182")] == EXPECTED[("gpu01", 1, -1, "4182")]

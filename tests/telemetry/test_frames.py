@@ -1,0 +1,112 @@
+"""GPU minute frames: the ingest packs a node's per-minute GPU rows of each minute it writes into one row
+(what the analytics ledger reads), from the rows as stored after the write, so a minute sent in parts or
+sent again gives the frame of what its rows hold. Numbers written out by hand."""
+
+import hashlib
+import math
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.test import Client
+
+from appliance.telemetry import frames
+from appliance.telemetry.models import GpuMinuteFrame, GpuRollup, NodeCollector
+from tests.sample_inventory import build_sample_inventory
+from tests.telemetry.rows import NOW, at, gpu_row
+
+pytestmark = pytest.mark.django_db
+TOKEN = "tok-frame-gpu01-Qw3Er5Ty7Ui9Op1As2Df4G"
+T_1158, T_1159 = 1772452680, 1772452740  # 2026-03-02 11:58 and 11:59 UTC, seconds since 1970
+
+
+@pytest.fixture
+def node():
+    node = build_sample_inventory().gpu_node
+    NodeCollector.objects.create(node=node, token=TOKEN, issued_at=NOW - timedelta(days=1),
+                                 token_digest=hashlib.sha256(TOKEN.encode()).hexdigest())
+    return node
+
+
+def write(*lines):
+    response = Client().generic("POST", "/telemetry/ingest/api/v2/write?precision=s", "\n".join(lines),
+                                HTTP_AUTHORIZATION=f"Token {TOKEN}")
+    assert response.status_code == 204, response.content
+
+
+def gpu_line(gpu: int, t: int, fields: str, tags: str = "") -> str:
+    return f"gpu_rollup,Hostname=gpu-01,gpu={gpu}{tags} step=60,samples=60,{fields} {t}"
+
+
+def frame_of(node, start) -> tuple[int, list[list[float]], list[str], list[str]]:
+    frame = GpuMinuteFrame.objects.get(node=node, start=start)
+    values = np.frombuffer(bytes(frame.figures), dtype="<f8").reshape(frame.row_count, len(frames.FRAME_COLUMNS))
+    return frame.row_count, values.tolist(), frame.jobs.split("\n"), frame.profiles.split("\n")
+
+
+def same(actual: list[list[float]], expected: list[list[float]]) -> bool:
+    """Row for row, NaN where NaN is expected."""
+    return len(actual) == len(expected) and all(
+        len(a) == len(e) and all((math.isnan(x) and math.isnan(y)) or x == y for x, y in zip(a, e, strict=True))
+        for a, e in zip(actual, expected, strict=True))
+
+
+NAN = float("nan")
+
+
+def test_the_ingest_packs_each_minute_of_the_node_it_writes(node):
+    # columns: gpu, instance, util, sm_active, fb_used_mib, fb_total_mib, sm_clock_mhz, throttle_reasons,
+    # throttled_share, nvlink_bps
+    write(gpu_line(1, T_1159, "util=12.5,fb_used_mib=100"),
+          gpu_line(0, T_1159, "util=70,sm_active=0.61,fb_used_mib=2000,fb_total_mib=81559,sm_clock_mhz=1980,"
+                              "throttle_reasons=4,throttled_share=0.25,nvlink_bps=3e10", ",hpc_job=4242"),
+          gpu_line(0, T_1159, "util=5,fb_used_mib=9000", ",GPU_I_ID=1,GPU_I_PROFILE=1g.10gb,hpc_job=4243"),
+          gpu_line(0, T_1158, "util=10"))
+    count, values, jobs, profiles = frame_of(node, at(11, 59))
+    assert count == 3
+    assert same(values, [[0, -1, 70, 0.61, 2000, 81559, 1980, 4, 0.25, 3e10],
+                         [0, 1, 5, NAN, 9000, NAN, NAN, 0, NAN, NAN],
+                         [1, -1, 12.5, NAN, 100, NAN, NAN, 0, NAN, NAN]])
+    assert jobs == ["4242", "4243", ""] and profiles == ["", "1g.10gb", ""]
+    count, values, jobs, _ = frame_of(node, at(11, 58))
+    assert count == 1 and same(values, [[0, -1, 10, NAN, NAN, NAN, NAN, 0, NAN, NAN]]) and jobs == [""]
+    assert GpuMinuteFrame.objects.count() == 2
+
+
+def test_a_minute_sent_in_parts_or_again_is_packed_as_its_rows_now_hold_it(node):
+    write(gpu_line(0, T_1159, "util=70", ",hpc_job=4242"))
+    write(gpu_line(1, T_1159, "util=30", ",hpc_job=4242"))  # the minute's other GPU, in a later write
+    count, values, jobs, _ = frame_of(node, at(11, 59))
+    assert count == 2 and [row[:3] for row in values] == [[0, -1, 70], [1, -1, 30]] and jobs == ["4242", "4242"]
+    write(gpu_line(0, T_1159, "util=75", ",hpc_job=4300"))  # GPU 0 sent again, with other values and job
+    count, values, jobs, _ = frame_of(node, at(11, 59))
+    assert count == 2 and [row[:3] for row in values] == [[0, -1, 75], [1, -1, 30]] and jobs == ["4300", "4242"]
+    assert GpuMinuteFrame.objects.count() == 1
+
+
+def test_build_packs_rows_written_another_way_and_drops_a_frame_whose_rows_are_gone(node):
+    gpu_row(node, 3, at(11, 0), util=40.0, job="77")
+    gpu_row(node, 3, at(11, 1), util=41.0, job="77")
+    assert frames.build([at(11, 0), at(11, 1), at(11, 2)]) == 2  # 11:02 has no rows: no frame
+    assert frame_of(node, at(11, 1))[1][0][:3] == [3, -1, 41]
+    GpuRollup.objects.filter(start=at(11, 1)).delete()
+    assert frames.build([at(11, 1)], [node.pk]) == 0
+    assert list(GpuMinuteFrame.objects.values_list("start", flat=True)) == [at(11, 0)]
+
+
+def test_unpack_gives_columns_and_refuses_a_frame_of_another_shape(node):
+    write(gpu_line(0, T_1159, "util=70", ",hpc_job=4242"), gpu_line(1, T_1159, "util=30"),
+          gpu_line(0, T_1158, "util=60", ",hpc_job=4242"))
+    found = [(f.node_id, int(f.start.timestamp()), f.row_count, bytes(f.figures), f.jobs, f.profiles)
+             for f in GpuMinuteFrame.objects.order_by("start")]
+    columns = frames.unpack(found)
+    assert columns["node_id"].tolist() == [node.pk] * 3
+    assert columns["t"].tolist() == [T_1158, T_1159, T_1159]
+    assert columns["gpu"].tolist() == [0, 0, 1] and columns["util"].tolist() == [60.0, 70.0, 30.0]
+    assert columns["job_values"][columns["job_code"]].tolist() == ["4242", "4242", ""]
+    assert columns["job_code"].tolist() == [1, 1, 0]  # code 0 is the empty text
+    node_id, t, rows, figures, jobs, profiles = found[1]
+    with pytest.raises(frames.FrameError, match=r"GPU minute frames: 240 bytes for 4 rows of 10 values"):
+        frames.unpack([found[0], (node_id, t, rows + 1, figures, jobs + "\n", profiles + "\n")])
+    with pytest.raises(frames.FrameError, match=r"GPU minute frame 1: 1 lines of text for 2 rows"):
+        frames.unpack([found[0], (node_id, t, rows, figures, "4242", profiles)])
