@@ -279,6 +279,7 @@ def _node_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
     return _read("telemetry_noderollup", NODE_NAMES, since, until)
 
 
+BATCH_TABLE = "analytics_ledger_batch"  # PostgreSQL: the session's temporary table of an upsert's rows
 MOUNT_NODES_A_QUERY = 500  # node ids a _mounts query names (with the minutes, under SQLite's 32,766 parameters)
 
 
@@ -377,17 +378,24 @@ def _upsert(rows: list[tuple]) -> None:
               + ", ".join(f"{connection.ops.quote_name(name)} = {table}.{connection.ops.quote_name(name)} + "
                           f"excluded.{connection.ops.quote_name(name)}" for name in added))
     if connection.vendor == "postgresql":
-        # One statement: a column an array, unnested by the server. The arrays go in the binary format (%b,
-        # bound by the server), which psycopg dumps in C, where Django's cursor quoted every value into the
-        # query text in Python: 8,000 rows (an hour of 1,000 nodes) in 0.12 s instead of 0.2.
+        # The rows go into a temporary table by a binary COPY (psycopg writes each row in C), and one
+        # statement adds them in: 8,000 rows in 0.04 s, where arrays unnested by the server (their values
+        # dumped by psycopg in Python) took 0.075 to 0.095 s and VALUES quoted by Django's cursor 0.2.
         if not rows:
             return
-        types = ["timestamptz", "bigint", "integer", "integer", "text", "text", "text"]
+        types = ["timestamptz", "bigint", "smallint", "smallint", "text", "text", "text"]
         types += ["double precision"] * (len(names) - len(types))
-        arrays = ", ".join(f"%b::{kind}[]" for kind in types)
         with _binary_cursor() as cursor:
-            cursor.execute(f"INSERT INTO {table} ({', '.join(quoted)}) SELECT * FROM unnest({arrays}){update}",
-                           [list(column) for column in zip(*rows, strict=True)])
+            cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {BATCH_TABLE} "
+                           f"({', '.join(f'{name} {kind}' for name, kind in zip(quoted, types, strict=True))}) "
+                           "ON COMMIT DELETE ROWS")
+            with cursor.copy(f"COPY {BATCH_TABLE} ({', '.join(quoted)}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(types)
+                for row in rows:
+                    copy.write_row(row)
+            cursor.execute(f"INSERT INTO {table} ({', '.join(quoted)}) SELECT {', '.join(quoted)} FROM {BATCH_TABLE}"
+                           f"{update}")
+            cursor.execute(f"TRUNCATE {BATCH_TABLE}")  # the transaction may go on (a test's, a caller's)
         return
     with connection.cursor() as cursor:
         # SQLite: one short statement, prepared once, run for each row (executemany, in C). A statement of a

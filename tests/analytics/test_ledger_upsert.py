@@ -1,5 +1,5 @@
 """The ledger's upsert (ledger._upsert): a chunk's rows added into CauseHour, a key already there added to
-(on PostgreSQL one INSERT of unnested arrays sent in the binary format; on SQLite rows in batches), texts and
+(on PostgreSQL a binary COPY into a temporary table, then one INSERT from it; on SQLite a statement a row), texts and
 figures kept exactly."""
 
 from datetime import UTC, datetime
@@ -57,3 +57,15 @@ def test_rows_are_added_and_a_key_already_there_is_added_to(nodes):
                               0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
         ("gpu02", 3, -1, "embed"): (HOUR, "inference", "bob", 60.0, 30.0, 30.0, 0.0, 0.0, 0.0, 0.0, 30.0, 0.0, 0.0,
                                     600.0, 300.0)}
+
+
+@pytest.mark.postgres
+def test_cause_hours_pages_leave_room_to_update_a_row_in_place(db):
+    """PostgreSQL: fillfactor 70 (migration 0004), so that adding a minute to a row is a HOT update."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL storage setting")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'analytics_causehour'")
+        assert cursor.fetchone()[0] == ["fillfactor=70"]
