@@ -208,12 +208,13 @@ def _read_binary(table: str, names: tuple[str, ...], since: datetime, until: dat
 
 
 def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
-    """The window's GPU rows from their minute frames (telemetry.frames), as `_read` gives them, less the
-    minutes whose frames do not pack every row of the minute (written other than by the ingest, or
-    before frames were kept), which are read as rows; None when no minute has frames."""
+    """The window's GPU rows from their minute frames (telemetry.frames.unpack's columns, which carry their
+    node rows' figures too), less the minutes whose frames do not pack every GPU row of the minute
+    (written other than by the ingest, or before frames were kept), whose rows are read as `_read` gives
+    them (`frame` -1, node figures still to be joined); None when no minute has frames."""
     frame_table = GpuMinuteFrame._meta.db_table
-    columns = (f"node_id, {_epoch_sql('start')}, row_count, figures, jobs, profiles FROM {frame_table} "
-               "WHERE start >= %s AND start < %s")
+    columns = (f"node_id, {_epoch_sql('start')}, row_count, figures, jobs, profiles, node_figures, mounts, "
+               f"mount_reads FROM {frame_table} WHERE start >= %s AND start < %s")
     params = [_param(since), _param(until)]
     if connection.vendor == "postgresql":
         with _binary_cursor() as cursor:  # the figures as bytes, not as hex text
@@ -240,15 +241,32 @@ def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
     columns = frames.unpack(found)
     missing = [t for t in differ if stored.get(t)]
     if missing:
-        columns = _joined_columns(columns, _read("telemetry_gpurollup", GPU_NAMES, since, until, missing))
+        rows = _read("telemetry_gpurollup", GPU_NAMES, since, until, missing)
+        columns = _joined_columns(columns, rows | _unframed(len(rows["t"])))
     return columns
 
 
+PER_FRAME = ("frame_node_id", "frame_fs_read_bps", "mount_frame", "mount_code", "mount_values",
+             "mount_read_bps")  # unpack's columns of a frame or a mount, not of a GPU row
+
+
+def _unframed(count: int) -> dict[str, np.ndarray]:
+    """What rows read as rows carry in place of unpack's frame columns: no frame, no node figures yet."""
+    result = {name: np.full(count, np.nan) for name in frames.NODE_FRAME_COLUMNS}
+    result |= {"frame": np.full(count, -1, dtype=np.int64),
+               "frame_node_id": np.zeros(0, dtype=np.int64),
+               "frame_fs_read_bps": np.zeros(0), "mount_frame": np.zeros(0, dtype=np.int64),
+               "mount_code": np.zeros(0, dtype=np.int64), "mount_values": np.array([""], dtype=object),
+               "mount_read_bps": np.zeros(0)}
+    return result
+
+
 def _joined_columns(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Two sets of `_read`'s columns end to end (the codes of b's texts mapped into a's)."""
-    result = {}
+    """Two sets of GPU rows' columns end to end (the codes of b's texts mapped into a's; the columns of
+    frames and mounts are a's)."""
+    result = {name: a[name] for name in PER_FRAME if name in a}
     for name in a:
-        if name.endswith("_values"):
+        if name.endswith("_values") or name in PER_FRAME:
             continue
         if name.endswith("_code"):
             text = name[:-len("_code")]
@@ -266,6 +284,7 @@ def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
     result = _frames(since, until)
     if result is None:
         result = _read("telemetry_gpurollup", GPU_NAMES, since, until)
+        result |= _unframed(len(result["t"]))
     if not len(result["t"]):
         return {}
     result["job_code"], result["jobs"] = result.pop("job_code"), result.pop("job_values")
@@ -316,39 +335,52 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
     gpu = _gpu_columns(since, until)
     if not gpu:
         return None
-    node = _node_columns(since, until)
     info = known if known is not None else {}
     missing = set(np.unique(gpu["node_id"]).tolist()) - set(info)
     if missing:
         info.update(attribution.nodes_info(sorted(missing)))
     base = int(since.timestamp())
     width = int((until - since).total_seconds()) // STEP + 1
-    gpu_key = gpu["node_id"] * width + (gpu["t"] - base) // STEP
-    node_key = node["node_id"] * width + (node["t"] - base) // STEP
-    order = np.argsort(node_key, kind="stable")
-    position = np.searchsorted(node_key[order], gpu_key)
-    position = np.minimum(position, max(len(order) - 1, 0))
-    found = (len(order) > 0) & (node_key[order][position] == gpu_key) if len(order) else np.zeros(len(gpu_key), bool)
-    row = np.where(found, order[position] if len(order) else 0, -1)
-
-    def joined(name):
-        return np.where(found, node[name][np.maximum(row, 0)] if len(order) else np.nan, np.nan)
+    node_ids = gpu["node_id"]
+    # Rows from frames carry their node row's figures; rows read as rows are joined with the node rows of
+    # their minutes.
+    unframed = gpu["frame"] < 0
+    found = np.zeros(len(node_ids), dtype=bool)  # of the rows read as rows: a node row joined
+    node_values = {name: gpu[name].copy() for name in vector.NODE_COLUMNS}
+    if unframed.any():
+        minutes = None if unframed.all() else np.unique(gpu["t"][unframed]).tolist()
+        node = _read("telemetry_noderollup", NODE_NAMES, since, until, minutes)
+        gpu_key = node_ids[unframed] * width + (gpu["t"][unframed] - base) // STEP
+        node_key = node["node_id"] * width + (node["t"] - base) // STEP
+        order = np.argsort(node_key, kind="stable")
+        if len(order):
+            position = np.minimum(np.searchsorted(node_key[order], gpu_key), len(order) - 1)
+            hit = node_key[order][position] == gpu_key
+            row = order[position]
+            found[unframed] = hit
+            for name in vector.NODE_COLUMNS:
+                node_values[name][unframed] = np.where(hit, node[name][row], np.nan)
 
     default = attribution.NodeReferences()
-    node_ids = gpu["node_id"]
     references = {pk: entry.references for pk, entry in info.items()}
     unique_nodes, node_index = np.unique(node_ids, return_inverse=True)
     clocks = np.array([references.get(int(pk), default).max_sm_clock.value for pk in unique_nodes])
     lines = np.array([references.get(int(pk), default).nvlink_line.value for pk in unique_nodes])
-    columns = {name: gpu[name] for name in vector.GPU_COLUMNS} | {name: joined(name) for name in vector.NODE_COLUMNS}
+    # The reads of a frame's node row, judged for every frame at once (mounts and their references).
+    saturated = vector.read_saturation_columns(
+        gpu["frame_node_id"], gpu["frame_fs_read_bps"], gpu["mount_frame"],
+        gpu["mount_code"], gpu["mount_values"], gpu["mount_read_bps"],
+        lambda pk: references.get(pk, default).storage)
+    read_saturated = np.where(unframed, False, saturated[np.maximum(gpu["frame"], 0)] if len(saturated) else False)
+    columns = {name: gpu[name] for name in vector.GPU_COLUMNS} | node_values
     has_job = gpu["job_code"] > 0
     columns |= {"has_job": has_job, "group": np.where(has_job, gpu["job_code"] * width + (gpu["t"] - base) // STEP, -1),
                 "throttle_reasons": gpu["throttle_reasons"], "max_sm_clock": clocks[node_index],
-                "nvlink_line": lines[node_index], "read_saturated": np.zeros(len(node_ids), dtype=bool)}
-    # Reads only matter to a stalled GPU that no rule before the input-bound one explained: without them,
-    # the rows are judged first, then those GPUs' node rows are read and checked (rules' own reading).
+                "nvlink_line": lines[node_index], "read_saturated": np.asarray(read_saturated, dtype=bool)}
     without = vector.classify(columns)
-    undecided = (without > INPUT_RULE) & found & vector.stalled_for_input(columns)
+    # Rows read as rows: their reads only matter to a stalled GPU that no rule before the input-bound one
+    # explained, so the rows are judged first, then those GPUs' node rows' mounts are read and checked.
+    undecided = unframed & (without > INPUT_RULE) & found & vector.stalled_for_input(columns)
     decided = without
     if undecided.any():
         # a (node, minute) pair as one number, so that the GPUs' pairs are found with numpy, not a loop
@@ -362,6 +394,8 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
         flags = saturated[np.searchsorted(wanted, key)]
         decided = without.copy()
         decided[np.flatnonzero(undecided)[flags]] = INPUT_RULE
+    for name in (*frames.NODE_FRAME_COLUMNS, "frame", *PER_FRAME):
+        gpu.pop(name, None)
     gpu["rule"] = decided
     gpu["label"] = vector.RULE_LABEL[decided]
     return {"gpu": gpu, "info": info}

@@ -52,6 +52,32 @@ def read_saturation(node: Mapping | None, storage: Mapping[str, rules.Reference]
     return False
 
 
+def read_saturation_columns(node_ids: np.ndarray, fs_read_bps: np.ndarray,
+                            mount_owner: np.ndarray, mount_code: np.ndarray, mount_names: np.ndarray,
+                            mount_read_bps: np.ndarray, storage_of,
+                            nominal: rules.Reference = rules.Context.storage_nominal) -> np.ndarray:
+    """`read_saturation` of many node rows at once: a node row each (its node id and fs_read_bps; a node
+    with no row is one with neither mounts nor fs_read_bps, NaN), and its mounts end to end (`mount_owner`: the index of the node row; `mount_code`: the
+    index of the mount's name in `mount_names`; its read_bps, NaN where not sent). `storage_of(node id)`
+    gives the node's storage references (rules.Reference by mount), read once a node and mount."""
+    threshold = _T["waits-on-input"]["read_share"]
+    count = len(node_ids)
+    saturated = np.zeros(count, dtype=bool)
+    if len(mount_owner):
+        names = len(mount_names)
+        pair = node_ids[mount_owner] * names + mount_code
+        distinct, inverse = np.unique(pair, return_inverse=True)
+        references = np.array([storage_of(int(key // names)).get(str(mount_names[key % names]), nominal).value
+                               for key in distinct.tolist()], dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hit = _ge(mount_read_bps / references[inverse], threshold)
+        saturated = np.bincount(mount_owner, hit, count) > 0
+    without_mounts = np.bincount(mount_owner, minlength=count) == 0
+    with np.errstate(invalid="ignore"):
+        saturated = np.where(without_mounts, _ge(fs_read_bps / nominal.value, threshold), saturated)
+    return saturated
+
+
 def _peer_stats(values: np.ndarray, valid: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each row whose value is valid: how many other valid rows share its group, the median of their
     values (statistics.median: the middle one, or the mean of the two middle ones) and their maximum."""

@@ -21,9 +21,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import numpy as np
+import orjson
 from django.db import connections, router
 
-from .models import FRAME_COLUMNS, MINUTE, GpuMinuteFrame, GpuRollup
+from .models import FRAME_COLUMNS, MINUTE, NODE_FRAME_COLUMNS, GpuMinuteFrame, GpuRollup, NodeRollup
 
 WIDTH = len(FRAME_COLUMNS)
 TEXT_COLUMNS = ("job", "profile")
@@ -80,19 +81,55 @@ def build(starts: Iterable[datetime], node_ids: Iterable[int] | None = None) -> 
                                params + (batch or []))
                 for node_id, t, *row in cursor.fetchall():
                     grouped.setdefault((node_id, t), []).append(tuple(row))
+    nodes = _node_rows(model_connection, starts, node_batches)
     frames = []
     for (node_id, t), rows in grouped.items():
         values, jobs, profiles = pack(rows)
-        frames.append((node_id, by_epoch[t], len(rows), values, jobs, profiles))
+        frames.append((node_id, by_epoch[t], len(rows), values, jobs, profiles, *pack_node(nodes.get((node_id, t)))))
     _replace(model_connection, frames, starts, node_ids, set(grouped))
     return len(frames)
+
+
+def _node_rows(connection, starts: list[datetime], node_batches: list) -> dict[tuple[int, int], tuple]:
+    """{(node id, epoch start): (NODE_FRAME_COLUMNS figures, mounts)} of the per-minute node rows."""
+    result = {}
+    with connection.cursor() as cursor:
+        for first in range(0, len(starts), STARTS_A_QUERY):
+            moments = starts[first:first + STARTS_A_QUERY]
+            params = [MINUTE, *(connection.ops.adapt_datetimefield_value(m) for m in moments)]
+            for batch in node_batches:
+                condition = f" AND node_id IN ({', '.join(['%s'] * len(batch))})" if batch else ""
+                cursor.execute(f"SELECT node_id, {epoch_sql(connection, 'start')}, {', '.join(NODE_FRAME_COLUMNS)}, "
+                               f"mounts FROM {NodeRollup._meta.db_table} WHERE step = %s "
+                               f"AND start IN ({', '.join(['%s'] * len(moments))}){condition}", params + (batch or []))
+                for node_id, t, *figures, mounts in cursor.fetchall():
+                    if isinstance(mounts, str | bytes):
+                        mounts = orjson.loads(mounts)
+                    result[(node_id, t)] = (figures, mounts or {})
+    return result
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else np.nan
+
+
+def pack_node(node: tuple | None) -> tuple[bytes | None, str, bytes]:
+    """(node_figures, mounts, mount_reads) of a node row's (figures, mounts); (None, "", b"") for none."""
+    if node is None:
+        return None, "", b""
+    figures, mounts = node
+    names = sorted(mounts)
+    reads = [_number((mounts[name] or {}).get("read_bps")) if isinstance(mounts[name], dict) else np.nan
+             for name in names]
+    return (np.array([_number(value) for value in figures], dtype="<f8").tobytes(), "\n".join(names),
+            np.array(reads, dtype="<f8").tobytes())
 
 
 def _replace(connection, frames: list[tuple], starts: list[datetime], node_ids: list[int] | None,
              kept: set[tuple[int, int]]) -> None:
     quote = connection.ops.quote_name
     table = quote(GpuMinuteFrame._meta.db_table)
-    names = ["node_id", "start", "row_count", "figures", "jobs", "profiles"]
+    names = ["node_id", "start", "row_count", "figures", "jobs", "profiles", "node_figures", "mounts", "mount_reads"]
     columns = ", ".join(quote(name) for name in names)
     update = ", ".join(f"{quote(name)} = EXCLUDED.{quote(name)}" for name in names[2:])
     adapt = connection.ops.adapt_datetimefield_value
@@ -110,53 +147,74 @@ def _replace(connection, frames: list[tuple], starts: list[datetime], node_ids: 
         if frames:
             cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(names))}) "
                                f"ON CONFLICT (node_id, start) DO UPDATE SET {update}",
-                               [(node_id, adapt(start), rows, values, jobs, profiles)
-                                for node_id, start, rows, values, jobs, profiles in frames])
+                               [(node_id, adapt(start), *rest) for node_id, start, *rest in frames])
 
 
 def unpack(frames: list[tuple]) -> dict[str, np.ndarray]:
-    """Frames (node_id, epoch start, rows, values, jobs, profiles) as columns: node_id, t and FRAME_COLUMNS
-    (gpu, instance and throttle_reasons int64, the figures float64) and, for each text column,
-    `<name>_code` (an index into `<name>_values`, whose code 0 is the empty text). A frame whose bytes or
-    texts do not hold `rows` rows is a FrameError."""
+    """Frames (node_id, epoch start, row_count, figures, jobs, profiles, node_figures, mounts, mount_reads)
+    as columns, a value per GPU row: node_id, t, FRAME_COLUMNS (gpu, instance and throttle_reasons int64,
+    the figures float64), NODE_FRAME_COLUMNS (NaN where the node had no row), `frame`
+    (the row's frame) and, for each text column, `<name>_code` (an index into `<name>_values`, whose code 0
+    is the empty text). And, a value per frame, `frame_node_id` and `frame_fs_read_bps` (NaN: no node row);
+    a value per mount of a frame, `mount_frame`, `mount_code` (into `mount_values`) and `mount_read_bps`.
+    A frame whose bytes or texts do not hold what it says is a FrameError."""
     count = len(frames)
-    node_id = np.fromiter((frame[0] for frame in frames), dtype=np.int64, count=count)
-    t = np.fromiter((frame[1] for frame in frames), dtype=np.int64, count=count)
-    rows = np.fromiter((frame[2] for frame in frames), dtype=np.int64, count=count)
-    data = b"".join(bytes(frame[3]) if not isinstance(frame[3], bytes) else frame[3] for frame in frames)
+    columns = list(zip(*frames, strict=True)) or [()] * 9  # a tuple a column: each read in one pass
+    node_id = np.array(columns[0], dtype=np.int64)
+    t = np.array(columns[1], dtype=np.int64)
+    rows = np.array(columns[2], dtype=np.int64)
+    data = b"".join(columns[3])  # bytes, or a memoryview: both join
     total = int(rows.sum())
     if len(data) != 8 * WIDTH * total:
         raise FrameError(f"GPU minute frames: {len(data)} bytes for {total} rows of {WIDTH} values")
     matrix = np.frombuffer(data, dtype="<f8").reshape(total, WIDTH)
-    result = {"node_id": np.repeat(node_id, rows), "t": np.repeat(t, rows)}
+    frame = np.repeat(np.arange(count), rows)
+    result = {"node_id": node_id[frame], "t": t[frame], "frame": frame, "frame_node_id": node_id}
     for index, name in enumerate(FRAME_COLUMNS):
         column = matrix[:, index]
         result[name] = column.astype(np.int64) if name in ("gpu", "instance", "throttle_reasons") else column.copy()
     for offset, name in ((4, "job"), (5, "profile")):
-        result[f"{name}_code"], result[f"{name}_values"] = _codes([frame[offset] for frame in frames], rows)
+        result[f"{name}_code"], result[f"{name}_values"], _ = _codes(columns[offset], rows)
+    found = np.array([figures is not None for figures in columns[6]], dtype=bool)
+    node_data = b"".join([figures for figures in columns[6] if figures is not None])
+    if len(node_data) != 8 * len(NODE_FRAME_COLUMNS) * int(found.sum()):
+        raise FrameError(f"GPU minute frames: {len(node_data)} bytes of node figures for {int(found.sum())} node rows")
+    nodes = np.full((count, len(NODE_FRAME_COLUMNS)), np.nan)
+    nodes[found] = np.frombuffer(node_data, dtype="<f8").reshape(-1, len(NODE_FRAME_COLUMNS))
+    for index, name in enumerate(NODE_FRAME_COLUMNS):
+        result[name] = nodes[frame, index]
+    result["frame_fs_read_bps"] = nodes[:, NODE_FRAME_COLUMNS.index("fs_read_bps")]
+    result["mount_code"], result["mount_values"], lengths = _codes(columns[7], None)
+    reads = np.frombuffer(b"".join(columns[8]), dtype="<f8")
+    if len(reads) != int(lengths.sum()):
+        raise FrameError(f"GPU minute frames: {len(reads)} mount reads for {int(lengths.sum())} mounts")
+    result["mount_frame"] = np.repeat(np.arange(count), lengths)
+    result["mount_read_bps"] = reads.copy()
     return result
 
 
-def _codes(texts: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each frame's text (a value per row, one per line) as codes of its rows, end to end. The texts of a
-    node's frames repeat minute after minute (the same jobs on the same GPUs): each distinct text is split
-    once, and the frames' codes are gathered with numpy."""
-    distinct: dict[str, int] = {}
-    which = np.fromiter((distinct.setdefault(text or "", len(distinct)) for text in texts), dtype=np.int64,
-                        count=len(texts))
+def _codes(texts, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each frame's text (a value per row, one per line) as codes of its rows, end to end, with the
+    texts' values (code 0 is the empty text) and how many each frame holds. With `rows` (GPU rows a frame),
+    an empty text is one empty value and each frame must hold its rows; without, an empty text holds none
+    (a node without mounts). The texts of a node's frames repeat minute after minute (the same jobs on
+    the same GPUs): each distinct text is split once, and the frames' codes are gathered with numpy."""
+    distinct = {text: index for index, text in enumerate(dict.fromkeys(texts))}
+    which = np.fromiter(map(distinct.__getitem__, texts), dtype=np.int64, count=len(texts))
     values: dict[str, int] = {"": 0}
     parts, lengths = [], []
     for text in distinct:
-        names = text.split("\n")
+        names = text.split("\n") if text or rows is not None else []
         parts.append(np.array([values.setdefault(name, len(values)) for name in names], dtype=np.int64))
         lengths.append(len(names))
     lengths = np.array(lengths, dtype=np.int64)
-    if np.any(lengths[which] != rows):
-        bad = int(np.flatnonzero(lengths[which] != rows)[0])
-        raise FrameError(f"GPU minute frame {bad}: {int(lengths[which][bad])} lines of text for {int(rows[bad])} rows")
+    held = lengths[which] if len(which) else np.zeros(0, dtype=np.int64)
+    if rows is not None and np.any(held != rows):
+        bad = int(np.flatnonzero(held != rows)[0])
+        raise FrameError(f"GPU minute frame {bad}: {int(held[bad])} lines of text for {int(rows[bad])} rows")
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else np.zeros(0, dtype=np.int64)
-    # row k of frame f is flat[offsets[which[f]] + k]
-    first_row = np.repeat(np.cumsum(rows) - rows, rows)
-    positions = np.repeat(offsets[which], rows) + (np.arange(int(rows.sum())) - first_row)
-    return flat[positions], np.array(list(values), dtype=object)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
+    # value k of frame f is flat[offsets[which[f]] + k]
+    first = np.repeat(np.cumsum(held) - held, held)
+    positions = np.repeat(offsets[which] if len(which) else held, held) + (np.arange(int(held.sum())) - first)
+    return flat[positions], np.array(list(values), dtype=object), held

@@ -386,9 +386,10 @@ def store(collector: NodeCollector, write: Write, now: datetime | None = None) -
                     for (gpu, instance, start), values in write.gpus.items()]
             upsert(GpuRollup, GPU_UNIQUE, GPU_COLUMNS, rows)
             stored.gpu_rows = len(rows)
-            # and the node's frame of each of those minutes, from its rows as stored now (what the ledger reads)
-            frames.build({start for _, _, start in write.gpus}, [node.pk])
         _store_nodes(node, write)
+        # and the node's frame of each minute written, from its GPU and node rows as stored now (what the
+        # ledger reads): a minute's node row may come in a later write than its GPU rows
+        frames.build(_starts(write), [node.pk])
         stored.node_rows = len(write.nodes.keys() | write.mounts.keys())
         stored.events, stored.new_events = len(write.events), _store_events(node, write.events, now)
         _store_report(collector, write, now)

@@ -98,13 +98,16 @@ class GpuRollup(models.Model):
 # throttle_reasons 0): the figures the analytics ledger's rules read.
 FRAME_COLUMNS = ("gpu", "instance", "util", "sm_active", "fb_used_mib", "fb_total_mib", "sm_clock_mhz",
                  "throttle_reasons", "throttled_share", "nvlink_bps")
+# and of the node's own row of the minute (NULL: it has none), with each mount's read_bps.
+NODE_FRAME_COLUMNS = ("cpu_iowait", "cpu_busy", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "fs_read_bps")
 
 
 class GpuMinuteFrame(models.Model):
-    """Every per-minute GPU row of one node and minute, packed into one row (frames.py): what the ledger of
-    analytics reads, 8 GPU rows of an HGX node as one, so that a day of a large fleet is read in seconds.
-    Derived: the ingest writes it from the GPU rows of the minute, in the transaction that writes them,
-    and `row_count` says how many it packs (the ledger reads the rows of a minute whose count differs)."""
+    """Every per-minute GPU row of one node and minute, packed into one row with what the node's own row of
+    the minute holds of its CPUs, fabric and mounts (frames.py): what the ledger of analytics reads, 8 GPU
+    rows and a node row of an HGX node as one, so that a day of a large fleet is read in seconds. Derived:
+    the ingest writes it from the rows of the minute, in the transaction that writes them, and `row_count`
+    says how many GPU rows it packs (the ledger reads the rows of a minute whose count differs)."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_minute_frames")
     start = models.DateTimeField(help_text="start of the minute (UTC)")
@@ -112,6 +115,9 @@ class GpuMinuteFrame(models.Model):
     figures = models.BinaryField(help_text="row_count x FRAME_COLUMNS float64, little-endian, by GPU and instance")
     jobs = models.TextField(blank=True, help_text="each row's job, one per line")
     profiles = models.TextField(blank=True, help_text="each row's MIG profile, one per line")
+    node_figures = models.BinaryField(null=True, help_text="NODE_FRAME_COLUMNS float64 of the node's row; NULL: none")
+    mounts = models.TextField(blank=True, help_text="the node row's mounts, one per line")
+    mount_reads = models.BinaryField(default=b"", help_text="each mount's read_bps, float64 (NaN: not sent)")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["node", "start"], name="telemetry_gpu_frame_key")]

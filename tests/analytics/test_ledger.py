@@ -239,6 +239,8 @@ def test_minutes_with_frames_are_read_from_them_and_give_what_the_rows_give(rows
     assert ledger_rows() == EXPECTED
     read = [q["sql"] for q in queries.captured_queries if "telemetry_gpurollup" in q["sql"]]
     assert any("count(*)" in sql for sql in read) and not any("util" in sql for sql in read), read
+    # nor the node rows: the frames carry their figures and mounts (gpu01 at 10:01 reads 2.0 of 2.1 GB/s)
+    assert not any("telemetry_noderollup" in q["sql"] for q in queries.captured_queries)
 
 
 def test_a_minute_whose_frames_do_not_pack_every_row_is_read_from_its_rows(rows):

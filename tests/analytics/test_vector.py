@@ -8,6 +8,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from appliance.analytics import attribution, rules, vector
@@ -129,3 +130,42 @@ def test_random_records_with_missing_and_boundary_values():
         references = {"n1": attribution.NodeReferences(storage={"/m": rules.Reference(2.1e9, "smoke test")})}
         want, got = both(gpus, nodes, references)
         assert got == want, trial
+
+
+def test_the_reads_of_many_node_rows_at_once_are_read_saturation_of_each():
+    """read_saturation_columns (the ledger's reading of frames) against read_saturation, node row by node
+    row: mounts measured by the smoke test or not, reads at and around the share, reads not sent, rows
+    without mounts (the node's total against the nominal figure), and no row at all."""
+    share = rules.RULES[[rule.name for rule in rules.RULES].index("waits-on-input")].thresholds["read_share"]
+    nominal = rules.Context.storage_nominal.value
+    storage = {7: {"/mnt/scratch": rules.Reference(2.1e9, "smoke test"), "/home": rules.Reference(1e8, "smoke")},
+               8: {}}
+    names = ["", "/mnt/scratch", "/home", "/data"]
+    generator = random.Random(13)
+    rows = [(7, {"mounts": {"/mnt/scratch": {"read_bps": 2.1e9 * share}}}),  # exactly the share
+            (7, {"mounts": {"/mnt/scratch": {"read_bps": 2.1e9 * share * 0.999}}}),
+            (7, {"mounts": {"/home": {"read_bps": None}, "/mnt/scratch": {"read_bps": 1.0}}}),
+            (8, {"mounts": {}, "fs_read_bps": nominal * share}),
+            (8, {"mounts": {}, "fs_read_bps": None}),
+            (8, None)]
+    for _ in range(300):
+        mounts = {name: {"read_bps": generator.choice([None, generator.uniform(0, 1.2) * 2.1e9,
+                                                        generator.uniform(0, 1.2) * nominal])}
+                  for name in generator.sample(names[1:], generator.randint(0, 3))}
+        rows.append((generator.choice([7, 8]), None if generator.random() < 0.1 else
+                     {"mounts": mounts, "fs_read_bps": generator.choice([None, generator.uniform(0, 1.2) * nominal])}))
+    expected = [vector.read_saturation(record, storage[node]) for node, record in rows]
+    owner, code, reads = [], [], []
+    for index, (_, record) in enumerate(rows):
+        for name, figures in ((record or {}).get("mounts") or {}).items():
+            owner.append(index)
+            code.append(names.index(name))
+            reads.append(float("nan") if figures["read_bps"] is None else figures["read_bps"])
+    fs_read = [float("nan") if not record or record.get("fs_read_bps") is None else record["fs_read_bps"]
+               for _, record in rows]
+    actual = vector.read_saturation_columns(
+        np.array([node for node, _ in rows]), np.array(fs_read), np.array(owner, dtype=np.int64), np.array(code, dtype=np.int64),
+        np.array(names, dtype=object), np.array(reads), lambda pk: storage[pk])
+    assert actual.tolist()[:6] == [True, False, False, True, False, False]
+    assert actual.tolist() == expected
+    assert 30 < sum(expected) < 270  # both answers are well represented

@@ -94,19 +94,60 @@ def test_build_packs_rows_written_another_way_and_drops_a_frame_whose_rows_are_g
     assert list(GpuMinuteFrame.objects.values_list("start", flat=True)) == [at(11, 0)]
 
 
+def node_of(node, start) -> tuple[list[float] | None, list[str], list[float]]:
+    frame = GpuMinuteFrame.objects.get(node=node, start=start)
+    figures = None if frame.node_figures is None else np.frombuffer(bytes(frame.node_figures), dtype="<f8").tolist()
+    return figures, frame.mounts.split("\n") if frame.mounts else [], \
+        np.frombuffer(bytes(frame.mount_reads), dtype="<f8").tolist()
+
+
+def test_the_frame_carries_the_node_rows_figures_and_mounts_whichever_write_brought_them(node):
+    write(gpu_line(0, T_1159, "util=3", ",hpc_job=4242"))
+    assert node_of(node, at(11, 59)) == (None, [], [])  # no node row yet
+    # the node row and its mounts in a later write: the frame is written again with them
+    write(f"node_rollup,Hostname=gpu-01 step=60,samples=60,cpu_busy=0.35,cpu_iowait=0.12,ib_tx_bps=2e10,"
+          f"ib_rx_bps=1.8e10,ib_line_bps=4e11,fs_read_bps=3e9 {T_1159}",
+          f"mount_rollup,Hostname=gpu-01,mount=/mnt/scratch,fstype=lustre step=60,read_bps=2.9e9,write_bps=9e7 {T_1159}",
+          f"mount_rollup,Hostname=gpu-01,mount=/home,fstype=nfs step=60,write_bps=1e7 {T_1159}")
+    # NODE_FRAME_COLUMNS: cpu_iowait, cpu_busy, ib_tx_bps, ib_rx_bps, ib_line_bps, fs_read_bps; mounts by name
+    figures, mounts, reads = node_of(node, at(11, 59))
+    assert figures == [0.12, 0.35, 2e10, 1.8e10, 4e11, 3e9]
+    assert mounts == ["/home", "/mnt/scratch"] and math.isnan(reads[0]) and reads[1] == 2.9e9
+    # a node row alone, at a minute without GPU rows: no frame
+    write(f"node_rollup,Hostname=gpu-01 step=60,samples=60,cpu_busy=0.5 {T_1158}")
+    assert not GpuMinuteFrame.objects.filter(start=at(11, 58)).exists()
+
+
+def stored_frames() -> list[tuple]:
+    return [(f.node_id, int(f.start.timestamp()), f.row_count, bytes(f.figures), f.jobs, f.profiles,
+             None if f.node_figures is None else bytes(f.node_figures), f.mounts, bytes(f.mount_reads))
+            for f in GpuMinuteFrame.objects.order_by("start")]
+
+
 def test_unpack_gives_columns_and_refuses_a_frame_of_another_shape(node):
     write(gpu_line(0, T_1159, "util=70", ",hpc_job=4242"), gpu_line(1, T_1159, "util=30"),
-          gpu_line(0, T_1158, "util=60", ",hpc_job=4242"))
-    found = [(f.node_id, int(f.start.timestamp()), f.row_count, bytes(f.figures), f.jobs, f.profiles)
-             for f in GpuMinuteFrame.objects.order_by("start")]
+          gpu_line(0, T_1158, "util=60", ",hpc_job=4242"),
+          f"node_rollup,Hostname=gpu-01 step=60,samples=60,cpu_busy=0.35,fs_read_bps=1e9 {T_1159}",
+          f"mount_rollup,Hostname=gpu-01,mount=/mnt/scratch,fstype=lustre step=60,read_bps=1e9 {T_1159}")
+    found = stored_frames()
     columns = frames.unpack(found)
     assert columns["node_id"].tolist() == [node.pk] * 3
     assert columns["t"].tolist() == [T_1158, T_1159, T_1159]
     assert columns["gpu"].tolist() == [0, 0, 1] and columns["util"].tolist() == [60.0, 70.0, 30.0]
     assert columns["job_values"][columns["job_code"]].tolist() == ["4242", "4242", ""]
     assert columns["job_code"].tolist() == [1, 1, 0]  # code 0 is the empty text
-    node_id, t, rows, figures, jobs, profiles = found[1]
+    assert columns["frame"].tolist() == [0, 1, 1]
+    assert math.isnan(columns["cpu_busy"][0]) and columns["cpu_busy"][1:].tolist() == [0.35, 0.35]
+    assert math.isnan(columns["cpu_iowait"][1])  # not sent
+    assert math.isnan(columns["frame_fs_read_bps"][0]) and columns["frame_fs_read_bps"][1] == 1e9
+    assert columns["mount_frame"].tolist() == [1] and columns["mount_read_bps"].tolist() == [1e9]
+    assert columns["mount_values"][columns["mount_code"]].tolist() == ["/mnt/scratch"]
+    node_id, t, rows, figures, jobs, profiles, *rest = found[1]
     with pytest.raises(frames.FrameError, match=r"GPU minute frames: 240 bytes for 4 rows of 10 values"):
-        frames.unpack([found[0], (node_id, t, rows + 1, figures, jobs + "\n", profiles + "\n")])
+        frames.unpack([found[0], (node_id, t, rows + 1, figures, jobs + "\n", profiles + "\n", *rest)])
     with pytest.raises(frames.FrameError, match=r"GPU minute frame 1: 1 lines of text for 2 rows"):
-        frames.unpack([found[0], (node_id, t, rows, figures, "4242", profiles)])
+        frames.unpack([found[0], (node_id, t, rows, figures, "4242", profiles, *rest)])
+    with pytest.raises(frames.FrameError, match=r"GPU minute frames: 0 mount reads for 1 mounts"):
+        frames.unpack([found[0], (node_id, t, rows, figures, jobs, profiles, rest[0], rest[1], b"")])
+    with pytest.raises(frames.FrameError, match=r"GPU minute frames: 40 bytes of node figures for 1 node rows"):
+        frames.unpack([found[0], (node_id, t, rows, figures, jobs, profiles, rest[0][:40], *rest[1:])])
