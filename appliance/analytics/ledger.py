@@ -2,8 +2,10 @@
 over columns) and added into CauseHour, incrementally.
 
 `run_incremental` judges every complete minute after the attribution cursor, in chunks of at most
-CHUNK_MINUTES (an empty chunk moves the cursor on to the next minute that has rows, in one step) read with
-raw column queries (GPU rows, node rows, the nodes), and adds each chunk's
+CHUNK_MINUTES (an empty chunk moves the cursor on to the next minute that has rows, in one step) read from
+the GPU minute frames (telemetry.frames: a node's GPU rows and node row of a minute packed into one row by
+the ingest; a minute whose frames do not pack each of its GPU rows is read from the rows, with raw column
+queries), and adds each chunk's
 GPU-seconds into CauseHour in the same transaction that moves the cursor past it: a minute is added once,
 and a run that is stopped or fails adds nothing of the chunk it was in. A minute is complete
 COMPLETE_AFTER_S after its end (collectors send a closed minute within seconds; one that comes later than
@@ -292,10 +294,6 @@ def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
     result["share"] = np.where(result["instance"] == -1, 1.0, shares[result.pop("profile_code")])
     result.pop("profile_values")
     return result
-
-
-def _node_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
-    return _read("telemetry_noderollup", NODE_NAMES, since, until)
 
 
 BATCH_TABLE = "analytics_ledger_batch"  # PostgreSQL: the session's temporary table of an upsert's rows

@@ -8,9 +8,10 @@ that compute, hold memory only, or leave a GPU unallocated. 1,000 x 8 x 24 h is 
 1.44 million node rows.
 
 Then, timed:
-1. the full run: ledger.run_incremental from an empty cursor over every minute (read in hour chunks with
-   raw column queries, judged by vector.py, added into CauseHour), with the share of each stage measured
-   on one hour (GPU rows read, node rows read, judged, ledger rows made, upserted);
+1. the full run: ledger.run_incremental from an empty cursor over every minute (read in hour chunks from
+   the GPU minute frames the ingest keeps, which benchdb.rollup_fleet writes as the ingest would, judged
+   by vector.py, added into CauseHour), with the share of each stage measured on one hour (frames read
+   and unpacked, judged, ledger rows made);
 2. one incremental minute: the next minute of the whole fleet is written, then run_incremental attributes
    it (best and median of --repeat minutes);
 3. what the ledger holds: GPU-hours by cause, and a check that it adds up to the rows' GPU-seconds.
@@ -41,18 +42,14 @@ def stages(since: datetime) -> dict:
     began = time.perf_counter()
     gpu = ledger._gpu_columns(since, until)
     n = len(gpu["t"])
-    times["read GPU rows"] = time.perf_counter() - began
-    began = time.perf_counter()
-    ledger._node_columns(since, until)
-    times["read node rows"] = time.perf_counter() - began
+    times["read frames (GPU and node rows)"] = time.perf_counter() - began
     began = time.perf_counter()
     window = ledger.attribute_window(since, until)
-    times["read + join + judge (whole)"] = time.perf_counter() - began
+    times["read + judge (whole)"] = time.perf_counter() - began
     began = time.perf_counter()
     rows, _ = ledger._ledger_rows(window)
     times["ledger rows"] = time.perf_counter() - began
-    times["judge (whole less reads)"] = times["read + join + judge (whole)"] - times["read GPU rows"] \
-        - times["read node rows"]
+    times["judge (whole less read)"] = times["read + judge (whole)"] - times["read frames (GPU and node rows)"]
     times["rows"] = n
     times["ledger rows made"] = len(rows)
     return times
