@@ -296,6 +296,7 @@ def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
     return result
 
 
+COMBINED_KEY_LIMIT = 2.0**62  # the ledger rows' keys as one int64 below this many values (else five keys)
 BATCH_TABLE = "analytics_ledger_batch"  # PostgreSQL: the session's temporary table of an upsert's rows
 MOUNT_NODES_A_QUERY = 500  # node ids a _mounts query names (with the minutes, under SQLite's 32,766 parameters)
 
@@ -454,7 +455,7 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
     # sort of it groups them (a sort of five keys cost twice as much); five keys where it would not fit.
     parts = [(hour - hour.min()) // 3600, node_id - node_id.min(), gpu_index, instance + 1, gpu["job_code"]]
     spans = [int(part.max()) + 1 for part in parts]
-    if all(part.min() >= 0 for part in parts) and np.prod([float(span) for span in spans]) < 2.0**62:
+    if all(part.min() >= 0 for part in parts) and np.prod([float(span) for span in spans]) < COMBINED_KEY_LIMIT:
         combined = parts[0].astype(np.int64)
         for part, span in zip(parts[1:], spans[1:], strict=True):
             combined = combined * span + part

@@ -1,18 +1,21 @@
 """GPU minute frames: every per-minute GPU row of one node and minute packed into one row
-(models.GpuMinuteFrame), what the analytics ledger reads instead of the rows themselves.
+(models.GpuMinuteFrame), with what the node's own row of that minute holds of its CPUs, fabric and mounts:
+what the analytics ledger reads instead of the rows themselves.
 
-Why: attributing a day of 1,000 HGX nodes reads 11.5 million GPU rows. Read as rows, every value of them
-becomes a Python object (SQLite's cursor) or goes through a send function on the server (PostgreSQL):
-1.7 s of the 2.3 s an hour's chunk took on SQLite here. A frame holds a node's 8 (or, with MIG, more) rows
-of a minute as one float64 matrix and two short texts, so an hour is 60,000 frames whose bytes numpy
-takes whole.
+Why: attributing a day of 1,000 HGX nodes reads 11.5 million GPU rows and 1.44 million node rows. Read as
+rows, every value of them becomes a Python object (SQLite's cursor) or goes through a send function on the
+server (PostgreSQL): 1.7 s of the 2.3 s an hour's chunk took on SQLite here. A frame holds a node's 8 (or,
+with MIG, more) GPU rows of a minute as one float64 matrix, its node row's figures as another, its mounts'
+reads as a third and three short texts (jobs, MIG profiles, mount names), so an hour is 60,000 frames
+whose bytes numpy takes whole.
 
 The frames are derived, and kept true by whoever writes the rows: the ingest (ingest.store) rebuilds the
-frame of every node and minute it writes, from the rows as stored after its write (a minute sent again,
-or in parts, gives the frame of what the rows now hold), in the same transaction. Rows written another way
-(a test, a tool) have no frame, or a frame whose `row_count` no longer matches: a reader compares each minute's
-packed count with the rows' count and reads the rows of a minute that differs (`minutes_to_read`).
-Frames are pruned with the minute rows.
+frame of every node and minute it writes, from the GPU and node rows as stored after its write (a minute
+sent again, or in parts, gives the frame of what the rows now hold), in the same transaction. Rows written
+another way (a test, a tool) have no frame, or a frame whose `row_count` no longer matches: the ledger
+compares each minute's packed count with the rows' count and reads the rows of a minute that differs.
+A value changed in place by another writer, the count unchanged, is not seen: only the ingest writes these
+rows. Frames are pruned with the minute rows.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from django.db import connections, router
 from .models import FRAME_COLUMNS, MINUTE, NODE_FRAME_COLUMNS, GpuMinuteFrame, GpuRollup, NodeRollup
 
 WIDTH = len(FRAME_COLUMNS)
-TEXT_COLUMNS = ("job", "profile")
 STARTS_A_QUERY = 200  # minutes a build's query names (with the nodes, under SQLite's parameter limit)
 NODES_A_QUERY = 500
 

@@ -261,3 +261,11 @@ def test_a_frame_whose_rows_are_gone_is_not_counted(rows):
     result = ledger_rows()
     assert result[("gpu02", 1, -1, "")] == (T0, "inference", "", 60.0, 0.0, 0.0, 60.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     assert result[("gpu01", 1, -1, "4182")] == EXPECTED[("gpu01", 1, -1, "4182")]
+
+
+def test_the_ledger_rows_are_the_same_when_their_keys_do_not_fit_one_number(rows, monkeypatch):
+    """The five keys sorted apart (what a fleet whose node ids, jobs and instances span more than an int64
+    would take) give the same rows as the one number."""
+    monkeypatch.setattr(ledger, "COMBINED_KEY_LIMIT", 1.0)
+    ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert ledger_rows() == EXPECTED
