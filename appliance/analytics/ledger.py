@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from appliance.telemetry import frames
-from appliance.telemetry.models import GpuMinuteFrame
+from appliance.telemetry.models import FleetMinuteFrame, GpuMinuteFrame
 
 from . import attribution, owners, rules, vector
 from .models import CAUSE_FIELDS, AttributionCursor, CauseHour
@@ -209,39 +209,56 @@ def _read_binary(table: str, names: tuple[str, ...], since: datetime, until: dat
     return result
 
 
-def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
-    """The window's GPU rows from their minute frames (telemetry.frames.unpack's columns, which carry their
-    node rows' figures too), less the minutes whose frames do not pack every GPU row of the minute
-    (written other than by the ingest, or before frames were kept), whose rows are read as `_read` gives
-    them (`frame` -1, node figures still to be joined); None when no minute has frames."""
-    frame_table = GpuMinuteFrame._meta.db_table
-    columns = (f"node_id, {_epoch_sql('start')}, row_count, figures, jobs, profiles, node_figures, mounts, "
-               f"mount_reads FROM {frame_table} WHERE start >= %s AND start < %s")
-    params = [_param(since), _param(until)]
+def _fetch(sql: str, params: list) -> list[tuple]:
+    """Rows of a query whose blobs come as bytes (PostgreSQL: in the binary format, not as hex text)."""
     if connection.vendor == "postgresql":
-        with _binary_cursor() as cursor:  # the figures as bytes, not as hex text
-            cursor.execute(f"SELECT {columns}", params)
-            found = cursor.fetchall()
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {columns}", params)
-            found = cursor.fetchall()
-    if not found:
-        return None
+        with _binary_cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+NODE_FRAME_FIELDS = ("node_id", "start", "row_count", "figures", "jobs", "profiles", "node_figures", "mounts",
+                     "mount_reads")
+
+
+def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
+    """The window's GPU rows from their frames (telemetry.frames.unpack's columns, which carry their node
+    rows' figures too): a minute's fleet frame where its GPU rows are the ones it packs, else the minute's
+    node frames where they pack every GPU row of the minute, else (written other than by the ingest, or
+    before frames were kept) the minute's rows as `_read` gives them (`frame` -1, node figures still to be
+    joined). None when no minute has frames."""
+    epoch = _epoch_sql("start")
+    fleet_fields = ", ".join(epoch if name == "start" else name for name in frames.FLEET_FIELDS)
+    window = "start >= %s AND start < %s"
+    fleet = _fetch(f"SELECT {fleet_fields} FROM {FleetMinuteFrame._meta.db_table} WHERE {window}",
+                   [_param(since), _param(until)])
+    node_fields = ", ".join(epoch if name == "start" else name for name in NODE_FRAME_FIELDS)
+    found = []
+    if not fleet:
+        found = _fetch(f"SELECT {node_fields} FROM {GpuMinuteFrame._meta.db_table} WHERE {window}",
+                       [_param(since), _param(until)])
+        if not found:
+            return None
     where, params = _window(since, until)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_epoch_sql('start')}, count(*) FROM telemetry_gpurollup WHERE {where} GROUP BY start",
-                       params)
+        cursor.execute(f"SELECT {epoch}, count(*) FROM telemetry_gpurollup WHERE {where} GROUP BY start", params)
         stored = dict(cursor.fetchall())
+    fleet = [frame for frame in fleet if stored.get(frame[0]) == frame[2]]
+    rest = sorted(set(stored) - {frame[0] for frame in fleet})
+    if fleet and rest:  # minutes without a fleet frame (or whose rows changed since it was packed)
+        moments = [_param(datetime.fromtimestamp(t, UTC)) for t in rest]
+        found = _fetch(f"SELECT {node_fields} FROM {GpuMinuteFrame._meta.db_table} "
+                       f"WHERE start IN ({', '.join(['%s'] * len(moments))})", moments)
     packed: dict[int, int] = {}
     for frame in found:
         packed[frame[1]] = packed.get(frame[1], 0) + frame[2]
-    differ = sorted(t for t in stored.keys() | packed.keys() if stored.get(t) != packed.get(t))
-    if differ:
-        skipped = set(differ)
-        found = [frame for frame in found if frame[1] not in skipped]
-    columns = frames.unpack(found)
-    missing = [t for t in differ if stored.get(t)]
+    missing = [t for t in rest if packed.get(t) != stored[t]]
+    wanted = set(rest) - set(missing)  # not a minute whose rows are gone, nor one read as rows
+    found = [frame for frame in found if frame[1] in wanted]
+    columns = frames.unpack_fleet(fleet, found)
     if missing:
         rows = _read("telemetry_gpurollup", GPU_NAMES, since, until, missing)
         columns = _joined_columns(columns, rows | _unframed(len(rows["t"])))

@@ -21,13 +21,22 @@ rows. Frames are pruned with the minute rows.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
 import orjson
-from django.db import connections, router
+from django.db import connections, router, transaction
 
-from .models import FRAME_COLUMNS, MINUTE, NODE_FRAME_COLUMNS, GpuMinuteFrame, GpuRollup, NodeRollup
+from .models import (
+    FRAME_COLUMNS,
+    MINUTE,
+    NODE_FRAME_COLUMNS,
+    FleetMinuteFrame,
+    GpuMinuteFrame,
+    GpuRollup,
+    NodeRollup,
+)
 
 WIDTH = len(FRAME_COLUMNS)
 STARTS_A_QUERY = 200  # minutes a build's query names (with the nodes, under SQLite's parameter limit)
@@ -65,6 +74,12 @@ def build(starts: Iterable[datetime], node_ids: Iterable[int] | None = None) -> 
     node_ids = sorted(set(node_ids)) if node_ids is not None else None
     if not starts or node_ids == []:
         return 0
+    with transaction.atomic(using=model_connection.alias):
+        return _build(model_connection, starts, node_ids)
+
+
+def _build(model_connection, starts: list[datetime], node_ids: list[int] | None) -> int:
+    lock_minutes(model_connection, starts, shared=True)
     by_epoch = {int(moment.timestamp()): moment for moment in starts}
     figures = ", ".join(FRAME_COLUMNS[2:])
     rows_table = GpuRollup._meta.db_table
@@ -150,6 +165,125 @@ def _replace(connection, frames: list[tuple], starts: list[datetime], node_ids: 
             cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(names))}) "
                                f"ON CONFLICT (node_id, start) DO UPDATE SET {update}",
                                [(node_id, adapt(start), *rest) for node_id, start, *rest in frames])
+        # the fleet frames of these minutes packed what the node frames held before: gone, until the fold
+        # packs the minute again (the ledger reads its node frames meanwhile)
+        fleet = quote(FleetMinuteFrame._meta.db_table)
+        for first in range(0, len(starts), STARTS_A_QUERY):
+            moments = starts[first:first + STARTS_A_QUERY]
+            cursor.execute(f"DELETE FROM {fleet} WHERE start IN ({', '.join(['%s'] * len(moments))})",
+                           [adapt(m) for m in moments])
+
+
+# PostgreSQL: a writer of node frames holds each minute's advisory lock shared, a builder of the minute's
+# fleet frame holds it alone, so that a fleet frame never packs node frames that a transaction still open
+# rewrites (and whose deletion of the fleet frame would come before the frame is there). SQLite runs one
+# writing transaction at a time (IMMEDIATE): nothing to take.
+FRAME_LOCK_CLASS = 0x4652  # the first key of the frames' advisory locks; the second is the minute (epoch / 60)
+
+
+def lock_minutes(connection, starts: list[datetime], *, shared: bool) -> None:
+    """Take the minutes' advisory locks (PostgreSQL), in ascending order, until the transaction ends."""
+    if connection.vendor != "postgresql" or not starts:
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("frames: minute locks are taken in a transaction")
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    minutes = sorted({int(moment.timestamp()) // MINUTE for moment in starts})
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s, minute) FROM unnest(%s::integer[]) WITH ORDINALITY AS m(minute, i) "
+                       "ORDER BY i", [FRAME_LOCK_CLASS, minutes])
+
+
+FLEET_MINUTES_A_QUERY = 30  # minutes of node frames a fleet build reads at once (30,000 frames of 1,000 nodes)
+
+
+def build_fleet(starts: Iterable[datetime]) -> int:
+    """Write the fleet frame of each minute of `starts` from its node frames as stored now (replacing one
+    there; a minute without node frames loses its fleet frame). Returns the fleet frames written."""
+    connection = connections[router.db_for_write(FleetMinuteFrame)]
+    starts = sorted({moment.astimezone(UTC).replace(second=0, microsecond=0) for moment in starts})
+    if not starts:
+        return 0
+    adapt = connection.ops.adapt_datetimefield_value
+    quote = connection.ops.quote_name
+    table = quote(FleetMinuteFrame._meta.db_table)
+    names = list(FLEET_FIELDS)
+    written = 0
+    for first in range(0, len(starts), FLEET_MINUTES_A_QUERY):
+        moments = starts[first:first + FLEET_MINUTES_A_QUERY]
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            lock_minutes(connection, moments, shared=False)
+            cursor.execute(f"SELECT node_id, {epoch_sql(connection, 'start')}, row_count, figures, jobs, profiles, "
+                           f"node_figures, mounts, mount_reads FROM {quote(GpuMinuteFrame._meta.db_table)} "
+                           f"WHERE start IN ({', '.join(['%s'] * len(moments))}) ORDER BY start, node_id",
+                           [adapt(m) for m in moments])
+            by_minute: dict[int, list[tuple]] = {}
+            for frame in cursor.fetchall():
+                by_minute.setdefault(frame[1], []).append(frame)
+            rows = [_fleet_row(t, _packed_frames(found)) for t, found in by_minute.items()]
+            gone = [adapt(m) for m in moments if int(m.timestamp()) not in by_minute]
+            if gone:
+                cursor.execute(f"DELETE FROM {table} WHERE start IN ({', '.join(['%s'] * len(gone))})", gone)
+            if rows:
+                update = ", ".join(f"{quote(name)} = EXCLUDED.{quote(name)}" for name in names[1:])
+                cursor.executemany(f"INSERT INTO {table} ({', '.join(quote(name) for name in names)}) "
+                                   f"VALUES ({', '.join(['%s'] * len(names))}) ON CONFLICT (start) DO UPDATE SET {update}",
+                                   [(adapt(datetime.fromtimestamp(row[0], UTC)), *row[1:]) for row in rows])
+            written += len(rows)
+    return written
+
+
+def _fleet_row(t: int, packed: Packed) -> tuple:
+    """A fleet frame's FLEET_FIELDS (the minute as epoch seconds) of a minute's node frames, read."""
+    return (t, len(packed.node_id), int(packed.rows.sum()), packed.node_id.astype("<i8").tobytes(),
+            packed.rows.astype("<i4").tobytes(), np.ascontiguousarray(packed.figures, dtype="<f8").tobytes(),
+            packed.job_code.astype("<i4").tobytes(), "\n".join(packed.job_values),
+            packed.profile_code.astype("<i4").tobytes(), "\n".join(packed.profile_values),
+            np.ascontiguousarray(packed.nodes, dtype="<f8").tobytes(), packed.mount_counts.astype("<i4").tobytes(),
+            packed.mount_code.astype("<i4").tobytes(), "\n".join(packed.mount_values),
+            np.ascontiguousarray(packed.mount_reads, dtype="<f8").tobytes())
+
+
+FLEET_FRAMES_A_RUN = 180  # minutes a settle builds at most (an appliance upgraded with a day of node frames)
+
+
+def settle(first: datetime, last: datetime) -> list[datetime]:
+    """Build the fleet frames of the minutes from `first` to `last` (included) that have node frames and
+    none, the oldest FLEET_FRAMES_A_RUN of them (the fold calls this with the settled minutes); returns
+    those minutes."""
+    have = set(FleetMinuteFrame.objects.filter(start__gte=first, start__lte=last).values_list("start", flat=True))
+    minutes = (GpuMinuteFrame.objects.filter(start__gte=first, start__lte=last).order_by("start")
+               .values_list("start", flat=True).distinct())
+    wanted = []
+    for minute in minutes.iterator():
+        if minute not in have:
+            wanted.append(minute)
+            if len(wanted) == FLEET_FRAMES_A_RUN:
+                break
+    build_fleet(wanted)
+    return wanted
+
+
+@dataclass
+class Packed:
+    """Frames read, not yet laid out a value per GPU row: per frame (a node and minute) its node, minute,
+    GPU rows, node figures and mount count; per GPU row its FRAME_COLUMNS (`figures`, a column per row of
+    the array) and text codes; per mount its name's code and read_bps. Codes index the `_values` arrays,
+    whose code 0 is the empty text."""
+
+    node_id: np.ndarray
+    t: np.ndarray
+    rows: np.ndarray
+    figures: np.ndarray  # WIDTH x rows
+    job_code: np.ndarray
+    job_values: list
+    profile_code: np.ndarray
+    profile_values: list
+    nodes: np.ndarray  # frames x NODE_FRAME_COLUMNS, NaN where no node row
+    mount_counts: np.ndarray
+    mount_code: np.ndarray
+    mount_values: list
+    mount_reads: np.ndarray
 
 
 def unpack(frames: list[tuple]) -> dict[str, np.ndarray]:
@@ -160,38 +294,139 @@ def unpack(frames: list[tuple]) -> dict[str, np.ndarray]:
     is the empty text). And, a value per frame, `frame_node_id` and `frame_fs_read_bps` (NaN: no node row);
     a value per mount of a frame, `mount_frame`, `mount_code` (into `mount_values`) and `mount_read_bps`.
     A frame whose bytes or texts do not hold what it says is a FrameError."""
+    return _expand(_packed_frames(frames))
+
+
+def unpack_fleet(fleet_frames: list[tuple], node_frames: list[tuple] = ()) -> dict[str, np.ndarray]:
+    """`unpack`'s columns of fleet frames (FLEET_FIELDS, the minute as epoch seconds) and of node frames
+    (as `unpack` takes them) together: the fleet frames' frames first, in their order."""
+    parts = [_packed_fleet(frame) for frame in fleet_frames]
+    if node_frames or not parts:
+        parts.append(_packed_frames(list(node_frames)))
+    return _expand(_joined(parts))
+
+
+def _packed_frames(frames: list[tuple]) -> Packed:
+    """Node frames (as `unpack` takes them) read."""
     count = len(frames)
     columns = list(zip(*frames, strict=True)) or [()] * 9  # a tuple a column: each read in one pass
-    node_id = np.array(columns[0], dtype=np.int64)
-    t = np.array(columns[1], dtype=np.int64)
     rows = np.array(columns[2], dtype=np.int64)
     data = b"".join(columns[3])  # bytes, or a memoryview: both join
     total = int(rows.sum())
     if len(data) != 8 * WIDTH * total:
         raise FrameError(f"GPU minute frames: {len(data)} bytes for {total} rows of {WIDTH} values")
-    matrix = np.frombuffer(data, dtype="<f8").reshape(total, WIDTH)
-    frame = np.repeat(np.arange(count), rows)
-    result = {"node_id": node_id[frame], "t": t[frame], "frame": frame, "frame_node_id": node_id}
-    for index, name in enumerate(FRAME_COLUMNS):
-        column = matrix[:, index]
-        result[name] = column.astype(np.int64) if name in ("gpu", "instance", "throttle_reasons") else column.copy()
-    for offset, name in ((4, "job"), (5, "profile")):
-        result[f"{name}_code"], result[f"{name}_values"], _ = _codes(columns[offset], rows)
+    job_code, job_values, _ = _codes(columns[4], rows)
+    profile_code, profile_values, _ = _codes(columns[5], rows)
     found = np.array([figures is not None for figures in columns[6]], dtype=bool)
     node_data = b"".join([figures for figures in columns[6] if figures is not None])
     if len(node_data) != 8 * len(NODE_FRAME_COLUMNS) * int(found.sum()):
         raise FrameError(f"GPU minute frames: {len(node_data)} bytes of node figures for {int(found.sum())} node rows")
     nodes = np.full((count, len(NODE_FRAME_COLUMNS)), np.nan)
     nodes[found] = np.frombuffer(node_data, dtype="<f8").reshape(-1, len(NODE_FRAME_COLUMNS))
-    for index, name in enumerate(NODE_FRAME_COLUMNS):
-        result[name] = nodes[frame, index]
-    result["frame_fs_read_bps"] = nodes[:, NODE_FRAME_COLUMNS.index("fs_read_bps")]
-    result["mount_code"], result["mount_values"], lengths = _codes(columns[7], None)
+    mount_code, mount_values, lengths = _codes(columns[7], None)
     reads = np.frombuffer(b"".join(columns[8]), dtype="<f8")
     if len(reads) != int(lengths.sum()):
         raise FrameError(f"GPU minute frames: {len(reads)} mount reads for {int(lengths.sum())} mounts")
-    result["mount_frame"] = np.repeat(np.arange(count), lengths)
-    result["mount_read_bps"] = reads.copy()
+    return Packed(node_id=np.array(columns[0], dtype=np.int64), t=np.array(columns[1], dtype=np.int64), rows=rows,
+                  figures=np.frombuffer(data, dtype="<f8").reshape(total, WIDTH).T, job_code=job_code,
+                  job_values=list(job_values), profile_code=profile_code, profile_values=list(profile_values),
+                  nodes=nodes, mount_counts=lengths, mount_code=mount_code, mount_values=list(mount_values),
+                  mount_reads=reads)
+
+
+# A fleet frame as read: its columns in this order, `start` as epoch seconds.
+FLEET_FIELDS = ("start", "frame_count", "row_count", "node_ids", "frame_rows", "figures", "job_codes", "jobs",
+                "profile_codes", "profiles", "node_figures", "mount_counts", "mount_codes", "mounts", "mount_reads")
+
+
+def _array(data, kind: str, count: int, what: str, t: int) -> np.ndarray:
+    array = np.frombuffer(data or b"", dtype=kind)
+    if len(array) != count:
+        raise FrameError(f"fleet minute frame {datetime.fromtimestamp(t, UTC):%Y-%m-%d %H:%M}: {len(array)} {what} "
+                         f"for {count}")
+    return array
+
+
+def _packed_fleet(frame: tuple) -> Packed:
+    """A fleet frame (FLEET_FIELDS) read, its sizes checked against its counts."""
+    (t, count, total, node_ids, frame_rows, figures, job_codes, jobs, profile_codes, profiles, node_figures,
+     mount_counts, mount_codes, mounts, mount_reads) = frame
+    rows = _array(frame_rows, "<i4", count, "frame row counts", t).astype(np.int64)
+    mount_counts = _array(mount_counts, "<i4", count, "frame mount counts", t).astype(np.int64)
+    if int(rows.sum()) != total:
+        raise FrameError(f"fleet minute frame {datetime.fromtimestamp(t, UTC):%Y-%m-%d %H:%M}: its frames hold "
+                         f"{int(rows.sum())} rows, not {total}")
+    mounts_total = int(mount_counts.sum())
+    values = {name: text.split("\n") for name, text in (("jobs", jobs), ("profiles", profiles), ("mounts", mounts))}
+    codes = {"jobs": _array(job_codes, "<i4", total, "job codes", t),
+             "profiles": _array(profile_codes, "<i4", total, "profile codes", t),
+             "mounts": _array(mount_codes, "<i4", mounts_total, "mount codes", t)}
+    for name, array in codes.items():
+        if values[name][0] != "" or (len(array) and (array.min() < 0 or array.max() >= len(values[name]))):
+            raise FrameError(f"fleet minute frame {datetime.fromtimestamp(t, UTC):%Y-%m-%d %H:%M}: {name} codes "
+                             "outside their values")
+    return Packed(node_id=_array(node_ids, "<i8", count, "node ids", t).astype(np.int64),
+                  t=np.full(count, t, dtype=np.int64), rows=rows,
+                  figures=_array(figures, "<f8", WIDTH * total, "figures", t).reshape(WIDTH, total),
+                  job_code=codes["jobs"], job_values=values["jobs"], profile_code=codes["profiles"],
+                  profile_values=values["profiles"],
+                  nodes=_array(node_figures, "<f8", count * len(NODE_FRAME_COLUMNS), "node figures",
+                               t).reshape(count, len(NODE_FRAME_COLUMNS)),
+                  mount_counts=mount_counts, mount_code=codes["mounts"], mount_values=values["mounts"],
+                  mount_reads=_array(mount_reads, "<f8", mounts_total, "mount reads", t))
+
+
+def _joined(parts: list[Packed]) -> Packed:
+    """Packed frames end to end, the codes of each mapped into one set of values (code 0 the empty text).
+    A fleet's frames of an hour mostly hold the same texts: each distinct list of values is mapped once."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def union(name: str) -> tuple[np.ndarray, list]:
+        values: dict[str, int] = {"": 0}
+        seen: dict[tuple, np.ndarray] = {}
+        codes = []
+        for part in parts:
+            names = tuple(getattr(part, f"{name}_values"))
+            remap = seen.get(names)
+            if remap is None:
+                remap = seen[names] = np.array([values.setdefault(value, len(values)) for value in names],
+                                               dtype=np.int64)
+            codes.append(remap[getattr(part, f"{name}_code")])
+        return np.concatenate(codes), list(values)
+
+    job_code, job_values = union("job")
+    profile_code, profile_values = union("profile")
+    mount_code, mount_values = union("mount")
+    return Packed(node_id=np.concatenate([p.node_id for p in parts]), t=np.concatenate([p.t for p in parts]),
+                  rows=np.concatenate([p.rows for p in parts]),
+                  figures=np.concatenate([p.figures for p in parts], axis=1), job_code=job_code,
+                  job_values=job_values, profile_code=profile_code, profile_values=profile_values,
+                  nodes=np.concatenate([p.nodes for p in parts]),
+                  mount_counts=np.concatenate([p.mount_counts for p in parts]), mount_code=mount_code,
+                  mount_values=mount_values, mount_reads=np.concatenate([p.mount_reads for p in parts]))
+
+
+def _expand(packed: Packed) -> dict[str, np.ndarray]:
+    """`unpack`'s columns of packed frames."""
+    count = len(packed.node_id)
+    frame = np.repeat(np.arange(count), packed.rows)
+    result = {"node_id": packed.node_id[frame], "t": packed.t[frame], "frame": frame, "frame_node_id": packed.node_id}
+    figures = packed.figures
+    for index, name in enumerate(FRAME_COLUMNS):
+        column = figures[index]
+        if name in ("gpu", "instance", "throttle_reasons"):
+            result[name] = column.astype(np.int64)
+        else:  # a view of the frames' bytes is read-only, a column of a node frame strided: a copy of its own
+            result[name] = column if column.flags.c_contiguous and column.flags.writeable else column.copy()
+    for name in ("job", "profile", "mount"):
+        result[f"{name}_code"] = np.asarray(getattr(packed, f"{name}_code"), dtype=np.int64)
+        result[f"{name}_values"] = np.array(getattr(packed, f"{name}_values"), dtype=object)
+    for index, name in enumerate(NODE_FRAME_COLUMNS):
+        result[name] = packed.nodes[frame, index]
+    result["frame_fs_read_bps"] = packed.nodes[:, NODE_FRAME_COLUMNS.index("fs_read_bps")].copy()
+    result["mount_frame"] = np.repeat(np.arange(count), packed.mount_counts)
+    result["mount_read_bps"] = np.array(packed.mount_reads, dtype=np.float64)
     return result
 
 

@@ -127,6 +127,35 @@ class GpuMinuteFrame(models.Model):
         return f"{self.node_id} {self.start:%Y-%m-%d %H:%M} ({self.row_count} GPU rows)"
 
 
+class FleetMinuteFrame(models.Model):
+    """Every GPU minute frame of one minute, the whole fleet's, packed into one row column by column
+    (frames.build_fleet): what the ledger of analytics reads of a settled minute, so that an hour of 1,000
+    nodes is 60 rows rather than 60,000. Derived from the node frames when the minute settles (the fold),
+    and deleted when any of them is written again (a late write): a minute without one is read from its
+    node frames. `row_count` says how many GPU rows it packs, checked against the rows like a node frame's.
+    Each text column holds its distinct values, one per line, the first the empty text: the rows' codes
+    index them."""
+
+    start = models.DateTimeField(unique=True, help_text="start of the minute (UTC)")
+    frame_count = models.PositiveIntegerField(help_text="node frames packed")
+    row_count = models.PositiveIntegerField(help_text="GPU rows packed")
+    node_ids = models.BinaryField(help_text="each node frame's node, int64, ascending")
+    frame_rows = models.BinaryField(help_text="each node frame's GPU rows, int32")
+    figures = models.BinaryField(help_text="FRAME_COLUMNS x row_count float64, a column after the other")
+    job_codes = models.BinaryField(help_text="each row's job, int32, an index into `jobs`")
+    jobs = models.TextField(blank=True, help_text="the jobs, one per line; code 0 the empty text")
+    profile_codes = models.BinaryField(help_text="each row's MIG profile, int32, an index into `profiles`")
+    profiles = models.TextField(blank=True, help_text="the profiles, one per line; code 0 the empty text")
+    node_figures = models.BinaryField(help_text="frame_count x NODE_FRAME_COLUMNS float64 (NaN: no node row)")
+    mount_counts = models.BinaryField(help_text="each node frame's mounts, int32")
+    mount_codes = models.BinaryField(help_text="each mount's name, int32, an index into `mounts`")
+    mounts = models.TextField(blank=True, help_text="the mount names, one per line; code 0 the empty text")
+    mount_reads = models.BinaryField(help_text="each mount's read_bps, float64 (NaN: not sent)")
+
+    def __str__(self):
+        return f"{self.start:%Y-%m-%d %H:%M} ({self.frame_count} node frames, {self.row_count} GPU rows)"
+
+
 class NodeRollup(models.Model):
     """One node over one bucket: its GPUs together, its fabric ports, filesystems, disks and CPUs."""
 

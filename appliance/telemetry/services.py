@@ -28,6 +28,7 @@ from django.utils import timezone
 from appliance import audit
 from appliance.inventory.models import Node
 
+from . import frames
 from .models import (
     DAY,
     FIVE_MINUTES,
@@ -37,6 +38,7 @@ from .models import (
     TEN_MINUTES,
     THIRTY_MINUTES,
     TWO_HOURS,
+    FleetMinuteFrame,
     FleetRollup,
     GpuMinuteFrame,
     GpuRollup,
@@ -255,6 +257,18 @@ def fold_fleet_minutes(now: datetime | None = None) -> tuple[datetime, datetime]
     return first, last
 
 
+def settle_fleet_frames(now: datetime | None = None) -> list[datetime]:
+    """Pack the settled minutes' node frames into fleet frames (frames.settle; what the ledger reads of
+    them): the minutes without one from FLEET_REFOLD before the newest fleet frame (a minute a late write
+    emptied of its fleet frame, packed again), never further back than TEN_MINUTES_BACK. Returns the
+    minutes packed."""
+    now = now or timezone.now()
+    last = minute_of(now - timedelta(seconds=SETTLE_S)) - timedelta(seconds=MINUTE)
+    newest = FleetMinuteFrame.objects.aggregate(newest=Max("start"))["newest"]
+    first = last - TEN_MINUTES_BACK if newest is None else max(newest - FLEET_REFOLD, last - TEN_MINUTES_BACK)
+    return frames.settle(first, last)
+
+
 def refold_fleet(starts, node_ids=None) -> list[datetime]:
     """Called by the ingest with the minutes a write brought (of `node_ids`): fold again the fleet minutes
     among them that the periodic fold has made already (a late write), so a fleet row never misses a
@@ -323,6 +337,7 @@ def fold(now: datetime | None = None) -> list[datetime]:
         fold_sub_hour(step, now)
     fold_above_hour_backlog()
     fold_fleet_minutes(now)
+    settle_fleet_frames(now)
     return folded
 
 
@@ -419,7 +434,8 @@ def prune(now: datetime | None = None) -> dict:
     # minute rows of an hour not folded yet stay until it is (their hour row is all that is left of them)
     minute_cutoff = min(minute_cutoff, watermark + timedelta(hours=1)) if watermark is not None else None
     hour_cutoff = hour_of(now - timedelta(days=retention["hour_days"]))
-    counts = {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
+    counts = {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_fleet_frames": 0,
+              "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
               "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
     # _raw_delete: one DELETE statement; QuerySet.delete() would first load the rows whenever any delete
     # signal receiver exists, and a day of a large fleet is millions of rows.
@@ -427,6 +443,7 @@ def prune(now: datetime | None = None) -> dict:
         if minute_cutoff is not None:
             counts["minute_gpu_rows"] = GpuRollup.objects.filter(step=MINUTE, start__lt=minute_cutoff)._raw_delete("default")
             counts["minute_gpu_frames"] = GpuMinuteFrame.objects.filter(start__lt=minute_cutoff)._raw_delete("default")
+            counts["minute_fleet_frames"] = FleetMinuteFrame.objects.filter(start__lt=minute_cutoff)._raw_delete("default")
             # the per-10-minute node rows (a finer view of the same hours) go with the minutes
             counts["minute_node_rows"] = NodeRollup.objects.filter(step__in=(MINUTE, *SUB_HOUR_LEVELS),
                                                                    start__lt=minute_cutoff)._raw_delete("default")

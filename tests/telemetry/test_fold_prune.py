@@ -12,7 +12,14 @@ from django.utils import timezone
 from appliance.audit.models import AuditRecord
 from appliance.inventory.models import Appliance, Node
 from appliance.telemetry import frames, services, tasks
-from appliance.telemetry.models import GpuMinuteFrame, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+from appliance.telemetry.models import (
+    FleetMinuteFrame,
+    GpuMinuteFrame,
+    GpuRollup,
+    HardwareEvent,
+    NodeCollector,
+    NodeRollup,
+)
 
 pytestmark = pytest.mark.django_db
 TOKEN = "tok-fold-gpu01-Lk3J9sQ2wE5rT8yU1iO4pA7s"
@@ -107,16 +114,19 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
     # a day later: minute rows before 12-01 11:00 go, but the 11:00 minute waits for its hour to be folded
     counts = services.prune(now=at(2, 11, 30))
     # the node's two minutes and the 5-, 10- and 30-minute rows the fold made of them (a node without GPUs in
-    # the inventory: no fleet row sums it), and the frames of 09:59, 10:00, 10:01 and 10:02
-    assert counts == {"minute_gpu_rows": 5, "minute_gpu_frames": 4, "minute_node_rows": 5, "minute_fleet_rows": 0,
-                      "hour_gpu_rows": 0, "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
+    # the inventory: no fleet row sums it), the frames of 09:59, 10:00, 10:01 and 10:02, and the fleet frames
+    # the fold packed of them (it packed 11:00 too, settled at 11:03)
+    assert counts == {"minute_gpu_rows": 5, "minute_gpu_frames": 4, "minute_fleet_frames": 4, "minute_node_rows": 5,
+                      "minute_fleet_rows": 0, "hour_gpu_rows": 0, "hour_node_rows": 0, "hour_fleet_rows": 0,
+                      "events": 0}
     assert list(GpuRollup.objects.filter(step=60).values_list("start", flat=True)) == [at(1, 11)]
     assert list(GpuMinuteFrame.objects.values_list("start", flat=True)) == [at(1, 11)]
+    assert list(FleetMinuteFrame.objects.values_list("start", flat=True)) == [at(1, 11)]
     counts = services.prune(now=at(4, 0, 0))  # three days after: hour rows and the first event are past two days
     # the node's hour row, and the 2-hour, 6-hour and day rows folded from it (whose buckets ended by the
     # cut-off)
-    assert counts == {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_node_rows": 0, "minute_fleet_rows": 0,
-                      "hour_gpu_rows": 3, "hour_node_rows": 4, "hour_fleet_rows": 0, "events": 1}
+    assert counts == {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_fleet_frames": 0, "minute_node_rows": 0,
+                      "minute_fleet_rows": 0, "hour_gpu_rows": 3, "hour_node_rows": 4, "hour_fleet_rows": 0, "events": 1}
     assert list(HardwareEvent.objects.values_list("message", flat=True)) == ["recent XID"]
     records = AuditRecord.objects.filter(event="telemetry.rollup.prune").order_by("sequence")
     assert [(r.details["minute_gpu_rows"], r.details["hour_gpu_rows"], r.details["events"]) for r in records] == \
@@ -128,7 +138,8 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
 def test_the_periodic_task_folds_then_prunes(node, hour_of_minutes):
     result = tasks.fold_and_prune.apply().get()
     assert result["folded"] == ["2026-12-01T09:00:00+00:00", "2026-12-01T10:00:00+00:00", "2026-12-01T11:00:00+00:00"]
-    assert result["pruned"] == {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_node_rows": 0,
+    assert result["pruned"] == {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_fleet_frames": 0,
+                                "minute_node_rows": 0,
                                 "minute_fleet_rows": 0, "hour_gpu_rows": 0, "hour_node_rows": 0, "hour_fleet_rows": 0,
                                 "events": 0}
 

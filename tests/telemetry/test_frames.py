@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from django.test import Client
 
+from appliance.inventory.models import Node
 from appliance.telemetry import frames
-from appliance.telemetry.models import GpuMinuteFrame, GpuRollup, NodeCollector
+from appliance.telemetry.models import FleetMinuteFrame, GpuMinuteFrame, GpuRollup, NodeCollector
 from tests.sample_inventory import build_sample_inventory
 from tests.telemetry.rows import NOW, at, gpu_row
 
@@ -151,3 +152,108 @@ def test_unpack_gives_columns_and_refuses_a_frame_of_another_shape(node):
         frames.unpack([found[0], (node_id, t, rows, figures, jobs, profiles, rest[0], rest[1], b"")])
     with pytest.raises(frames.FrameError, match=r"GPU minute frames: 40 bytes of node figures for 1 node rows"):
         frames.unpack([found[0], (node_id, t, rows, figures, jobs, profiles, rest[0][:40], *rest[1:])])
+
+
+# ---- fleet frames: every node frame of a minute in one row, packed when the minute settles ----------------
+
+def fleet_of(start) -> FleetMinuteFrame:
+    return FleetMinuteFrame.objects.get(start=start)
+
+
+def stored_fleet() -> list[tuple]:
+    return [(int(f.start.timestamp()), f.frame_count, f.row_count, bytes(f.node_ids), bytes(f.frame_rows),
+             bytes(f.figures), bytes(f.job_codes), f.jobs, bytes(f.profile_codes), f.profiles, bytes(f.node_figures),
+             bytes(f.mount_counts), bytes(f.mount_codes), f.mounts, bytes(f.mount_reads))
+            for f in FleetMinuteFrame.objects.order_by("start")]
+
+
+def test_a_fleet_frame_packs_every_node_frame_of_its_minute_column_by_column(node):
+    other = Node.objects.get(name="gpu-02")
+    write(gpu_line(1, T_1159, "util=30"), gpu_line(0, T_1159, "util=70,fb_used_mib=2000", ",hpc_job=4242"),
+          f"node_rollup,Hostname=gpu-01 step=60,samples=60,cpu_busy=0.35,fs_read_bps=1e9 {T_1159}",
+          f"mount_rollup,Hostname=gpu-01,mount=/mnt/scratch,fstype=lustre step=60,read_bps=1e9 {T_1159}",
+          f"mount_rollup,Hostname=gpu-01,mount=/home,fstype=nfs step=60,read_bps=2e6 {T_1159}")
+    gpu_row(other, 0, at(11, 59), util=5.0, job="chat-7b", profile="")
+    frames.build([at(11, 59)], [other.pk])  # the other node's frame, without a node row
+    assert frames.build_fleet([at(11, 58), at(11, 59)]) == 1  # 11:58 has no node frame: no fleet frame
+    fleet = fleet_of(at(11, 59))
+    assert (fleet.frame_count, fleet.row_count) == (2, 3)
+    assert np.frombuffer(bytes(fleet.node_ids), dtype="<i8").tolist() == sorted([node.pk, other.pk])
+    mine_first = node.pk < other.pk
+    assert np.frombuffer(bytes(fleet.frame_rows), dtype="<i4").tolist() == ([2, 1] if mine_first else [1, 2])
+    figures = np.frombuffer(bytes(fleet.figures), dtype="<f8").reshape(len(frames.FRAME_COLUMNS), 3)
+    # a column after the other: gpu, instance, util, ... of the three rows
+    utils = [70.0, 30.0, 5.0] if mine_first else [5.0, 70.0, 30.0]
+    assert figures[2].tolist() == utils and figures[1].tolist() == [-1.0, -1.0, -1.0]
+    jobs = fleet.jobs.split("\n")
+    assert jobs[0] == "" and sorted(jobs) == ["", "4242", "chat-7b"]
+    codes = np.frombuffer(bytes(fleet.job_codes), dtype="<i4").tolist()
+    assert [jobs[c] for c in codes] == (["4242", "", "chat-7b"] if mine_first else ["chat-7b", "4242", ""])
+    node_figures = np.frombuffer(bytes(fleet.node_figures), dtype="<f8").reshape(2, len(frames.NODE_FRAME_COLUMNS))
+    mine, theirs = (node_figures[0], node_figures[1]) if mine_first else (node_figures[1], node_figures[0])
+    assert mine[1] == 0.35 and mine[5] == 1e9 and np.isnan(theirs).all()  # cpu_busy, fs_read_bps; no node row
+    assert np.frombuffer(bytes(fleet.mount_counts), dtype="<i4").tolist() == ([2, 0] if mine_first else [0, 2])
+    mounts = fleet.mounts.split("\n")
+    assert [mounts[c] for c in np.frombuffer(bytes(fleet.mount_codes), dtype="<i4")] == ["/home", "/mnt/scratch"]
+    assert np.frombuffer(bytes(fleet.mount_reads), dtype="<f8").tolist() == [2e6, 1e9]
+    # read back, it gives what its node frames give, column for column
+    from_fleet, from_nodes = frames.unpack_fleet(stored_fleet()), frames.unpack(
+        sorted(stored_frames(), key=lambda frame: frame[0]))
+    assert from_fleet.keys() == from_nodes.keys()
+    for name, column in from_nodes.items():
+        assert np.array_equal(from_fleet[name], column, equal_nan=column.dtype.kind == "f"), name
+
+
+def test_a_late_write_drops_its_minutes_fleet_frame_and_the_fold_packs_it_again(node):
+    from appliance.telemetry import services
+
+    write(gpu_line(0, T_1158, "util=70", ",hpc_job=4242"), gpu_line(0, T_1159, "util=60", ",hpc_job=4242"))
+    # 12:02:30: 11:59 has settled (two minutes after it closed)
+    assert services.settle_fleet_frames(now=at(12, 2) + timedelta(seconds=30)) == [at(11, 58), at(11, 59)]
+    assert services.settle_fleet_frames(now=at(12, 2) + timedelta(seconds=40)) == []  # packed already
+    write(gpu_line(0, T_1158, "util=75", ",hpc_job=4242"))  # 11:58 sent again, late
+    assert list(FleetMinuteFrame.objects.values_list("start", flat=True)) == [at(11, 59)]
+    assert services.settle_fleet_frames(now=at(12, 3) + timedelta(seconds=30)) == [at(11, 58)]
+    figures = np.frombuffer(bytes(fleet_of(at(11, 58)).figures), dtype="<f8")
+    assert figures[2] == 75.0  # util, as the rows hold it now
+
+
+def test_unpack_fleet_refuses_a_fleet_frame_of_another_shape(node):
+    write(gpu_line(0, T_1159, "util=70", ",hpc_job=4242"), gpu_line(1, T_1159, "util=30"))
+    assert frames.build_fleet([at(11, 59)]) == 1
+    [stored] = stored_fleet()
+    bad = list(stored)
+    bad[5] = stored[5][:-8]  # a value short
+    with pytest.raises(frames.FrameError, match=r"fleet minute frame 2026-03-02 11:59: 19 figures for 20"):
+        frames.unpack_fleet([tuple(bad)])
+    bad = list(stored)
+    bad[2] = 3  # more rows than its frames hold
+    with pytest.raises(frames.FrameError, match=r"11:59: its frames hold 2 rows, not 3"):
+        frames.unpack_fleet([tuple(bad)])
+    bad = list(stored)
+    bad[6] = np.array([0, 5], dtype="<i4").tobytes()  # a job code past the jobs it names
+    with pytest.raises(frames.FrameError, match=r"11:59: jobs codes outside their values"):
+        frames.unpack_fleet([tuple(bad)])
+
+
+def test_writers_hold_a_minutes_lock_shared_and_a_fleet_build_alone(node):
+    """PostgreSQL: the advisory locks that keep a fleet frame from packing node frames a writer still holds."""
+    from django.db import connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("advisory locks are PostgreSQL's (SQLite runs one writer at a time)")
+    minute = T_1159 // 60
+
+    def held() -> list[tuple]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT classid, objid, mode FROM pg_locks WHERE locktype = 'advisory' "
+                           "AND pid = pg_backend_pid() ORDER BY mode")
+            return cursor.fetchall()
+
+    gpu_row(node, 0, at(11, 59), util=5.0)
+    with transaction.atomic():
+        frames.build([at(11, 59)], [node.pk])
+        assert held() == [(0x4652, minute, "ShareLock")]
+    # the test's own transaction keeps what it took until it ends
+    frames.build_fleet([at(11, 59)])
+    assert held() == [(0x4652, minute, "ExclusiveLock"), (0x4652, minute, "ShareLock")]
