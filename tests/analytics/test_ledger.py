@@ -269,3 +269,57 @@ def test_the_ledger_rows_are_the_same_when_their_keys_do_not_fit_one_number(rows
     monkeypatch.setattr(ledger, "COMBINED_KEY_LIMIT", 1.0)
     ledger.run_incremental(until=T0 + 2 * MINUTE)
     assert ledger_rows() == EXPECTED
+
+
+def _frame_reads(queries) -> dict[str, int]:
+    """How many of the captured queries read each frame table."""
+    return {table: sum(f"FROM {table}" in q["sql"] for q in queries.captured_queries)
+            for table in ("telemetry_fleetminuteframe", "telemetry_gpuminuteframe")}
+
+
+def test_minutes_with_fleet_frames_are_read_from_them_alone(rows):
+    """A settled minute's fleet frame packs every node's frame: the node frames are not read, nor the GPU rows'
+    columns, and the ledger is the one the rows give."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert frames.build([T0, T0 + MINUTE]) == 4
+    frames.build_fleet([T0, T0 + MINUTE])
+    with CaptureQueriesContext(connection) as queries:
+        ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert ledger_rows() == EXPECTED
+    assert _frame_reads(queries) == {"telemetry_fleetminuteframe": 1, "telemetry_gpuminuteframe": 0}
+    read = [q["sql"] for q in queries.captured_queries if "telemetry_gpurollup" in q["sql"]]
+    assert any("count(*)" in sql for sql in read) and not any("util" in sql for sql in read), read
+
+
+def test_a_fleet_frame_whose_minute_gained_a_row_is_passed_over_for_the_rows(rows):
+    """Another writer adds GPU 7 of gpu01 to 10:00 after its fleet frame was packed: 10:00 is read from its
+    rows (the added GPU counted), 10:01 still from its fleet frame."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    gpu01, _ = rows
+    assert frames.build([T0, T0 + MINUTE]) == 4
+    frames.build_fleet([T0, T0 + MINUTE])
+    GpuRollup.objects.create(node=gpu01, gpu=7, step=60, start=T0, samples=60, job="", util=0.0, sm_active=0.0)
+    with CaptureQueriesContext(connection) as queries:
+        ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert ledger_rows() == EXPECTED | {("gpu01", 7, -1, ""): (T0, "training", "", 60.0, 0.0, 0.0, 60.0, 0.0, 0.0, 0.0,
+                                                               0.0, 0.0)}
+    # 10:00's node frames are looked at (they pack 2 rows fewer than 10:00 holds now), then its rows read
+    assert _frame_reads(queries) == {"telemetry_fleetminuteframe": 1, "telemetry_gpuminuteframe": 1}
+    assert any("util" in q["sql"] for q in queries.captured_queries if "telemetry_gpurollup" in q["sql"])
+
+
+def test_a_minute_whose_fleet_frame_a_late_write_dropped_is_read_from_its_node_frames(rows):
+    """A late write rebuilds gpu02's frame of 10:01, which drops that minute's fleet frame: 10:01 is read from
+    its node frames, 10:00 from its fleet frame, and the ledger is the one the rows give."""
+    from appliance.telemetry.models import FleetMinuteFrame
+
+    assert frames.build([T0, T0 + MINUTE]) == 4
+    frames.build_fleet([T0, T0 + MINUTE])
+    frames.build([T0 + MINUTE])
+    assert [f.start for f in FleetMinuteFrame.objects.all()] == [T0]
+    ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert ledger_rows() == EXPECTED
