@@ -352,7 +352,8 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
     if not gpu:
         return None
     info = known if known is not None else {}
-    missing = set(np.unique(gpu["node_id"]).tolist()) - set(info)
+    unique_nodes, node_index = vector.unique(gpu["node_id"], return_inverse=True)
+    missing = set(unique_nodes.tolist()) - set(info)
     if missing:
         info.update(attribution.nodes_info(sorted(missing)))
     base = int(since.timestamp())
@@ -362,8 +363,9 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
     # their minutes.
     unframed = gpu["frame"] < 0
     found = np.zeros(len(node_ids), dtype=bool)  # of the rows read as rows: a node row joined
-    node_values = {name: gpu[name].copy() for name in vector.NODE_COLUMNS}
+    node_values = {name: gpu[name] for name in vector.NODE_COLUMNS}
     if unframed.any():
+        node_values = {name: column.copy() for name, column in node_values.items()}
         minutes = None if unframed.all() else np.unique(gpu["t"][unframed]).tolist()
         node = _read("telemetry_noderollup", NODE_NAMES, since, until, minutes)
         gpu_key = node_ids[unframed] * width + (gpu["t"][unframed] - base) // STEP
@@ -379,7 +381,6 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
 
     default = attribution.NodeReferences()
     references = {pk: entry.references for pk, entry in info.items()}
-    unique_nodes, node_index = np.unique(node_ids, return_inverse=True)
     clocks = np.array([references.get(int(pk), default).max_sm_clock.value for pk in unique_nodes])
     lines = np.array([references.get(int(pk), default).nvlink_line.value for pk in unique_nodes])
     # The reads of a frame's node row, judged for every frame at once (mounts and their references).
@@ -476,7 +477,7 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
         combined = parts[0].astype(np.int64)
         for part, span in zip(parts[1:], spans[1:], strict=True):
             combined = combined * span + part
-        order = np.argsort(combined)
+        order = np.argsort(combined, kind="stable")  # runs of sorted keys, a minute each: a merge, 10x quicker
         order = order[counted[order]]
         combined = combined[order]
         boundary = np.r_[True, combined[1:] != combined[:-1]]
@@ -503,7 +504,7 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
     for code, column in enumerate(CAUSE_COLUMNS):
         sums[column] = np.bincount(group, np.where(labels == code, s, 0.0), groups)
     positions = order[np.flatnonzero(boundary)]
-    hours = {int(h): _param(datetime.fromtimestamp(int(h), UTC)) for h in np.unique(hour)}
+    hours = {int(h): _param(datetime.fromtimestamp(int(h), UTC)) for h in np.unique(hour[positions])}
     pools = {pk: entry.pool for pk, entry in info.items()}
     codes = np.unique(gpu["job_code"][positions])
     users = owners.users_of({str(gpu["jobs"][code]) for code in codes.tolist() if code > 0},

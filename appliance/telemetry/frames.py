@@ -384,16 +384,17 @@ def _joined(parts: list[Packed]) -> Packed:
 
     def union(name: str) -> tuple[np.ndarray, list]:
         values: dict[str, int] = {"": 0}
-        seen: dict[tuple, np.ndarray] = {}
+        seen: dict[tuple, np.ndarray | None] = {}  # None: the codes stand as they are
         codes = []
         for part in parts:
             names = tuple(getattr(part, f"{name}_values"))
-            remap = seen.get(names)
-            if remap is None:
-                remap = seen[names] = np.array([values.setdefault(value, len(values)) for value in names],
-                                               dtype=np.int64)
-            codes.append(remap[getattr(part, f"{name}_code")])
-        return np.concatenate(codes), list(values)
+            if names not in seen:
+                remap = np.array([values.setdefault(value, len(values)) for value in names], dtype=np.int64)
+                seen[names] = None if np.array_equal(remap, np.arange(len(remap))) else remap
+            remap = seen[names]
+            code = getattr(part, f"{name}_code")
+            codes.append(code if remap is None else remap[code])
+        return np.concatenate(codes).astype(np.int64, copy=False), list(values)
 
     job_code, job_values = union("job")
     profile_code, profile_values = union("profile")

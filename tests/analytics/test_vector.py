@@ -169,3 +169,19 @@ def test_the_reads_of_many_node_rows_at_once_are_read_saturation_of_each():
     assert actual.tolist()[:6] == [True, False, False, True, False, False]
     assert actual.tolist() == expected
     assert 30 < sum(expected) < 270  # both answers are well represented
+
+
+@pytest.mark.parametrize(("values", "distinct", "inverse"), [
+    # a span small against the count: the table
+    ([7, 5, 7, 9, 5, 5], [5, 7, 9], [1, 0, 1, 2, 0, 0]),
+    ([-3, 2, -3, 0], [-3, 0, 2], [0, 2, 0, 1]),
+    # a span far wider than the count: np.unique's sort, the same answer
+    ([10**12, 3, 10**12], [3, 10**12], [1, 0, 1]),
+    ([], [], []),
+])
+def test_unique_of_integers_by_a_table_or_a_sort(values, distinct, inverse):
+    array = np.array(values, dtype=np.int64)
+    found, found_inverse = vector.unique(array, return_inverse=True)
+    assert found.tolist() == distinct and found.dtype == np.int64
+    assert found_inverse.tolist() == inverse
+    assert vector.unique(array).tolist() == distinct
