@@ -16,6 +16,15 @@ another way (a test, a tool) have no frame, or a frame whose `row_count` no long
 compares each minute's packed count with the rows' count and reads the rows of a minute that differs.
 A value changed in place by another writer, the count unchanged, is not seen: only the ingest writes these
 rows. Frames are pruned with the minute rows.
+
+Fleet minute frames (models.FleetMinuteFrame): once a minute has settled, the fold (services.
+settle_fleet_frames) packs every node frame of that minute into one row, so an hour of 1,000 nodes is 60
+rows instead of 60,000 (README, "Attribution at fleet scale", has what it saves). Node frames written for a minute (a late write) delete its fleet
+frame in their transaction, and the next fold packs it again; the ledger compares a fleet frame's
+`row_count` with the minute's rows as it does a node frame's, and reads a minute without a fleet frame
+from its node frames. On PostgreSQL the writers of node frames and the packer take the minute's advisory
+lock (lock_minutes), shared and alone, so that a fleet frame never packs node frames an open transaction
+is rewriting.
 """
 
 from __future__ import annotations
