@@ -220,10 +220,6 @@ def _fetch(sql: str, params: list) -> list[tuple]:
         return cursor.fetchall()
 
 
-NODE_FRAME_FIELDS = ("node_id", "start", "row_count", "figures", "jobs", "profiles", "node_figures", "mounts",
-                     "mount_reads")
-
-
 def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
     """The window's GPU rows from their frames (telemetry.frames.unpack's columns, which carry their node
     rows' figures too): a minute's fleet frame where its GPU rows are the ones it packs, else the minute's
@@ -235,9 +231,10 @@ def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
     window = "start >= %s AND start < %s"
     fleet = _fetch(f"SELECT {fleet_fields} FROM {FleetMinuteFrame._meta.db_table} WHERE {window}",
                    [_param(since), _param(until)])
-    node_fields = ", ".join(epoch if name == "start" else name for name in NODE_FRAME_FIELDS)
+    node_fields = ", ".join(epoch if name == "start" else name for name in frames.NODE_FRAME_FIELDS)
     found = []
-    if not fleet:
+    read_by_window = not fleet  # every node frame of the window read already
+    if read_by_window:
         found = _fetch(f"SELECT {node_fields} FROM {GpuMinuteFrame._meta.db_table} WHERE {window}",
                        [_param(since), _param(until)])
         if not found:
@@ -248,7 +245,7 @@ def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
         stored = dict(cursor.fetchall())
     fleet = [frame for frame in fleet if stored.get(frame[0]) == frame[2]]
     rest = sorted(set(stored) - {frame[0] for frame in fleet})
-    if fleet and rest:  # minutes without a fleet frame (or whose rows changed since it was packed)
+    if rest and not read_by_window:  # minutes without a fleet frame (or whose rows changed since it was packed)
         moments = [_param(datetime.fromtimestamp(t, UTC)) for t in rest]
         found = _fetch(f"SELECT {node_fields} FROM {GpuMinuteFrame._meta.db_table} "
                        f"WHERE start IN ({', '.join(['%s'] * len(moments))})", moments)

@@ -222,8 +222,8 @@ def build_fleet(starts: Iterable[datetime]) -> int:
         moments = starts[first:first + FLEET_MINUTES_A_QUERY]
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             lock_minutes(connection, moments, shared=False)
-            cursor.execute(f"SELECT node_id, {epoch_sql(connection, 'start')}, row_count, figures, jobs, profiles, "
-                           f"node_figures, mounts, mount_reads FROM {quote(GpuMinuteFrame._meta.db_table)} "
+            fields = ", ".join(epoch_sql(connection, name) if name == "start" else name for name in NODE_FRAME_FIELDS)
+            cursor.execute(f"SELECT {fields} FROM {quote(GpuMinuteFrame._meta.db_table)} "
                            f"WHERE start IN ({', '.join(['%s'] * len(moments))}) ORDER BY start, node_id",
                            [adapt(m) for m in moments])
             by_minute: dict[int, list[tuple]] = {}
@@ -343,6 +343,9 @@ def _packed_frames(frames: list[tuple]) -> Packed:
                   mount_reads=reads)
 
 
+# A node frame as `unpack` takes it: its columns in this order, `start` as epoch seconds.
+NODE_FRAME_FIELDS = ("node_id", "start", "row_count", "figures", "jobs", "profiles", "node_figures", "mounts",
+                     "mount_reads")
 # A fleet frame as read: its columns in this order, `start` as epoch seconds.
 FLEET_FIELDS = ("start", "frame_count", "row_count", "node_ids", "frame_rows", "figures", "job_codes", "jobs",
                 "profile_codes", "profiles", "node_figures", "mount_counts", "mount_codes", "mounts", "mount_reads")

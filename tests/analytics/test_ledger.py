@@ -323,3 +323,20 @@ def test_a_minute_whose_fleet_frame_a_late_write_dropped_is_read_from_its_node_f
     assert [f.start for f in FleetMinuteFrame.objects.all()] == [T0]
     ledger.run_incremental(until=T0 + 2 * MINUTE)
     assert ledger_rows() == EXPECTED
+
+
+def test_minutes_whose_fleet_frames_are_all_stale_are_read_from_their_node_frames(rows):
+    """The window's only fleet frame (10:00) no longer matches its rows (a row added by another writer): 10:00
+    is read from its rows, and 10:01, which has no fleet frame, from its node frames, not from its rows."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    gpu01, _ = rows
+    assert frames.build([T0, T0 + MINUTE]) == 4
+    frames.build_fleet([T0])
+    GpuRollup.objects.create(node=gpu01, gpu=7, step=60, start=T0, samples=60, job="", util=0.0, sm_active=0.0)
+    with CaptureQueriesContext(connection) as queries:
+        ledger.run_incremental(until=T0 + 2 * MINUTE)
+    assert ledger_rows() == EXPECTED | {("gpu01", 7, -1, ""): (T0, "training", "", 60.0, 0.0, 0.0, 60.0, 0.0, 0.0, 0.0,
+                                                               0.0, 0.0)}
+    assert _frame_reads(queries) == {"telemetry_fleetminuteframe": 1, "telemetry_gpuminuteframe": 1}
