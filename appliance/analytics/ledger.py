@@ -7,7 +7,8 @@ the GPU minute frames (telemetry.frames: a node's GPU rows and node row of a min
 the ingest; a minute whose frames do not pack each of its GPU rows is read from the rows, with raw column
 queries), and adds each chunk's
 GPU-seconds into CauseHour in the same transaction that moves the cursor past it: a minute is added once,
-and a run that is stopped or fails adds nothing of the chunk it was in. A minute is complete
+and a run that is stopped or fails adds nothing of the chunk it was in. A run of several chunks reads each
+next chunk in a thread while it judges the one before (`_ReadAhead`). A minute is complete
 COMPLETE_AFTER_S after its end (collectors send a closed minute within seconds; one that comes later than
 that, from a buffer after an outage, is not counted unless a person asks for a rebuild of that span).
 
@@ -28,11 +29,12 @@ reference), which is what a user reads.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import orjson
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from appliance.telemetry import frames
@@ -341,11 +343,13 @@ def _mounts(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict | None]:
     return result
 
 
-def attribute_window(since: datetime, until: datetime, known: dict | None = None) -> dict | None:
+def attribute_window(since: datetime, until: datetime, known: dict | None = None,
+                     columns: dict[str, np.ndarray] | None = None) -> dict | None:
     """Every per-minute GPU bucket starting in [since, until) judged: the GPU columns with `rule` (index
     in vector.RULE_NAMES) and `label` (index in rules.LABELS) added, and the nodes' info (read for the nodes
-    not in `known`, which keeps them for the next window of a run); None if no row."""
-    gpu = _gpu_columns(since, until)
+    not in `known`, which keeps them for the next window of a run); None if no row. `columns`: the window's
+    GPU columns read already (`_gpu_columns`, by a run's read-ahead)."""
+    gpu = _gpu_columns(since, until) if columns is None else columns
     if not gpu:
         return None
     info = known if known is not None else {}
@@ -540,6 +544,47 @@ def _next_start(since: datetime, until: datetime) -> datetime | None:
     return _first_minute(" AND start >= %s AND start < %s", [_param(since), _param(until)])
 
 
+class _ReadAhead:
+    """The next chunk's GPU columns read in a thread of their own, on its own database connection, while the
+    run judges the chunk before it and writes its ledger rows: the reads wait on the database and numpy's
+    copies, the judging on numpy, and most of both leave Python's lock free, so a day of the fleet's chunks
+    overlap instead of queueing (tests/bench/bench_attribution_fleet.py). Only for a run outside a
+    transaction: a caller's uncommitted rows are not seen by another connection. The chunk's own transaction
+    (the cursor's lock) is not needed for the read: it reads rollups and frames, which a run does not write;
+    what a late write adds after the read is what it adds after any read (COMPLETE_AFTER_S)."""
+
+    THREAD_NAME = "ledger-read-ahead"
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.THREAD_NAME)
+        self._pending = None  # ((since, until), future)
+
+    def start(self, since: datetime, until: datetime) -> None:
+        self._drop()
+        self._pending = ((since, until), self._pool.submit(_gpu_columns, since, until))
+
+    def take(self, since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
+        """The columns read ahead for [since, until) (a read's error raised here), None where no read of
+        that span is pending (another run moved the cursor, or an empty chunk skipped ahead)."""
+        if self._pending is None or self._pending[0] != (since, until):
+            self._drop()
+            return None
+        future = self._pending[1]
+        self._pending = None
+        return future.result()
+
+    def _drop(self) -> None:
+        if self._pending is not None:
+            future, self._pending = self._pending[1], None
+            if not future.cancel():
+                future.exception()  # waited for; the span is read again by whoever needs it
+
+    def close(self) -> None:
+        self._drop()
+        self._pool.submit(lambda: connections.close_all()).result()  # the thread's own connection
+        self._pool.shutdown(wait=True)
+
+
 def run_incremental(*, until: datetime | None = None, max_minutes: int | None = None) -> dict:
     """Attribute every complete minute after the cursor into CauseHour (at most `max_minutes` of them);
     returns {"minutes", "buckets" (GPU rows judged), "seconds" (GPU-seconds added), "attributed_until"}."""
@@ -558,27 +603,39 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
     known: dict = {}  # the nodes' name, pool and references, read once a run
     if since is not None and max_minutes is not None:
         until = min(until, since + timedelta(minutes=max_minutes))
-    while since is not None and since < until:
-        end = min(until, since + timedelta(minutes=CHUNK_MINUTES))
-        with transaction.atomic():
-            current = AttributionCursor.objects.select_for_update().get(name=CURSOR)
-            if current.attributed_until is not None and current.attributed_until > since:  # another run went first
-                since = current.attributed_until
-                continue
-            window = attribute_window(since, end, known)
-            if window is None:  # an empty chunk: skip every empty minute up to the next row (or the end)
-                end = _next_start(end, until) or until
-            rows, seconds = _ledger_rows(window) if window else ([], 0.0)
-            _upsert(rows)
-            buckets = len(window["gpu"]["t"]) if window else 0
-            current.attributed_until = end
-            current.last_run_buckets = buckets
-            current.last_run_seconds = time.perf_counter() - began
-            current.save(update_fields=["attributed_until", "last_run_buckets", "last_run_seconds", "updated_at"])
-        totals["minutes"] += int((end - since).total_seconds()) // STEP
-        totals["buckets"] += buckets
-        totals["seconds"] += seconds
-        since = end
+    chunk = timedelta(minutes=CHUNK_MINUTES)
+    ahead = _ReadAhead() if since is not None and until - since > chunk and not connection.in_atomic_block else None
+    try:
+        while since is not None and since < until:
+            end = min(until, since + chunk)
+            with transaction.atomic():
+                current = AttributionCursor.objects.select_for_update().get(name=CURSOR)
+                if current.attributed_until is not None and current.attributed_until > since:  # another run went first
+                    since = current.attributed_until
+                    continue
+                columns = ahead.take(since, end) if ahead else None
+                if columns is None:
+                    columns = _gpu_columns(since, end)
+                if ahead and columns and end < until:
+                    ahead.start(end, min(until, end + chunk))
+                window = attribute_window(since, end, known, columns)
+                if window is None:  # an empty chunk: skip every empty minute up to the next row (or the end)
+                    end = _next_start(end, until) or until
+                rows, seconds = _ledger_rows(window) if window else ([], 0.0)
+                _upsert(rows)
+                buckets = len(window["gpu"]["t"]) if window else 0
+                current.attributed_until = end
+                current.last_run_buckets = buckets
+                current.last_run_seconds = time.perf_counter() - began
+                current.save(update_fields=["attributed_until", "last_run_buckets", "last_run_seconds",
+                                            "updated_at"])
+            totals["minutes"] += int((end - since).total_seconds()) // STEP
+            totals["buckets"] += buckets
+            totals["seconds"] += seconds
+            since = end
+    finally:
+        if ahead:
+            ahead.close()
     done = AttributionCursor.objects.get(name=CURSOR).attributed_until
     return totals | {"seconds": round(totals["seconds"], 3), "attributed_until": done.isoformat() if done else None,
                      "elapsed_s": round(time.perf_counter() - began, 3)}

@@ -26,6 +26,10 @@ def row(node, gpu, minute, job, util, sm, used_gib, total_gib=80, instance=-1, p
 
 @pytest.fixture
 def rows(db):
+    return make_rows()
+
+
+def make_rows():
     appliance = Appliance.objects.create(name="demo")
     training = Pool.objects.create(appliance=appliance, name="training", kind=Pool.Kind.TRAINING)
     inference = Pool.objects.create(appliance=appliance, name="inference", kind=Pool.Kind.INFERENCE)
@@ -340,3 +344,100 @@ def test_minutes_whose_fleet_frames_are_all_stale_are_read_from_their_node_frame
     assert ledger_rows() == EXPECTED | {("gpu01", 7, -1, ""): (T0, "training", "", 60.0, 0.0, 0.0, 60.0, 0.0, 0.0, 0.0,
                                                                0.0, 0.0)}
     assert _frame_reads(queries) == {"telemetry_fleetminuteframe": 1, "telemetry_gpuminuteframe": 1}
+
+
+def _hours_of_rows():
+    """The `rows` fixture's rows (and node rows) at 10:00, again at 11:00, none at 12:00, and at 13:00."""
+    gpu_rows, node_rows = list(GpuRollup.objects.all()), list(NodeRollup.objects.all())
+    for hours in (1, 3):
+        for item in gpu_rows + node_rows:
+            item.pk, item.start = None, item.start + timedelta(hours=hours)
+        GpuRollup.objects.bulk_create(gpu_rows)
+        NodeRollup.objects.bulk_create(node_rows)
+        for item in gpu_rows + node_rows:
+            item.start -= timedelta(hours=hours)
+
+
+@pytest.fixture
+def committed_rows(transactional_db):
+    """The `rows` fixture's rows, committed (a run outside a transaction reads ahead on another connection,
+    which sees committed rows only), at 10:00, 11:00 and 13:00."""
+    gpu01, gpu02 = make_rows()
+    _hours_of_rows()
+    return gpu01, gpu02
+
+
+def _reads(monkeypatch) -> list[tuple[str, str]]:
+    """(the span's start, the reading thread's name) of each GPU columns read, as they happen."""
+    import threading
+
+    seen, read = [], ledger._gpu_columns
+
+    def recorded(since, until):
+        thread = threading.current_thread().name
+        seen.append((f"{since:%H:%M}-{until:%H:%M}", "ahead" if thread.startswith("ledger-read-ahead") else "run"))
+        return read(since, until)
+
+    monkeypatch.setattr(ledger, "_gpu_columns", recorded)
+    return seen
+
+
+def test_a_run_outside_a_transaction_reads_the_next_hour_ahead_and_writes_the_same_ledger(committed_rows,
+                                                                                          monkeypatch):
+    seen = _reads(monkeypatch)
+    result = ledger.run_incremental(until=T0 + timedelta(hours=3, minutes=2))
+    assert (result["minutes"], result["buckets"]) == (3 * 60 + 2, 33)
+    # 11:00 and the empty 12:00 read ahead while the hour before was judged; the empty hour skips to 13:00,
+    # which is read by the run itself (no read of it was under way)
+    assert seen == [("10:00-11:00", "run"), ("11:00-12:00", "ahead"), ("12:00-13:00", "ahead"),
+                    ("13:00-13:02", "run")]
+    by_hour = {}  # each hour's ledger rows, as EXPECTED gives 10:00's (each hour holds 10:00's rows)
+    for r in CauseHour.objects.select_related("node"):
+        by_hour.setdefault(r.hour, {})[(r.node.name, r.gpu, r.instance, r.job)] = (
+            T0, r.pool, r.user, *(round(getattr(r, c), 3) for c in COLUMNS))
+    assert sorted(by_hour) == [T0, T0 + timedelta(hours=1), T0 + timedelta(hours=3)]
+    assert all(hour == EXPECTED for hour in by_hour.values())
+    assert AttributionCursor.objects.get(name="rollups").attributed_until == T0 + timedelta(hours=3, minutes=2)
+
+
+def test_a_read_ahead_that_fails_stops_the_run_before_its_hour(committed_rows, monkeypatch):
+    """The error of a read made in the read-ahead thread is the run's: the hour before it is in the ledger,
+    nothing of the hour it read, and the cursor stops between them."""
+    read = ledger._gpu_columns
+
+    def failing(since, until):
+        if since == T0 + timedelta(hours=1):
+            raise frames.FrameError("fleet minute frame 2026-01-01 11:00: 3 node ids for 2")
+        return read(since, until)
+
+    monkeypatch.setattr(ledger, "_gpu_columns", failing)
+    with pytest.raises(frames.FrameError, match="11:00: 3 node ids for 2"):
+        ledger.run_incremental(until=T0 + timedelta(hours=3, minutes=2))
+    assert {r.hour for r in CauseHour.objects.all()} == {T0}
+    assert AttributionCursor.objects.get(name="rollups").attributed_until == T0 + timedelta(hours=1)
+
+
+def test_a_read_ahead_of_another_span_is_not_taken(committed_rows):
+    """A read made for a span the run does not go on to (another run moved the cursor) is dropped: the
+    run reads its own span itself."""
+    ahead = ledger._ReadAhead()
+    try:
+        ahead.start(T0, T0 + timedelta(hours=1))
+        assert ahead.take(T0 + timedelta(minutes=30), T0 + timedelta(hours=1)) is None
+        assert ahead.take(T0, T0 + timedelta(hours=1)) is None  # dropped, not kept for later
+        ahead.start(T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+        columns = ahead.take(T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+        assert len(columns["t"]) == 11 and set(columns["t"].tolist()) == {int(T0.timestamp()) + 3600,
+                                                                          int(T0.timestamp()) + 3660}
+    finally:
+        ahead.close()
+
+
+def test_a_run_inside_a_transaction_reads_every_hour_itself(rows, monkeypatch):
+    """A caller's transaction (its rows not yet committed, here the test's): no other connection would see
+    them, so nothing is read ahead, and the ledger is the same."""
+    _hours_of_rows()
+    seen = _reads(monkeypatch)
+    result = ledger.run_incremental(until=T0 + timedelta(hours=3, minutes=2))
+    assert (result["minutes"], result["buckets"]) == (3 * 60 + 2, 33)
+    assert [thread for _, thread in seen] == ["run"] * 4
