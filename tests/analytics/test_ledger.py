@@ -367,6 +367,16 @@ def committed_rows(transactional_db):
     return gpu01, gpu02
 
 
+def ledger_by_hour() -> dict:
+    """{hour: that hour's ledger rows as ledger_rows gives them, the hour written as T0} (each hour holds 10:00's
+    rows, so EXPECTED is every hour's)."""
+    by_hour = {}
+    for r in CauseHour.objects.select_related("node"):
+        by_hour.setdefault(r.hour, {})[(r.node.name, r.gpu, r.instance, r.job)] = (
+            T0, r.pool, r.user, *(round(getattr(r, c), 3) for c in COLUMNS))
+    return by_hour
+
+
 def _reads(monkeypatch) -> list[tuple[str, str]]:
     """(the span's start, the reading thread's name) of each GPU columns read, as they happen."""
     import threading
@@ -391,12 +401,7 @@ def test_a_run_outside_a_transaction_reads_the_next_hour_ahead_and_writes_the_sa
     # which is read by the run itself (no read of it was under way)
     assert seen == [("10:00-11:00", "run"), ("11:00-12:00", "ahead"), ("12:00-13:00", "ahead"),
                     ("13:00-13:02", "run")]
-    by_hour = {}  # each hour's ledger rows, as EXPECTED gives 10:00's (each hour holds 10:00's rows)
-    for r in CauseHour.objects.select_related("node"):
-        by_hour.setdefault(r.hour, {})[(r.node.name, r.gpu, r.instance, r.job)] = (
-            T0, r.pool, r.user, *(round(getattr(r, c), 3) for c in COLUMNS))
-    assert sorted(by_hour) == [T0, T0 + timedelta(hours=1), T0 + timedelta(hours=3)]
-    assert all(hour == EXPECTED for hour in by_hour.values())
+    assert ledger_by_hour() == {T0: EXPECTED, T0 + timedelta(hours=1): EXPECTED, T0 + timedelta(hours=3): EXPECTED}
     assert AttributionCursor.objects.get(name="rollups").attributed_until == T0 + timedelta(hours=3, minutes=2)
 
 
@@ -441,3 +446,4 @@ def test_a_run_inside_a_transaction_reads_every_hour_itself(rows, monkeypatch):
     result = ledger.run_incremental(until=T0 + timedelta(hours=3, minutes=2))
     assert (result["minutes"], result["buckets"]) == (3 * 60 + 2, 33)
     assert [thread for _, thread in seen] == ["run"] * 4
+    assert ledger_by_hour() == {T0: EXPECTED, T0 + timedelta(hours=1): EXPECTED, T0 + timedelta(hours=3): EXPECTED}
