@@ -7,8 +7,8 @@ the GPU minute frames (telemetry.frames: a node's GPU rows and node row of a min
 the ingest; a minute whose frames do not pack each of its GPU rows is read from the rows, with raw column
 queries), and adds each chunk's
 GPU-seconds into CauseHour in the same transaction that moves the cursor past it: a minute is added once,
-and a run that is stopped or fails adds nothing of the chunk it was in. A run of several chunks reads each
-next chunk in a thread while it judges the one before (`_ReadAhead`). A minute is complete
+and a run that is stopped or fails adds nothing of the chunk it was in. A run of several chunks reads and
+judges the next chunks in threads while it writes the one before (`_Ahead`). A minute is complete
 COMPLETE_AFTER_S after its end (collectors send a closed minute within seconds; one that comes later than
 that, from a buffer after an outage, is not counted unless a person asks for a rebuild of that span).
 
@@ -29,6 +29,7 @@ reference), which is what a user reads.
 from __future__ import annotations
 
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -348,7 +349,7 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
     """Every per-minute GPU bucket starting in [since, until) judged: the GPU columns with `rule` (index
     in vector.RULE_NAMES) and `label` (index in rules.LABELS) added, and the nodes' info (read for the nodes
     not in `known`, which keeps them for the next window of a run); None if no row. `columns`: the window's
-    GPU columns read already (`_gpu_columns`, by a run's read-ahead)."""
+    GPU columns read already (`_gpu_columns`)."""
     gpu = _gpu_columns(since, until) if columns is None else columns
     if not gpu:
         return None
@@ -544,45 +545,69 @@ def _next_start(since: datetime, until: datetime) -> datetime | None:
     return _first_minute(" AND start >= %s AND start < %s", [_param(since), _param(until)])
 
 
-class _ReadAhead:
-    """The next chunk's GPU columns read in a thread of their own, on its own database connection, while the
-    run judges the chunk before it and writes its ledger rows: the reads wait on the database and numpy's
-    copies, the judging on numpy, and most of both leave Python's lock free, so a day of the fleet's chunks
-    overlap instead of queueing (tests/bench/bench_attribution_fleet.py). Only for a run outside a
-    transaction: a caller's uncommitted rows are not seen by another connection. The chunk's own transaction
-    (the cursor's lock) is not needed for the read: it reads rollups and frames, which a run does not write;
-    what a late write adds after the read is what it adds after any read (COMPLETE_AFTER_S)."""
+NOT_AHEAD = object()  # _Ahead.take: no judging of that span was under way
 
-    THREAD_NAME = "ledger-read-ahead"
+
+class _Ahead:
+    """The next chunks read and judged (attribute_window) ahead of the run, each stage in a thread of its own
+    on its own database connection, while the run makes the ledger rows of the chunk before them and writes
+    them: a pipeline of three (read chunk h+2, judge h+1, write h). The reads wait on the database (on disk
+    where the frames have left the page cache) and numpy's copies, the judging and the ledger rows on numpy,
+    and most of that leaves Python's lock free, so a day of the fleet's chunks overlap instead of queueing
+    (tests/bench/bench_attribution_fleet.py). The judging thread keeps its own cache of the nodes' info; a
+    window carries a copy of it, as it was when the window was judged. Only for a run outside a transaction:
+    a caller's uncommitted rows are not seen by another connection. The chunk's own transaction (the
+    cursor's lock) is not needed for the judging: it reads rollups, frames and nodes, which a run does not
+    write; what a late write adds after the read is what it adds after any read (COMPLETE_AFTER_S)."""
+
+    THREAD_NAME = "ledger-ahead"
+    DEPTH = 2  # chunks under way ahead of the one the run writes: one read, one judged
 
     def __init__(self):
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.THREAD_NAME)
-        self._pending = None  # ((since, until), future)
+        self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.THREAD_NAME}-read")
+        self._judging = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.THREAD_NAME}-judge")
+        self._pending: deque = deque()  # ((since, until), read future, judged future), in the run's order
+        self._known: dict = {}  # the nodes' info, read once a run by the judging thread
 
     def start(self, since: datetime, until: datetime) -> None:
-        self._drop()
-        self._pending = ((since, until), self._pool.submit(_gpu_columns, since, until))
+        read = self._reads.submit(_gpu_columns, since, until)
+        self._pending.append(((since, until), read, self._judging.submit(self._judge, since, until, read)))
 
-    def take(self, since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
-        """The columns read ahead for [since, until) (a read's error raised here), None where no read of
-        that span is pending (another run moved the cursor, or an empty chunk skipped ahead)."""
-        if self._pending is None or self._pending[0] != (since, until):
+    def fill(self, since: datetime, until: datetime, chunk: timedelta) -> None:
+        """Keep DEPTH chunks of [since, until) under way: the chunks after those already pending."""
+        start = self._pending[-1][0][1] if self._pending else since
+        while len(self._pending) < self.DEPTH and start < until:
+            end = min(until, start + chunk)
+            self.start(start, end)
+            start = end
+
+    def _judge(self, since: datetime, until: datetime, read) -> dict | None:
+        window = attribute_window(since, until, self._known, read.result())
+        if window is not None:
+            window["info"] = dict(window["info"])  # the run reads it while this thread adds the next chunk's nodes
+        return window
+
+    def take(self, since: datetime, until: datetime):
+        """The window judged ahead for [since, until) (None for a chunk without rows; an error of its
+        reading or judging raised here), NOT_AHEAD where the next chunk under way is not that span (another
+        run moved the cursor, or an empty chunk skipped ahead): everything under way is dropped then."""
+        if not self._pending or self._pending[0][0] != (since, until):
             self._drop()
-            return None
-        future = self._pending[1]
-        self._pending = None
-        return future.result()
+            return NOT_AHEAD
+        return self._pending.popleft()[2].result()
 
     def _drop(self) -> None:
-        if self._pending is not None:
-            future, self._pending = self._pending[1], None
-            if not future.cancel():
-                future.exception()  # waited for; the span is read again by whoever needs it
+        while self._pending:
+            _, read, judged = self._pending.popleft()
+            for future in (judged, read):
+                if not future.cancel():
+                    future.exception()  # waited for; the span is read and judged again by whoever needs it
 
     def close(self) -> None:
         self._drop()
-        self._pool.submit(lambda: connections.close_all()).result()  # the thread's own connection
-        self._pool.shutdown(wait=True)
+        for pool in (self._reads, self._judging):
+            pool.submit(lambda: connections.close_all()).result()  # the thread's own connection
+            pool.shutdown(wait=True)
 
 
 def run_incremental(*, until: datetime | None = None, max_minutes: int | None = None) -> dict:
@@ -604,7 +629,7 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
     if since is not None and max_minutes is not None:
         until = min(until, since + timedelta(minutes=max_minutes))
     chunk = timedelta(minutes=CHUNK_MINUTES)
-    ahead = _ReadAhead() if since is not None and until - since > chunk and not connection.in_atomic_block else None
+    ahead = _Ahead() if since is not None and until - since > chunk and not connection.in_atomic_block else None
     try:
         while since is not None and since < until:
             end = min(until, since + chunk)
@@ -613,12 +638,12 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
                 if current.attributed_until is not None and current.attributed_until > since:  # another run went first
                     since = current.attributed_until
                     continue
-                columns = ahead.take(since, end) if ahead else None
-                if columns is None:
-                    columns = _gpu_columns(since, end)
-                if ahead and columns and end < until:
-                    ahead.start(end, min(until, end + chunk))
-                window = attribute_window(since, end, known, columns)
+                window = ahead.take(since, end) if ahead else NOT_AHEAD
+                columns = _gpu_columns(since, end) if window is NOT_AHEAD else None
+                if ahead and (bool(columns) if window is NOT_AHEAD else window is not None):
+                    ahead.fill(end, until, chunk)
+                if window is NOT_AHEAD:
+                    window = attribute_window(since, end, known, columns)
                 if window is None:  # an empty chunk: skip every empty minute up to the next row (or the end)
                     end = _next_start(end, until) or until
                 rows, seconds = _ledger_rows(window) if window else ([], 0.0)

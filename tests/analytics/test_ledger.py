@@ -346,10 +346,11 @@ def test_minutes_whose_fleet_frames_are_all_stale_are_read_from_their_node_frame
     assert _frame_reads(queries) == {"telemetry_fleetminuteframe": 1, "telemetry_gpuminuteframe": 1}
 
 
-def _hours_of_rows():
-    """The `rows` fixture's rows (and node rows) at 10:00, again at 11:00, none at 12:00, and at 13:00."""
+def _hours_of_rows(later=(1, 3)):
+    """The `rows` fixture's rows (and node rows) at 10:00, and again `later` hours after (by default at
+    11:00, none at 12:00, and at 13:00)."""
     gpu_rows, node_rows = list(GpuRollup.objects.all()), list(NodeRollup.objects.all())
-    for hours in (1, 3):
+    for hours in later:
         for item in gpu_rows + node_rows:
             item.pk, item.start = None, item.start + timedelta(hours=hours)
         GpuRollup.objects.bulk_create(gpu_rows)
@@ -385,7 +386,7 @@ def _reads(monkeypatch) -> list[tuple[str, str]]:
 
     def recorded(since, until):
         thread = threading.current_thread().name
-        seen.append((f"{since:%H:%M}-{until:%H:%M}", "ahead" if thread.startswith("ledger-read-ahead") else "run"))
+        seen.append((f"{since:%H:%M}-{until:%H:%M}", "ahead" if thread.startswith(ledger._Ahead.THREAD_NAME) else "run"))
         return read(since, until)
 
     monkeypatch.setattr(ledger, "_gpu_columns", recorded)
@@ -397,16 +398,30 @@ def test_a_run_outside_a_transaction_reads_the_next_hour_ahead_and_writes_the_sa
     seen = _reads(monkeypatch)
     result = ledger.run_incremental(until=T0 + timedelta(hours=3, minutes=2))
     assert (result["minutes"], result["buckets"]) == (3 * 60 + 2, 33)
-    # 11:00 and the empty 12:00 read ahead while the hour before was judged; the empty hour skips to 13:00,
-    # which is read by the run itself (no read of it was under way)
+    # 10:00 read by the run, which then has the next two chunks read and judged ahead: 11:00 and the empty
+    # 12:00, then, 11:00 taken, 13:00-13:02 (the empty hour skips to 13:00, which is under way already)
     assert seen == [("10:00-11:00", "run"), ("11:00-12:00", "ahead"), ("12:00-13:00", "ahead"),
-                    ("13:00-13:02", "run")]
+                    ("13:00-13:02", "ahead")]
     assert ledger_by_hour() == {T0: EXPECTED, T0 + timedelta(hours=1): EXPECTED, T0 + timedelta(hours=3): EXPECTED}
     assert AttributionCursor.objects.get(name="rollups").attributed_until == T0 + timedelta(hours=3, minutes=2)
 
 
+def test_chunks_judged_ahead_that_an_empty_hour_skips_past_are_dropped(transactional_db, monkeypatch):
+    """Rows at 10:00, 11:00 and 15:00: 12:00 and 13:00 are under way when 12:00 turns out empty and the run
+    skips to 15:00, which nobody is reading; the run drops them and reads 15:00 itself."""
+    make_rows()
+    _hours_of_rows(later=(1, 5))
+    seen = _reads(monkeypatch)
+    result = ledger.run_incremental(until=T0 + timedelta(hours=5, minutes=2))
+    assert (result["minutes"], result["buckets"]) == (5 * 60 + 2, 33)
+    assert seen[:3] == [("10:00-11:00", "run"), ("11:00-12:00", "ahead"), ("12:00-13:00", "ahead")]
+    assert seen[-1] == ("15:00-15:02", "run")
+    assert set(seen[3:-1]) <= {("13:00-14:00", "ahead")}  # read, or cancelled before it began
+    assert ledger_by_hour() == {T0: EXPECTED, T0 + timedelta(hours=1): EXPECTED, T0 + timedelta(hours=5): EXPECTED}
+
+
 def test_a_read_ahead_that_fails_stops_the_run_before_its_hour(committed_rows, monkeypatch):
-    """The error of a read made in the read-ahead thread is the run's: the hour before it is in the ledger,
+    """The error of a read made ahead, in the reading thread, is the run's: the hour before it is in the ledger,
     nothing of the hour it read, and the cursor stops between them."""
     read = ledger._gpu_columns
 
@@ -423,17 +438,34 @@ def test_a_read_ahead_that_fails_stops_the_run_before_its_hour(committed_rows, m
 
 
 def test_a_read_ahead_of_another_span_is_not_taken(committed_rows):
-    """A read made for a span the run does not go on to (another run moved the cursor) is dropped: the
-    run reads its own span itself."""
-    ahead = ledger._ReadAhead()
+    """A chunk judged ahead for a span the run does not go on to (another run moved the cursor) is dropped:
+    the run reads and judges its own span itself."""
+    ahead = ledger._Ahead()
     try:
         ahead.start(T0, T0 + timedelta(hours=1))
-        assert ahead.take(T0 + timedelta(minutes=30), T0 + timedelta(hours=1)) is None
-        assert ahead.take(T0, T0 + timedelta(hours=1)) is None  # dropped, not kept for later
+        assert ahead.take(T0 + timedelta(minutes=30), T0 + timedelta(hours=1)) is ledger.NOT_AHEAD
+        assert ahead.take(T0, T0 + timedelta(hours=1)) is ledger.NOT_AHEAD  # dropped, not kept for later
         ahead.start(T0 + timedelta(hours=1), T0 + timedelta(hours=2))
-        columns = ahead.take(T0 + timedelta(hours=1), T0 + timedelta(hours=2))
-        assert len(columns["t"]) == 11 and set(columns["t"].tolist()) == {int(T0.timestamp()) + 3600,
-                                                                          int(T0.timestamp()) + 3660}
+        window = ahead.take(T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+        assert len(window["gpu"]["t"]) == 11 and set(window["gpu"]["t"].tolist()) == {int(T0.timestamp()) + 3600,
+                                                                                      int(T0.timestamp()) + 3660}
+        ahead.start(T0 + timedelta(hours=2), T0 + timedelta(hours=3))
+        assert ahead.take(T0 + timedelta(hours=2), T0 + timedelta(hours=3)) is None  # judged: no rows
+    finally:
+        ahead.close()
+
+
+def test_a_window_judged_ahead_keeps_the_nodes_it_was_judged_with(committed_rows):
+    """The thread adds the next chunk's nodes to its own cache while the run makes the ledger rows of the
+    chunk before: a window carries a copy of the nodes' info, not the cache itself."""
+    ahead = ledger._Ahead()
+    try:
+        ahead.start(T0, T0 + timedelta(hours=1))
+        window = ahead.take(T0, T0 + timedelta(hours=1))
+        nodes = sorted(window["info"])
+        ahead._known[-1] = "a node the next chunk read"
+        assert sorted(window["info"]) == nodes and -1 not in window["info"]
+        assert {entry.pool for entry in window["info"].values()} == {"training", "inference"}
     finally:
         ahead.close()
 

@@ -11,7 +11,7 @@ Then, timed:
 1. the full run: ledger.run_incremental from an empty cursor over every minute (read in hour chunks from
    the fleet minute frames the fold packs when a minute settles, one row a minute, which
    benchdb.rollup_fleet writes as the ingest and the fold would, judged by vector.py, added into
-   CauseHour; the run reads each hour's frames in a thread while it judges the hour before), then again from
+   CauseHour; the run reads and judges each hour in a thread while it writes the hour before), then again from
    an empty ledger (the frames now in the page cache; the first run read part of them from disk), with the
    share of each stage measured on one hour (frames read and unpacked, judged, ledger rows made);
 2. one incremental minute: the next minute of the whole fleet is written with its node frames and no
