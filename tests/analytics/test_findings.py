@@ -2,9 +2,13 @@
 refresh opening, updating and resolving findings (audited), and the decisions by role (a Viewer can read,
 not decide; a dismissal needs a reason; accepting an idle pool's finding proposes its lending plan)."""
 
+import io
+import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from appliance.analytics import findings
 from appliance.analytics.models import CauseHour, Finding
@@ -320,4 +324,48 @@ def test_the_refresh_task_runs_every_15_minutes(db):
     assert beat_schedule()["analytics-findings"] == {"task": "analytics.refresh_findings", "schedule": 900}
     result = tasks.refresh_findings()
     assert (result["found"], result["opened"], result["resolved"]) == (0, [], [])
+    assert not AuditRecord.objects.filter(event="analytics.findings.refresh").exists()
+
+
+def _findings_command(*args) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("analytics", "findings", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_the_command_refreshes_over_a_window_and_lists_the_largest_first(site):
+    out, err = _findings_command("--refresh", "--since", "2026-01-07", "--until", "2026-01-08", "--json")
+    assert err.strip() == ("Refreshed over 2026-01-07T00:00:00+00:00 to 2026-01-08T00:00:00+00:00: 7 found, "
+                           "7 opened, 0 updated, 0 resolved")
+    listed = json.loads(out)
+    assert (listed["state"], listed["kind"], listed["count"]) == ("open", "", 7)
+    assert {f["key"] for f in listed["findings"]} == {
+        "allocated-idle:notebook-1", "communication-bound:77", "input-bound:4182", "memory-only:chat-7b",
+        "pool-idle:training", "straggler:gpu02/gpu3", "throttled:gpu02/gpu5"}
+    severities = [f["severity_gpu_hours"] for f in listed["findings"]]
+    assert severities == sorted(severities, reverse=True)
+    assert AuditRecord.objects.filter(event="analytics.findings.refresh").count() == 1
+
+
+def test_the_command_prints_a_finding_with_its_figures_and_proposal(opened):
+    out, _ = _findings_command("--kind", "input-bound")
+    finding = opened["input-bound:4182"]
+    assert out.splitlines() == [f"#{finding.pk} input-bound 4182 (open, 0.76 GPU-h at stake)",
+                                f"  {finding.summary}", f"  Proposal: {finding.proposal}"]
+    assert "/mnt/scratch" in out and "2.1 GB/s" in out
+    assert _findings_command("--state", "dismissed")[0] == "No finding (state dismissed).\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--state", "closed"), "argument --state: invalid choice: 'closed'"),
+    (("--kind", "idle"), "argument --kind: invalid choice: 'idle'"),
+    (("--until", "2026-01-08"), "--since/--until: only with --refresh"),
+    (("--refresh", "--since", "yesterday"), "--since: 'yesterday' is not a time"),
+    (("--refresh", "--since", "2026-01-08", "--until", "2026-01-07"),
+     "--since/--until: until 2026-01-07T00:00:00+00:00 is not after since 2026-01-08T00:00:00+00:00"),
+])
+def test_the_command_names_a_bad_argument_and_changes_nothing(site, args, message):
+    with pytest.raises(CommandError, match=re.escape(message)):
+        _findings_command(*args)
+    assert not Finding.objects.exists()
     assert not AuditRecord.objects.filter(event="analytics.findings.refresh").exists()

@@ -6,6 +6,10 @@
   attribute [--until T] [--max-minutes N]   attribute the complete minutes after the cursor now (the periodic
       task does it every minute)
   attribute --rebuild-since T      attribute again from the hour of T on (after late data; audited)
+  findings [--refresh [--since T] [--until T]] [--state S] [--kind K] [--json]   the recommendations, the
+      largest GPU-hours at stake first (default: the open ones); --refresh runs the detectors first, over the
+      last day or [since, until) (the periodic task does it every 15 minutes; a refresh that opens or resolves
+      findings is audited)
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from appliance.analytics import services
+from appliance.analytics.findings_api import MAX_LIST
+from appliance.analytics.findings_api import STATES as FINDING_STATES
+from appliance.analytics.models import Finding
 from appliance.analytics.views import CAUSE_NAMES
 
 
@@ -35,9 +42,20 @@ class Command(BaseCommand):
         attribute.add_argument("--rebuild-since", metavar="TIME",
                                help="delete the ledger from the hour of TIME on and attribute again (audited)")
 
+        listing = commands.add_parser("findings", help="the recommendations; --refresh runs the detectors first")
+        listing.add_argument("--refresh", action="store_true",
+                             help="run the detectors over the last day now (the periodic task: every 15 minutes)")
+        listing.add_argument("--since", help="with --refresh: the window's start, ISO 8601 (default: a day before --until)")
+        listing.add_argument("--until", help="with --refresh: the window's end, excluded, ISO 8601 (default: now)")
+        listing.add_argument("--state", choices=FINDING_STATES, default="open", help="which findings (default: open)")
+        listing.add_argument("--kind", choices=Finding.Kind.values, help="only this kind")
+        listing.add_argument("--json", action="store_true", help="one JSON document instead of text (the API's)")
+
     def handle(self, *args, **options):
         if options["action"] == "attribute":
             return self.attribute(options)
+        if options["action"] == "findings":
+            return self.findings(options)
         if options["source"] is not None:
             if options["since"] or options["until"] or options["pool"]:
                 raise CommandError("--source: a trace's report takes no --since, --until or --pool")
@@ -117,3 +135,40 @@ class Command(BaseCommand):
         self.stdout.write(f"Attributed {result['minutes']} minutes ({result['buckets']} GPU rows, "
                           f"{result['seconds'] / 3600:.2f} GPU-hours); the ledger is complete until "
                           f"{result['attributed_until'] or '(nothing yet)'}")
+
+    def findings(self, options):
+        from appliance.analytics import findings
+
+        if (options["since"] or options["until"]) and not options["refresh"]:
+            raise CommandError("--since/--until: only with --refresh (the window the detectors look at)")
+        if options["refresh"]:
+            try:
+                since = services.parse_time(options["since"], "since")
+                until = services.parse_time(options["until"], "until")
+                result = findings.refresh(since, until)
+            except services.AnalyticsError as exc:
+                raise CommandError(f"--{exc}") from None
+            except findings.FindingError as exc:
+                raise CommandError(f"--since/--until: {exc}") from None
+            self.stderr.write(f"Refreshed over {result['since']} to {result['until']}: {result['found']} found, "
+                              f"{len(result['opened'])} opened, {result['updated']} updated, "
+                              f"{len(result['resolved'])} resolved")
+        query = Finding.objects.select_related("node")
+        if options["state"] != "all":
+            query = query.filter(state=options["state"])
+        if options["kind"]:
+            query = query.filter(kind=options["kind"])
+        listed = [findings.as_dict(finding) for finding in query[:MAX_LIST]]
+        if options["json"]:
+            self.stdout.write(json.dumps({"state": options["state"], "kind": options["kind"] or "",
+                                          "count": query.count(), "findings": listed}, indent=2))
+            return
+        if not listed:
+            kind = f", kind {options['kind']}" if options["kind"] else ""
+            self.stdout.write(f"No finding (state {options['state']}{kind}).")
+            return
+        for finding in listed:
+            self.stdout.write(f"#{finding['id']} {finding['kind']} {finding['subject']} ({finding['state']}, "
+                              f"{finding['severity_gpu_hours']:.2f} GPU-h at stake)")
+            self.stdout.write(f"  {finding['summary']}")
+            self.stdout.write(f"  Proposal: {finding['proposal']}")
