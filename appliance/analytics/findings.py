@@ -44,9 +44,11 @@ IOWAIT_HIGH = 0.20
 # the fabric counts as saturated at or above FABRIC_SATURATED_SHARE of the ports' line rate.
 COMMUNICATION_BOUND_MIN_SHARE = 0.30
 FABRIC_SATURATED_SHARE = 0.80
-# straggler: a GPU judged straggler at least this share of the seconds it held for its jobs, and slower than its
-# peers by at least STRAGGLER_MIN_SLOWER over the hours it straggled (its utilization against theirs in those
-# hours only: averaged over the whole job, a GPU that held the others back for an hour reads "1% slower").
+# straggler: a GPU judged straggler at least this share of the seconds it held for its jobs, or of the seconds it
+# held for one of them (a job it held at least MIN_SUBJECT_GPU_HOURS: a GPU that held back one job all along is
+# a finding even when its other jobs ran well), and slower than its peers by at least STRAGGLER_MIN_SLOWER over
+# the hours it straggled (its utilization against theirs in those hours only: averaged over the whole job, a
+# GPU that held the others back for an hour reads "1% slower").
 STRAGGLER_MIN_SHARE = 0.20
 STRAGGLER_MIN_SLOWER = 0.10
 # throttled: a GPU slowed by power or thermal limits at least this share of the seconds it was measured.
@@ -398,11 +400,27 @@ def _zone_name() -> str:
     return str(settings.TIME_ZONE)
 
 
+def _worst_straggled_job(rows) -> tuple[str, float] | None:
+    """The job a GPU straggled the largest share of the seconds it held for it, among those it held at least
+    MIN_SUBJECT_GPU_HOURS and straggled STRAGGLER_MIN_SHARE or more: (job, share), or None."""
+    held: dict[str, float] = defaultdict(float)
+    straggled: dict[str, float] = defaultdict(float)
+    for row in rows:
+        held[row["job"]] += row["gpu_seconds"]
+        straggled[row["job"]] += row["straggler_s"]
+    shares = [(straggled[job] / held[job], job) for job in sorted(held)
+              if held[job] >= MIN_SUBJECT_GPU_HOURS * 3600 and straggled[job] / held[job] >= STRAGGLER_MIN_SHARE]
+    if not shares:
+        return None
+    share, job = max(shares, key=lambda item: item[0])
+    return job, share
+
+
 def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks: dict | None = None) -> Result:
-    """A GPU judged a straggler for STRAGGLER_MIN_SHARE or more of the seconds it held for its jobs: how much
-    slower than its peers over the hours it straggled (the share of each step its peers wait: 1 - peers'
-    utilization / its own, both over those hours only), in how many jobs, and the slowdown reason its rollups
-    report. A GPU less than STRAGGLER_MIN_SLOWER slower than its peers in those hours is not a finding."""
+    """A GPU judged a straggler for STRAGGLER_MIN_SHARE or more of the seconds it held for its jobs, or for
+    one of them (_worst_straggled_job): how much slower than its peers over the hours it straggled (the share
+    of each step its peers wait: 1 - peers' utilization / its own, both over those hours only), in how many
+    jobs, and the slowdown reason its rollups report. A GPU less than STRAGGLER_MIN_SLOWER slower than its peers in those hours is not a finding."""
     result = Result()
     per_gpu: dict[tuple, list[dict]] = defaultdict(list)
     per_job_hour: dict[tuple, list[dict]] = defaultdict(list)
@@ -419,7 +437,8 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
         if totals["gpu_seconds"] < MIN_SUBJECT_GPU_HOURS * 3600:
             continue
         share = totals["straggler_s"] / totals["gpu_seconds"]
-        if share < STRAGGLER_MIN_SHARE:
+        worst = _worst_straggled_job(mine)
+        if share < STRAGGLER_MIN_SHARE and worst is None:
             continue
         jobs = sorted({r["job"] for r in mine})
         straggled_rows = [r for r in mine if r["straggler_s"]]
@@ -441,8 +460,11 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
         measured_clocks = (clocks if clocks is not None and (node_id, gpu) in clocks else _gpu_clocks(
             {(node_id, gpu)}, since, until))[(node_id, gpu)]
         cause = "/".join(measured_clocks["reasons"]) or _("no slowdown reason reported")
-        summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its time)") % {
+        summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its time") % {
             "gpu": gpu, "node": node_name, "jobs": len(straggled), "all": len(jobs), "share": _pct(share)}
+        if share < STRAGGLER_MIN_SHARE:  # the finding rests on one job: say which
+            summary += _(", %(job_share)s of its time in job %(job)s") % {"job_share": _pct(worst[1]), "job": worst[0]}
+        summary += ")"
         if slower is not None:
             summary += _(": in the %(hours)s hour(s) it straggled (%(span)s) it ran %(slower)s slower than its peers "
                          "(utilization %(own)s vs %(peers)s)") % {
@@ -454,6 +476,7 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
             _hours(totals["straggler_s"]),
             {"share": round(share, 4), "straggler_gpu_hours": _hours(totals["straggler_s"]), "jobs": jobs,
              "jobs_held_back": straggled, "hours_straggled": [h.isoformat() for h in hours],
+             "worst_job": None if worst is None else {"job": worst[0], "share": round(worst[1], 4)},
              "utilization": None if own is None else round(own, 4),
              "peers_utilization": None if peers is None else round(peers, 4),
              "slower": None if slower is None else round(slower, 4)} | measured_clocks,
@@ -673,11 +696,19 @@ def _flagged(since: datetime, until: datetime) -> tuple[set[str], set[tuple], se
     def subject(row):
         return f"{row['node__name']}/gpu{row['gpu']}" + (f"/gi{row['instance']}" if row["instance"] != -1 else "")
 
-    for row in window.exclude(job="").values("node_id", "node__name", "gpu", "instance").annotate(
+    # Per GPU and job: a GPU is worth a look when it straggled enough of its jobs' seconds or of one job's.
+    per_gpu: dict[tuple, list[float]] = {}
+    for row in window.exclude(job="").values("node_id", "node__name", "gpu", "instance", "job").annotate(
             gpu_s=Sum("gpu_seconds"), straggler_s=Sum("straggler_s")):
         measured.add(f"{Finding.Kind.STRAGGLER}:{subject(row)}")
+        key = (row["node_id"], row["gpu"], row["instance"])
+        sums = per_gpu.setdefault(key, [0.0, 0.0])
+        sums[0] += row["gpu_s"] or 0.0
+        sums[1] += row["straggler_s"] or 0.0
         if row["gpu_s"] and row["gpu_s"] >= minimum and row["straggler_s"] / row["gpu_s"] >= STRAGGLER_MIN_SHARE:
-            stragglers.add((row["node_id"], row["gpu"], row["instance"]))
+            stragglers.add(key)
+    stragglers |= {key for key, (gpu_s, straggler_s) in per_gpu.items()
+                   if gpu_s >= minimum and straggler_s / gpu_s >= STRAGGLER_MIN_SHARE}
     for row in window.values("node_id", "node__name", "gpu", "instance").annotate(
             gpu_s=Sum("gpu_seconds"), throttled_s=Sum("throttled_s")):
         measured.add(f"{Finding.Kind.THROTTLED}:{subject(row)}")

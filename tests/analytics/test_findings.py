@@ -191,6 +191,37 @@ def test_straggler_barely_slower_than_its_peers_is_no_finding(site):
     assert "straggler:gpu02/gpu3" in findings.detect(SINCE, UNTIL).measured  # measured: an open one resolves
 
 
+def _long_job_on_gpu3(gpu02):
+    # After job 77, GPU 3 of gpu02 runs job 90 alone for five hours at 90%, never straggling: GPU 3 straggled
+    # 0.83 of the 6 hours it held for its jobs (14%), but 83% of job 77's hour.
+    for hour in range(1, 6):
+        CauseHour.objects.create(hour=JOB_HOUR + timedelta(hours=hour), node=gpu02, gpu=3, job="90",
+                                 pool="training", gpu_seconds=HOUR, used_seconds=0.9 * HOUR, busy_s=HOUR)
+
+
+def test_straggler_that_held_back_one_job_all_along_is_found_among_jobs_that_ran_well(site):
+    _long_job_on_gpu3(site["gpu02"])
+    gpu = by_kind(findings.detect(SINCE, UNTIL).candidates)[("straggler", "gpu02/gpu3")]
+    assert gpu.summary == ("GPU 3 of gpu02 held back 1 of its 2 jobs (straggler 14% of its time, 83% of its time in "
+                           "job 77): in the 1 hour(s) it straggled (2026-01-07 10:00 to 11:00 UTC) it ran 64% slower "
+                           "than its peers (utilization 97% vs 35%) (throttled: power)")
+    assert (gpu.evidence["share"], gpu.evidence["worst_job"], gpu.evidence["jobs"]) == (
+        0.1383, {"job": "77", "share": 0.83}, ["77", "90"])
+    assert gpu.severity == 0.83
+
+
+def test_straggler_under_the_share_in_every_job_is_no_finding(site):
+    # GPU 3 straggles 15% of job 77's hour and none of job 90's: under 20% overall and in each job.
+    _long_job_on_gpu3(site["gpu02"])
+    CauseHour.objects.filter(node=site["gpu02"], gpu=3, job="77").update(straggler_s=0.15 * HOUR, busy_s=0.85 * HOUR)
+    result = findings.detect(SINCE, UNTIL)
+    assert ("straggler", "gpu02/gpu3") not in by_kind(result.candidates)
+    assert "straggler:gpu02/gpu3" in result.measured
+    # The detector itself, given every row (not only those the database's sums flagged), agrees.
+    rows = list(CauseHour.objects.filter(hour__gte=SINCE, hour__lt=UNTIL).values(*findings.ROW_FIELDS))
+    assert ("straggler", "gpu02/gpu3") not in by_kind(findings.detect_stragglers(rows, SINCE, UNTIL).candidates)
+
+
 def test_straggler_hours_and_pool_idle_window_in_the_appliances_time_zone(site, settings):
     settings.TIME_ZONE = "Europe/Berlin"  # UTC+1 in January: the idle hours 22-07 UTC are 23-08 local
     found = by_kind(findings.detect(SINCE, UNTIL, pool_since=DAY0).candidates)
