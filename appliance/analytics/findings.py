@@ -460,11 +460,14 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
         measured_clocks = (clocks if clocks is not None and (node_id, gpu) in clocks else _gpu_clocks(
             {(node_id, gpu)}, since, until))[(node_id, gpu)]
         cause = "/".join(measured_clocks["reasons"]) or _("no slowdown reason reported")
-        summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its time") % {
-            "gpu": gpu, "node": node_name, "jobs": len(straggled), "all": len(jobs), "share": _pct(share)}
-        if share < STRAGGLER_MIN_SHARE:  # the finding rests on one job: say which
-            summary += _(", %(job_share)s of its time in job %(job)s") % {"job_share": _pct(worst[1]), "job": worst[0]}
-        summary += ")"
+        figures = {"gpu": gpu, "node": node_name, "jobs": len(straggled), "all": len(jobs), "share": _pct(share)}
+        if share >= STRAGGLER_MIN_SHARE:
+            summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its "
+                        "time)") % figures
+        else:  # the finding rests on one job: say which
+            summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its "
+                        "time, %(job_share)s of its time in job %(job)s)") % (
+                figures | {"job_share": _pct(worst[1]), "job": worst[0]})
         if slower is not None:
             summary += _(": in the %(hours)s hour(s) it straggled (%(span)s) it ran %(slower)s slower than its peers "
                          "(utilization %(own)s vs %(peers)s)") % {
