@@ -151,6 +151,17 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _exited(pid: int) -> bool:
+    """Whether an agent this process started has ended, asked of the kernel (waitpid). Not of the marker in
+    /proc/<pid>/environ: an exec closes the pipe Popen waits on before it lays out the new program's
+    environment, so for a moment after Popen returns a starting agent's environ reads empty."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # reaped already (subprocess reaps the children of Popen objects it dropped)
+        return True
+    return done == pid
+
+
 def _wait_ready(started: dict, configs: dict) -> None:
     """Every started agent answers /metrics (where it serves one) or at least outlives its start."""
     deadline = time.monotonic() + START_TIMEOUT
@@ -158,8 +169,7 @@ def _wait_ready(started: dict, configs: dict) -> None:
     settle = time.monotonic() + 1.0
     while waiting:
         for name, pid in list(waiting.items()):
-            _reap(pid)
-            if not _ours(pid, name):
+            if _exited(pid):
                 _pid_file(name).unlink(missing_ok=True)
                 raise CollectorsError(f"{name}: the collector exited at start (log {log_path(name)}: "
                                       f"{_log_tail(name) or 'empty'})")

@@ -29,7 +29,7 @@ def test_lending_the_inference_node_stops_the_deployments_on_it(demo, root, peop
     assert served.state == "healthy" and owners().get("0")
     inference = Pool.objects.get(appliance=demo, kind="inference")
     LendingPolicy.objects.create(pool=inference, may_lend=True, minimum_nodes=0, window_start_hour=0,
-                                 window_end_hour=0, window_days=[0, 1, 2, 3, 4, 5, 6], reclaim_minutes=15)
+                                 window_end_hour=24, window_days=[0, 1, 2, 3, 4, 5, 6], reclaim_minutes=15)
     now = timezone.now()
     plan = lending.propose(nodes=["gpu04"], from_pool="inference", to_pool="training", window_start=now,
                            window_end=now + timedelta(hours=2), reason="a long training run",
@@ -56,7 +56,7 @@ def test_lending_the_inference_node_stops_the_deployments_on_it(demo, root, peop
 def _lend_gpu04(demo, people, make_user, captured):  # noqa: F811
     inference = Pool.objects.get(appliance=demo, kind="inference")
     LendingPolicy.objects.create(pool=inference, may_lend=True, minimum_nodes=0, window_start_hour=0,
-                                 window_end_hour=0, window_days=[0, 1, 2, 3, 4, 5, 6], reclaim_minutes=15)
+                                 window_end_hour=24, window_days=[0, 1, 2, 3, 4, 5, 6], reclaim_minutes=15)
     now = timezone.now()
     plan = lending.propose(nodes=["gpu04"], from_pool="inference", to_pool="training", window_start=now,
                            window_end=now + timedelta(hours=2), reason="a long training run",

@@ -179,3 +179,25 @@ def test_after_the_monitoring_stage_the_run_starts_the_collectors_or_fails_namin
     assert collectors.running_pid("mon-gpu01") is not None
     assert (run.state, run.message) == (RunState.FAILED, "the demo workload did not start: appliance sim: no prepared "
                                                          "GPU node in a pool (run the bootstrap first)")
+
+
+def test_a_starting_agent_whose_environment_is_not_readable_yet_is_not_taken_for_one_that_exited(tmp_path, monkeypatch):
+    # Right after exec the new program's /proc/<pid>/environ reads empty for a moment, so the state
+    # directory's marker is not there yet: an agent started without it stands for one caught in that moment.
+    monkeypatch.setattr(collectors, "collectors_dir", lambda: tmp_path)
+    starting = subprocess.Popen(["sleep", "30"], env={"PATH": "/usr/bin:/bin"})
+    try:
+        collectors._wait_ready({"gpu01": starting.pid}, {"gpu01": {}})  # no /metrics: it outlived its start
+        assert starting.poll() is None
+    finally:
+        starting.kill()
+        starting.wait()
+
+
+def test_an_agent_that_ends_at_start_is_reported_with_its_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(collectors, "collectors_dir", lambda: tmp_path)
+    collectors.log_path("gpu01").write_text("ModuleNotFoundError: No module named 'appliance_collector'\n")
+    ended = subprocess.Popen(["false"])
+    with pytest.raises(collectors.CollectorsError, match=r"^gpu01: the collector exited at start \(log .*gpu01\.log: "
+                                                         r"ModuleNotFoundError: No module named 'appliance_collector'\)$"):
+        collectors._wait_ready({"gpu01": ended.pid}, {"gpu01": {}})
