@@ -420,7 +420,8 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
     """A GPU judged a straggler for STRAGGLER_MIN_SHARE or more of the seconds it held for its jobs, or for
     one of them (_worst_straggled_job): how much slower than its peers over the hours it straggled (the share
     of each step its peers wait: 1 - peers' utilization / its own, both over those hours only), in how many
-    jobs, and the slowdown reason its rollups report. A GPU less than STRAGGLER_MIN_SLOWER slower than its peers in those hours is not a finding."""
+    jobs, and the slowdown reason its rollups report. A GPU less than STRAGGLER_MIN_SLOWER slower than its
+    peers in those hours is not a finding."""
     result = Result()
     per_gpu: dict[tuple, list[dict]] = defaultdict(list)
     per_job_hour: dict[tuple, list[dict]] = defaultdict(list)
