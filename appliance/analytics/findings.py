@@ -400,6 +400,11 @@ def _zone_name() -> str:
     return str(settings.TIME_ZONE)
 
 
+def _straggled_enough(held_s: float, straggler_s: float) -> bool:
+    """Seconds held (by a GPU for its jobs, or for one job) worth judging, straggled STRAGGLER_MIN_SHARE or more."""
+    return held_s >= MIN_SUBJECT_GPU_HOURS * 3600 and straggler_s / held_s >= STRAGGLER_MIN_SHARE
+
+
 def _worst_straggled_job(rows) -> tuple[str, float] | None:
     """The job a GPU straggled the largest share of the seconds it held for it, among those it held at least
     MIN_SUBJECT_GPU_HOURS and straggled STRAGGLER_MIN_SHARE or more: (job, share), or None."""
@@ -408,8 +413,7 @@ def _worst_straggled_job(rows) -> tuple[str, float] | None:
     for row in rows:
         held[row["job"]] += row["gpu_seconds"]
         straggled[row["job"]] += row["straggler_s"]
-    shares = [(straggled[job] / held[job], job) for job in sorted(held)
-              if held[job] >= MIN_SUBJECT_GPU_HOURS * 3600 and straggled[job] / held[job] >= STRAGGLER_MIN_SHARE]
+    shares = [(straggled[job] / held[job], job) for job in sorted(held) if _straggled_enough(held[job], straggled[job])]
     if not shares:
         return None
     share, job = max(shares, key=lambda item: item[0])
@@ -709,10 +713,10 @@ def _flagged(since: datetime, until: datetime) -> tuple[set[str], set[tuple], se
         sums = per_gpu.setdefault(key, [0.0, 0.0])
         sums[0] += row["gpu_s"] or 0.0
         sums[1] += row["straggler_s"] or 0.0
-        if row["gpu_s"] and row["gpu_s"] >= minimum and row["straggler_s"] / row["gpu_s"] >= STRAGGLER_MIN_SHARE:
+        if row["gpu_s"] and _straggled_enough(row["gpu_s"], row["straggler_s"] or 0.0):
             stragglers.add(key)
     stragglers |= {key for key, (gpu_s, straggler_s) in per_gpu.items()
-                   if gpu_s >= minimum and straggler_s / gpu_s >= STRAGGLER_MIN_SHARE}
+                   if gpu_s and _straggled_enough(gpu_s, straggler_s)}
     for row in window.values("node_id", "node__name", "gpu", "instance").annotate(
             gpu_s=Sum("gpu_seconds"), throttled_s=Sum("throttled_s")):
         measured.add(f"{Finding.Kind.THROTTLED}:{subject(row)}")
