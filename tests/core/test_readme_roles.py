@@ -1,17 +1,17 @@
-"""README's Roles table and appliance/core/roles.py say the same thing."""
+"""The Roles page of the documentation (docs/roles.md) and appliance/core/roles.py say the same thing."""
 
 from pathlib import Path
 
 from appliance.core.roles import CAPABILITIES, Role
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROLES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "roles.md"
 COLUMNS = ("Administrator", "Operator", "ML engineer", "Auditor", "Viewer")
 
 
 def readme_matrix() -> dict[str, frozenset[str]]:
-    section = README.read_text().split("\n## Roles\n", 1)[1].split("\n## ", 1)[0]
+    section = ROLES_PAGE.read_text()
     header = f"| capability | {' | '.join(COLUMNS)} |"
-    assert header in section, "README: the Roles section has no capability table"
+    assert header in section, "docs/roles.md has no capability table"
     table = section.split(header, 1)[1].strip().splitlines()[1:]
     matrix = {}
     for line in table:
