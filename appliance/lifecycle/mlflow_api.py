@@ -18,16 +18,23 @@ Writes go through services.py, which checks the appliance's rules and audits eve
   and its own stage is the tag `appliance.stage` (read-only; filterable: tags.`appliance.stage` = 'staging').
   transition-stage to "Staging" -> staging, "Archived" -> archived (deprecated from production), "None" ->
   validated (nothing from registered or validated); the appliance's own stage names are accepted too
-  ("validated", "rejected", ...). The transition table applies: registered -> validated -> staging -> ...
+  ("validated", "rejected", ...). The transition table applies: registered -> validated -> staging -> ...;
+  MLflow's None -> Staging on a registered version is both steps in one call (each audited) for the one who
+  registered it, as MLflow's flow (register, Staging, Production) expects; anyone else validates it first.
   archive_existing_versions archives the model's other Staging versions once this one reached Staging;
   for Production the approval itself deprecates the version it replaces.
 - "Production" (and the alias "production", which follows the production stage) needs a second person:
   it becomes a PromotionRequest with the version's evaluations as evidence, and the response describes the
-  version as it still is, with `status_message` and the tag `appliance.pending_request` naming the request.
+  version as it still is, with `status_message` (what MLflow's client shows: Production needs a second
+  person's approval, request #N) and the tag `appliance.pending_request` naming the request. Once approved,
+  `models:/NAME/Production` resolves to it.
 - Versions are never deleted (their files are signed evidence): delete-model-version is refused with
   RESOURCE_CONFLICT; archive them instead. A model is deleted only without versions.
 - create-model-version's `source` must be a directory (or file) under the appliance's artifact roots
-  (absolute path or file:// URI); its files are hashed and signed at registration.
+  (absolute path or file:// URI); its files are hashed and signed at registration. A `models:/` or `runs:/`
+  URI is refused as what it is (MLflow names, not files).
+- search-model-versions takes MLflow's max_results limit (200,000) and answers at most VERSION_PAGE
+  versions per page, with a next_page_token when more match (see VERSION_PAGE).
 """
 
 from __future__ import annotations
@@ -58,7 +65,12 @@ MLFLOW_STAGE = {Stage.REGISTERED: "None", Stage.VALIDATED: "None", Stage.STAGING
 MLFLOW_STAGES = ("None", "Staging", "Production", "Archived")
 STAGE_TAG, REQUEST_TAG = "appliance.stage", "appliance.pending_request"
 RESERVED_TAG_PREFIX = "appliance."
-MAX_MODEL_RESULTS, MAX_VERSION_RESULTS = 1000, 10000   # MLflow's client asks for 10000 versions by default
+# MLflow's limits on max_results (mlflow/store/model_registry: 1000 models, 200,000 versions). A version
+# search answers at most VERSION_PAGE versions at a time (a page of 200,000 would be a response of about
+# 120 MB held in memory at once): asked for more, it sends that many and a next_page_token, as MLflow's
+# paging allows (max_results is an upper bound), and the client's next call goes on from there.
+MAX_MODEL_RESULTS, MAX_VERSION_RESULTS = 1000, 200_000
+VERSION_PAGE = 10_000   # also what MLflow's client asks for by default
 VERSION_PATTERN_TEXT = "a version number (1, 2, ...)"
 
 
@@ -237,7 +249,9 @@ def version_json(version: ModelVersion) -> dict:
     if pending:
         request = pending[0]
         tags[REQUEST_TAG] = str(request.pk)
-        status_message = f"request #{request.pk} to {request.target_stage} is waiting for a second person's approval"
+        status_message = (f"{MLFLOW_STAGE.get(request.target_stage, request.target_stage)} needs a second "
+                          f"person's approval: request #{request.pk} is pending until someone with models.approve "
+                          f"approves it; the version stays in {MLFLOW_STAGE[version.stage]} until then")
     return {
         "name": version.model.name, "version": str(version.number),
         "creation_timestamp": _ms(version.created), "last_updated_timestamp": _ms(version.updated),
@@ -308,8 +322,11 @@ def _fresh_model(model: RegisteredModel) -> dict:
     return models_json([models_queryset().get(pk=model.pk)])[0]
 
 
-def _page(queryset, params: Params, default: int, maximum: int) -> tuple[list, str]:
+def _page(queryset, params: Params, default: int, maximum: int, page: int | None = None) -> tuple[list, str]:
+    """One page: `max_results` (default `default`, at most `maximum`) rows, or at most `page` of them."""
     limit = params.integer("max_results", default, maximum)
+    if page is not None:
+        limit = min(limit, page)
     offset = mlflow_search.page_offset(params.text("page_token", limit=200))
     rows = list(queryset[offset:offset + limit + 1])
     following = mlflow_search.page_token(offset + limit) if len(rows) > limit else ""
@@ -323,6 +340,22 @@ def _request_production(version: ModelVersion, *, user, alias: str = "", asked: 
     return services.request_transition(
         version, Stage.PRODUCTION, user=user, alias=alias, evidence=evidence,
         reason=f"requested through the MLflow API ({asked}); evidence: the version's evaluations")
+
+
+def _staging_path(version: ModelVersion, target: str, *, user, asked: str) -> list[str]:
+    """The appliance stages a transition to `target` takes. MLflow's client moves a new version (None) to
+    Staging in one call; here a registered version is validated first, and only by the one who registered
+    it (an MLflow user's own new version): two transitions, each audited. Anyone else validates it
+    explicitly ("validated"), as in the appliance's own tools."""
+    if not (target == Stage.STAGING and version.stage == Stage.REGISTERED):
+        return [target]
+    if version.registered_by_id is not None and version.registered_by_id == getattr(user, "pk", None):
+        return [Stage.VALIDATED, Stage.STAGING]
+    registrant = version.registered_by.get_username() if version.registered_by else "its registrant"
+    raise MlflowError("RESOURCE_CONFLICT",
+                      f"stage: {version} is registered (MLflow: None): only the one who registered it "
+                      f"({registrant}) moves it to Staging in one step; anyone else transitions it to "
+                      f"'validated' first, then to {asked}.")
 
 
 def _target_stage(version: ModelVersion, asked: str) -> str | None:
@@ -539,7 +572,7 @@ class SearchModelVersions(MlflowView):
         queryset = mlflow_search.apply(versions_queryset(), clauses, self.FIELDS, synthetic_tags={STAGE_TAG: "stage"})
         queryset = queryset.order_by(*mlflow_search.ordering(
             params.texts("order_by"), self.COLUMNS, ["-updated", "model__name", "-number", "pk"]))
-        versions, following = _page(queryset, params, MAX_VERSION_RESULTS, MAX_VERSION_RESULTS)
+        versions, following = _page(queryset, params, VERSION_PAGE, MAX_VERSION_RESULTS, VERSION_PAGE)
         body = {"model_versions": [version_json(version) for version in versions]}
         if following:
             body["next_page_token"] = following
@@ -591,7 +624,10 @@ class TransitionModelVersionStage(MlflowView):
         elif target is not None and target != version.stage:
             # No transaction around these: each is one audited action, and a refusal's record must stay.
             # The version first: when it is refused, no other version has moved.
-            services.transition(version, target, user=request.user, reason=f"transition-stage to {asked} (MLflow API)")
+            for step in _staging_path(version, target, user=request.user, asked=asked):
+                version = services.transition(
+                    version, step, user=request.user, reason=f"transition-stage to {asked} (MLflow API)"
+                    + (f"; validated by its registrant on the way to {target}" if step != target else ""))
             if params.boolean("archive_existing_versions") and target == Stage.STAGING:
                 for other in version.model.versions.filter(stage=Stage.STAGING).exclude(pk=version.pk):
                     services.transition(other, Stage.ARCHIVED, user=request.user,

@@ -11,6 +11,7 @@ points elsewhere is refused like the path it points to.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -20,6 +21,7 @@ from django.utils.translation import gettext as _
 from .errors import LifecycleError
 
 MAX_SOURCE_LENGTH = 1000
+MLFLOW_URI = re.compile(r"^(models|runs):/", re.IGNORECASE)
 
 
 def simulated_filesystem_dir(name: str) -> Path:
@@ -59,6 +61,15 @@ def _path_of(source: str) -> str:
         raise LifecycleError(_("source: at most %(n)d characters") % {"n": MAX_SOURCE_LENGTH}, "source")
     if any(ord(c) < 32 or ord(c) == 127 for c in source):
         raise LifecycleError(_("source: control characters are not allowed"), "source")
+    mlflow_uri = MLFLOW_URI.match(source)
+    if mlflow_uri:
+        # What MLflow's client sends for a copy of a version (models:/NAME/VERSION) or a run's artifacts
+        # (runs:/RUN_ID/PATH): MLflow names, not files. The appliance hashes and signs files it can read.
+        what = (_("an MLflow model URI (a version of a registered model)") if mlflow_uri.group(1).lower() == "models"
+                else _("an MLflow run URI (a tracking server's run artifacts)"))
+        raise LifecycleError(_("source: %(source)r is %(what)s, not files on the appliance; give the directory of "
+                               "the version's files under an artifact root (an absolute path or a file:// URI)")
+                             % {"source": source, "what": what}, "source")
     if "://" in source or source.lower().startswith("file:"):
         parts = urlsplit(source)
         if parts.scheme.lower() != "file":

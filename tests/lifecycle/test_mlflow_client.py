@@ -2,6 +2,9 @@
 models, versions from real files, aliases, search, download URIs, a transition to Production that becomes a
 request for approval, roles, and Basic authentication checked like a login."""
 
+from datetime import timedelta
+from pathlib import Path
+
 import pytest
 import requests
 from axes.models import AccessAttempt
@@ -86,13 +89,11 @@ def test_mlflow_client_registers_reads_searches_and_asks_for_production(live_ser
     client.set_model_version_tag("mlflow-llama", "1", "reviewed", "yes")
     assert client.get_model_version("mlflow-llama", "1").tags["reviewed"] == "yes"
 
-    # The transition table holds: from registered, MLflow's Staging is two steps (validated first).
-    with pytest.raises(MlflowException) as refused:
-        client.transition_model_version_stage("mlflow-llama", "1", "Staging")
-    assert refused.value.error_code == "RESOURCE_CONFLICT"
-    client.transition_model_version_stage("mlflow-llama", "1", "validated")
+    # The one who registered it moves it to Staging in one call: validated and staged, two audited steps.
     staged = client.transition_model_version_stage("mlflow-llama", "1", "Staging")
     assert (staged.current_stage, staged.tags["appliance.stage"]) == ("Staging", "staging")
+    assert list(stored.stage_history.values_list("stage", "started_by")) == [
+        ("registered", "mlflow-erin"), ("validated", "mlflow-erin"), ("staging", "mlflow-erin")]
 
     services.add_evaluation(stored, user=engineer, name="mmlu", metrics={"accuracy": 0.61}, passed=True)
     answered = client.transition_model_version_stage("mlflow-llama", "1", "Production")
@@ -101,7 +102,9 @@ def test_mlflow_client_registers_reads_searches_and_asks_for_production(live_ser
     assert (request.state, request.target_stage, request.requested_by) == ("pending", "production", engineer)
     assert answered.current_stage == "Staging"
     assert answered.tags["appliance.pending_request"] == str(request.pk)
-    assert f"request #{request.pk}" in answered.status_message
+    assert answered.status_message == (
+        f"Production needs a second person's approval: request #{request.pk} is pending until someone with "
+        "models.approve approves it; the version stays in Staging until then")
     assert client.get_latest_versions("mlflow-llama", stages=["Production"]) == []
 
     with pytest.raises(MlflowException) as kept:
@@ -202,3 +205,132 @@ def test_mlflow_register_model_creates_the_model_then_adds_versions(live_server,
     assert (first.version, second.version) == ("1", "2")
     assert list(ModelVersion.objects.filter(model__name="one-liner").values_list("number", "storage_path")) == [
         (2, str(root / "two")), (1, str(root / "one"))]
+
+
+def _backdate(*people) -> None:
+    """Accounts that have held their role for two days: past the four-eyes cooling period."""
+    from django.utils import timezone
+
+    from appliance.accounts.models import User
+
+    since = timezone.now() - timedelta(days=2)
+    fields = {field: since for field in ("date_joined", "role_since", "active_since")
+              if any(f.name == field for f in User._meta.get_fields())}
+    User.objects.filter(pk__in=[person.pk for person in people]).update(**fields)
+
+
+def test_mlflow_promote_flow_register_staging_production_request_approval_download(
+        live_server, settings, tmp_path, mlflow_env, people, make_user):
+    """The flow MLflow users run, with MLflow's client and MLflow's URIs: register, Staging, Production
+    (a promotion request here), a second person approves, and models:/NAME/Production downloads the files."""
+    import mlflow
+
+    settings.FOUR_EYES_COOLING_PERIOD = timedelta(0)
+    root = use_artifact_root(settings, tmp_path)
+    model_dir = write_model(root / "flow-v1")
+    erin, amir = people["engineer"], make_user(Role.ML_ENGINEER, "mlflow-amir")
+    _backdate(erin, amir)
+    mlflow_env.setenv("MLFLOW_TRACKING_URI", live_server.url)
+    mlflow_env.setenv("MLFLOW_REGISTRY_URI", live_server.url)
+    mlflow_env.setenv("MLFLOW_TRACKING_TOKEN", tokens.issue_token(erin, "flow")[1])
+    client = client_for(live_server)
+
+    registered = mlflow.register_model(str(model_dir), "mlflow-flow")
+    assert (registered.version, registered.current_stage) == ("1", "None")
+    staged = client.transition_model_version_stage("mlflow-flow", "1", "Staging", archive_existing_versions=True)
+    assert (staged.current_stage, staged.tags["appliance.stage"], staged.status_message) == (
+        "Staging", "staging", "")
+    staging_copy = mlflow.artifacts.download_artifacts("models:/mlflow-flow/Staging", dst_path=str(tmp_path / "s"))
+    assert sorted(p.name for p in Path(staging_copy).iterdir()) == ["config.json", "model.safetensors"]
+
+    version = ModelVersion.objects.get(model__name="mlflow-flow", number=1)
+    services.add_evaluation(version, user=erin, name="mmlu", metrics={"accuracy": 0.64}, passed=True)
+    answered = client.transition_model_version_stage("mlflow-flow", "1", "Production")
+    request = PromotionRequest.objects.get(version=version)
+    assert (answered.current_stage, answered.status_message) == ("Staging", (
+        f"Production needs a second person's approval: request #{request.pk} is pending until someone with "
+        "models.approve approves it; the version stays in Staging until then"))
+    assert (request.state, request.requested_by, sorted(request.evidence.values_list("name", flat=True))) == (
+        "pending", erin, ["mmlu"])
+    with pytest.raises(MlflowException) as nothing_yet:
+        mlflow.artifacts.download_artifacts("models:/mlflow-flow/Production", dst_path=str(tmp_path / "early"))
+    assert "Production" in str(nothing_yet.value)
+
+    # The second person approves through the appliance's API, with their own token.
+    approval = requests.post(f"{live_server.url}/api/v1/lifecycle/requests/{request.pk}/approve/",
+                             json={"reason": "mmlu checked"}, timeout=60,
+                             headers={"Authorization": f"Token {tokens.issue_token(amir, 'approve')[1]}"})
+    assert approval.status_code == 200, approval.text
+    produced = client.get_latest_versions("mlflow-flow", stages=["Production"])
+    assert [(v.version, v.current_stage, v.status_message) for v in produced] == [("1", "Production", "")]
+    assert client.get_registered_model("mlflow-flow").aliases == {"production": "1"}
+
+    copy = Path(mlflow.artifacts.download_artifacts("models:/mlflow-flow/Production", dst_path=str(tmp_path / "p")))
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == {
+        p.name: p.read_bytes() for p in model_dir.iterdir()}
+
+    trail = AuditRecord.objects.filter(event__in=[
+        "lifecycle.version.transition", "lifecycle.request.create", "lifecycle.request.approve"])
+    assert list(trail.order_by("pk").values_list("event", "actor_username")) == [
+        ("lifecycle.version.transition", "mlflow-erin"), ("lifecycle.version.transition", "mlflow-erin"),
+        ("lifecycle.request.create", "mlflow-erin"), ("lifecycle.request.approve", "mlflow-amir")]
+
+
+def test_only_the_registrant_moves_a_new_version_to_staging_in_one_call(live_server, settings, tmp_path,
+                                                                        mlflow_env, people, make_user):
+    root = use_artifact_root(settings, tmp_path)
+    services.register_version("theirs", source=str(write_model(root / "theirs")), user=people["engineer"])
+    other = make_user(Role.ML_ENGINEER, "mlflow-olga")
+    mlflow_env.setenv("MLFLOW_TRACKING_TOKEN", tokens.issue_token(other, "t")[1])
+    client = client_for(live_server)
+
+    with pytest.raises(MlflowException) as refused:
+        client.transition_model_version_stage("theirs", "1", "Staging")
+    assert refused.value.error_code == "RESOURCE_CONFLICT"
+    assert refused.value.message == (
+        "RESOURCE_CONFLICT: stage: theirs v1 is registered (MLflow: None): only the one who registered it (mlflow-erin) moves it "
+        "to Staging in one step; anyone else transitions it to 'validated' first, then to Staging.")
+    assert client.get_model_version("theirs", "1").current_stage == "None"
+    client.transition_model_version_stage("theirs", "1", "validated")
+    assert client.transition_model_version_stage("theirs", "1", "Staging").current_stage == "Staging"
+
+
+def test_an_mlflow_uri_as_source_is_named_for_what_it_is(live_server, settings, tmp_path, mlflow_env, people):
+    root = use_artifact_root(settings, tmp_path)
+    services.register_version("origin", source=str(write_model(root / "origin")), user=people["engineer"])
+    mlflow_env.setenv("MLFLOW_TRACKING_TOKEN", tokens.issue_token(people["engineer"], "t")[1])
+    client = client_for(live_server)
+
+    for source, what in (("models:/origin/1", "an MLflow model URI (a version of a registered model)"),
+                         ("runs:/0a1b2c/model", "an MLflow run URI (a tracking server's run artifacts)")):
+        with pytest.raises(MlflowException) as refused:
+            client.create_model_version("origin", source=source)
+        assert refused.value.error_code == "INVALID_PARAMETER_VALUE"
+        assert refused.value.message == (
+            f"INVALID_PARAMETER_VALUE: source: {source!r} is {what}, not files on the appliance; give the directory of the version's "
+            "files under an artifact root (an absolute path or a file:// URI)")
+    assert list(ModelVersion.objects.filter(model__name="origin").values_list("number", flat=True)) == [1]
+
+
+def test_search_model_versions_takes_mlflows_limit_and_pages_past_the_appliances(
+        live_server, settings, tmp_path, mlflow_env, people, monkeypatch):
+    from appliance.lifecycle import mlflow_api
+
+    root = use_artifact_root(settings, tmp_path)
+    for seed in (1, 2, 3):
+        services.register_version("paged", source=str(write_model(root / f"v{seed}", seed=seed)),
+                                  user=people["engineer"])
+    mlflow_env.setenv("MLFLOW_TRACKING_TOKEN", tokens.issue_token(people["engineer"], "t")[1])
+    client = client_for(live_server)
+    monkeypatch.setattr(mlflow_api, "VERSION_PAGE", 2)  # the appliance's page, made small to see it
+
+    first = client.search_model_versions("name='paged'", max_results=200_000, order_by=["version_number"])
+    assert [v.version for v in first] == ["1", "2"] and first.token
+    rest = client.search_model_versions("name='paged'", max_results=200_000, order_by=["version_number"],
+                                        page_token=first.token)
+    assert [v.version for v in rest] == ["3"] and not rest.token
+    with pytest.raises(MlflowException) as refused:
+        client.search_model_versions("name='paged'", max_results=200_001)
+    assert refused.value.error_code == "INVALID_PARAMETER_VALUE"
+    assert refused.value.message == (
+        "INVALID_PARAMETER_VALUE: Invalid value 200001 for parameter 'max_results' supplied: it must be between 1 and 200000.")
