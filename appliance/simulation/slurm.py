@@ -51,12 +51,13 @@ from pathlib import Path
 from django.conf import settings
 
 from appliance import audit
+from appliance.core import host
 
 from . import ports
 from . import state as sim_state
 
-SLURMCTLD = "/usr/sbin/slurmctld"
-SLURMD = "/usr/sbin/slurmd"
+SLURMCTLD = host.program("slurmctld").path
+SLURMD = host.program("slurmd").path
 CLIENTS = ("sbatch", "squeue", "sinfo", "scontrol", "scancel")
 PORT_KIND = "slurm"
 START_TIMEOUT = 30.0
@@ -290,16 +291,10 @@ def sync_mig_devices(node) -> list[str]:
 
 
 def _require_host() -> None:
-    if os.geteuid() != 0:
-        raise SlurmUnavailable("the simulated Slurm needs root: each daemon runs in its own mount namespace with the "
-                         "GPU device files (mknod) its gres.conf names; run the simulation as root")
-    missing = [path for path in (SLURMCTLD, SLURMD) if not os.path.exists(path)]
-    missing += [name for name in CLIENTS if shutil.which(name) is None]
-    if missing:
-        raise SlurmUnavailable(f"Slurm is not installed here ({', '.join(missing)} missing): install Debian's slurmctld, "
-                         "slurmd and slurm-client (tests/run does)")
-    if shutil.which("unshare") is None:
-        raise SlurmUnavailable("unshare (util-linux) is not installed: each Slurm daemon runs in its own namespaces")
+    try:
+        host.require("simulation", root=True)
+    except host.HostNotReady as exc:
+        raise SlurmUnavailable(str(exc)) from None
 
 
 def configure(appliance) -> dict:

@@ -48,15 +48,17 @@ from pathlib import Path
 
 from django.conf import settings
 
+from appliance.core import host
+
 from . import ports
 
-SSHD = "/usr/sbin/sshd"
-SSH_KEYGEN = "/usr/bin/ssh-keygen"
-SUDO = "/usr/bin/sudo"
-VISUDO = "/usr/sbin/visudo"
-USERADD = "/usr/sbin/useradd"
-USERDEL = "/usr/sbin/userdel"
-NODE_PYTHON = "/usr/bin/python3"  # a simulated node's system Python: the host's, never the controller's venv
+SSHD = host.program("sshd").path
+SSH_KEYGEN = host.program("ssh-keygen").path
+SUDO = host.program("sudo").path
+VISUDO = host.program("visudo").path
+USERADD = host.program("useradd").path
+USERDEL = host.program("userdel").path
+NODE_PYTHON = host.program("python3").path  # a simulated node's system Python: the host's, never the controller's venv
 SERVICE_ACCOUNT = "appliance-sim"
 SUDOERS_DIR = Path("/etc/sudoers.d")
 ADDRESS_PREFIX = "127.77"

@@ -29,7 +29,7 @@ from string import Template
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from appliance.core import queue
+from appliance.core import host, queue
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = ("appliance-portal.service", "appliance-worker.service", "appliance-beat.service")
@@ -124,6 +124,10 @@ class Command(BaseCommand):
         if not options["production"]:
             raise CommandError("--production: required (the production install is the only install; "
                                "developers run `manage.py runserver` instead)")
+        try:  # the host's own programs first (appliance/core/host.py): nothing is written without them
+            host.require("runtime")
+        except host.HostNotReady as exc:
+            raise CommandError(str(exc)) from None
         plan = self._plan(options)
         if options["dry_run"]:
             return self._show(plan)

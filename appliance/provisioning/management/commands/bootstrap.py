@@ -23,7 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from appliance.core import context, dispatch, resources
+from appliance.core import context, dispatch, host, resources
 from appliance.simulation import extra as simulation_extra
 
 from ... import services, terminal
@@ -70,7 +70,14 @@ class Command(BaseCommand):
             # The demo is the simulated appliance: without the extra's packages, say so before any change.
             try:
                 simulation_extra.require()
-            except simulation_extra.SimulationExtraMissing as exc:
+                # ... and the host's programs it runs (Slurm, sshd, sudo, gcc: appliance/core/host.py).
+                host.require("simulation", root=True)
+            except (simulation_extra.SimulationExtraMissing, host.HostNotReady) as exc:
+                raise CommandError(str(exc), returncode=1) from None
+        else:
+            try:
+                host.require("runtime")
+            except host.HostNotReady as exc:
                 raise CommandError(str(exc), returncode=1) from None
         with context.acting_as(channel="cli"):
             return self._bootstrap(site_path, site_text, dry_run, stages, from_stage, force)
