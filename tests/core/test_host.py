@@ -113,10 +113,11 @@ def test_require_names_each_missing_program_its_package_and_the_install_command(
 
 @pytest.mark.django_db
 def test_the_bootstrap_refuses_a_host_without_slurm_before_it_changes_anything(monkeypatch, settings, tmp_path):
+    from django.contrib.auth import get_user_model
+
     from appliance.audit.models import AuditRecord
     from appliance.inventory.models import Appliance
     from appliance.provisioning.models import Run
-    from django.contrib.auth import get_user_model
 
     settings.SIMULATION_DIR = tmp_path / "simulation"
     slurmctld = host.Program("/nonexistent/sbin/slurmctld", "slurmctld", "simulation", "the Slurm controller")
