@@ -1,10 +1,11 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from appliance.core import api_root
 from appliance.core import views as core_views
 from appliance.core.views import health
+from appliance.portal.views_docs import DocsView
 
 # Version 1 of the REST API, under /api/v1/. A later, incompatible version gets its own list and prefix
 # (and its own entry in api_root.API_VERSIONS); v1 stays as it is for the clients written against it.
@@ -47,6 +48,8 @@ urlpatterns = [
     path("api/v1/", include(api_v1_patterns)),
     path("django-admin/", admin.site.urls),
     path("health/", health, name="health"),
+    # The documentation site, built on the appliance (appliance/portal/docs.py).
+    re_path(r"^docs/(?P<path>.*)$", DocsView.as_view(), name="docs"),
     # The language switch: set_language at /i18n/setlang/ (a POST that sets the language cookie).
     path("i18n/", include("django.conf.urls.i18n")),
 ]
