@@ -23,7 +23,7 @@ import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 # What a wheel is built from: pyproject.toml and the folders it names (nothing else is copied).
-SOURCES = ("pyproject.toml", "README.md", "appliance", "templates", "playbooks", "firmware")
+SOURCES = ("pyproject.toml", "README.md", "appliance", "templates", "playbooks", "firmware", "docs", "mkdocs.yml")
 # The distributions of the extra `simulation` (pyproject.toml).
 SIMULATION_EXTRA = ("sushy-tools", "libvirt-python", "bcrypt", "nvidia-nvml-dev")
 

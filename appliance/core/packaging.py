@@ -4,7 +4,7 @@ pyproject.toml names these classes in [tool.setuptools.cmdclass]; setuptools loa
 own, without importing the `appliance` package (whose __init__ needs Celery), so it uses the standard
 library and setuptools only. The appliance never imports it at run time.
 
-- build_py copies templates/, playbooks/ and firmware/ into the build's appliance/_data/, so the wheel
+- build_py copies templates/, playbooks/, firmware/, docs/ and mkdocs.yml into the build's appliance/_data/, so the wheel
   carries them there; an editable install copies nothing (the checkout's folders are read in place).
 - sdist puts the same folders into the source archive, so a wheel built from it (`python -m build`)
   carries them too.
@@ -17,7 +17,9 @@ from setuptools.command.build_py import build_py as _build_py
 from setuptools.command.sdist import sdist as _sdist
 
 # resources.DATA_FOLDERS (not imported: that would import the `appliance` package).
-FOLDERS = ("templates", "playbooks", "firmware")
+FOLDERS = ("templates", "playbooks", "firmware", "docs")
+# Top-level files carried the same way: the documentation site's configuration (appliance/portal/docs.py).
+FILES = ("mkdocs.yml",)
 TARGET = Path("appliance", "_data")
 # Caches that tools write beside the sources: not part of the appliance.
 SKIPPED_DIRECTORIES = frozenset({"__pycache__", ".ansible", ".pytest_cache", ".ruff_cache"})
@@ -37,6 +39,11 @@ def data_files(root: Path) -> list[tuple[Path, Path]]:
                 if not name.endswith(SKIPPED_SUFFIXES):
                     source = Path(directory, name)
                     found.append((source, source.relative_to(root)))
+    for name in FILES:
+        source = root / name
+        if not source.is_file():
+            raise FileNotFoundError(f"{source}: the file is missing; the wheel must carry it (appliance/core/packaging.py)")
+        found.append((source, source.relative_to(root)))
     return found
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # The repository's top-level folders that a wheel carries under appliance/_data (packaging.FOLDERS).
-DATA_FOLDERS = ("templates", "playbooks", "firmware")
+DATA_FOLDERS = ("templates", "playbooks", "firmware", "docs")
 WHEEL_DATA_DIR = PACKAGE_DIR / "_data"
 # True in an installed wheel, False in a checkout.
 INSTALLED = WHEEL_DATA_DIR.is_dir()
