@@ -100,6 +100,36 @@ def _node_resources(node: NodeView) -> list[str]:
     return words
 
 
+# The packages the slurm stage installs (stage_vars), and the MPI plugin types they give `srun --mpi=list`
+# (Debian 12, Slurm 22.05): slurmd depends on slurm-wlm-basic-plugins, whose mpi_pmi2 needs nothing more and
+# whose mpi_pmix_v4 loads PMIx at run time (dlopen of /usr/lib/<arch>/pmix2/lib/libpmix.so, from libpmix2):
+# without that library installed, pmix is not a type the nodes have. MpiDefault only ever names one they have.
+NODE_PACKAGES = ["munge", "slurmd", "slurm-client", "lbnl-nhc"]
+CONTROLLER_PACKAGES = ["munge", "slurmctld", "slurm-client"]
+MPI_TYPES_NEED = {"pmix": {"slurmd", "libpmix2"}, "pmi2": {"slurmd"}, "none": set()}
+MPI_PREFERENCE = ("pmix", "pmi2", "none")
+
+
+def mpi_types(packages=None) -> list[str]:
+    """The MPI plugin types (`srun --mpi=list`) the node packages provide, in order of preference."""
+    installed = set(NODE_PACKAGES if packages is None else packages)
+    return [name for name in MPI_PREFERENCE if MPI_TYPES_NEED[name] <= installed]
+
+
+def mpi_default(slurm_settings: dict, packages=None) -> str:
+    """MpiDefault: the site's `slurm.mpi_default` when the node packages provide it, else the best they do."""
+    available = mpi_types(packages)
+    asked = slurm_settings.get("mpi_default")
+    if asked is None:
+        return available[0]
+    asked = slurm_value(asked, "slurm.mpi_default")
+    if asked not in available:
+        raise RenderError(f"slurm.mpi_default: {asked} is not provided by the nodes' Slurm packages "
+                          f"({', '.join(NODE_PACKAGES if packages is None else packages)}), which give "
+                          f"{', '.join(available)}")
+    return asked
+
+
 def render_slurm_conf(site: SiteView, plan: PartitionPlan | None = None) -> str:
     pools = training_pools(site)
     if not pools:
@@ -128,7 +158,9 @@ def render_slurm_conf(site: SiteView, plan: PartitionPlan | None = None) -> str:
         "TaskPlugin=task/cgroup,task/affinity",
         "JobAcctGatherType=jobacct_gather/cgroup",
         "PrologFlags=Contain",
-        f"MpiDefault={slurm_value(slurm_settings.get('mpi_default', 'pmix'), 'slurm.mpi_default')}",
+        f"MpiDefault={mpi_default(slurm_settings)}",
+        # GPUs as a trackable resource in Slurm's accounting: sacct and jobstats-style tools see GPU-hours.
+        "AccountingStorageTRES=gres/gpu",
         "ReturnToService=2",
         "HealthCheckProgram=/usr/sbin/nhc",
         f"HealthCheckInterval={int(slurm_settings.get('health_check_interval', 300))}",

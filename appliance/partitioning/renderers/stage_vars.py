@@ -30,8 +30,8 @@ DEFAULT_SMOKE_TEST = {"size_mib": 1024, "min_read_mbps": 2000, "min_write_mbps":
 FABRIC_PACKAGES = ["rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"]
 # NCCL and its tests ride on GPUDirect RDMA; the acceptance stage measures with all_reduce_perf.
 GPUDIRECT_PACKAGES = ["nvidia-gds", "nvidia-fs-dkms", "libnccl2", "nccl-tests"]
-SLURM_NODE_PACKAGES = ["munge", "slurmd", "slurm-client", "lbnl-nhc"]
-SLURM_CONTROLLER_PACKAGES = ["munge", "slurmctld", "slurm-client"]
+SLURM_NODE_PACKAGES = slurm.NODE_PACKAGES
+SLURM_CONTROLLER_PACKAGES = slurm.CONTROLLER_PACKAGES
 
 
 def _view(appliance) -> SiteView:
