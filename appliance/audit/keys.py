@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from appliance.core.files import write_private
 
-from . import chain, services, signing
+from . import chain, services, signing, witness
 from .checkpoints import checkpoint_tip
 from .models import AuditCheckpoint, AuditKeyRotation, AuditRecord, ChainHead
 
@@ -85,7 +85,20 @@ def rotate_signing_key(path: Path | None = None) -> AuditKeyRotation:
         pending.unlink(missing_ok=True)  # the handover rolled back: its key never signed anything
         raise
     os.replace(pending, path)
+    # The handover is witnessed outside the database, as checkpoints are: whoever later rewrites the
+    # tables (or keeps a copy of the old key) cannot make it unsaid.
+    witness.append(rotation.signed())
     return rotation
+
+
+def key_list(using: str | None = None) -> dict:
+    """The published key list (signing.read_key_list reads it): every key of this log with its validity
+    interval, its handover kept in its successor's entry, the whole signed by the current key."""
+    current = signing.load_signing_key()
+    rotations = [r.signed() for r in AuditKeyRotation.objects.using(using or router.db_for_read(AuditRecord))]
+    statement = signing.key_list_statement(current.public_pem(), rotations,
+                                           chain.format_timestamp(timezone.now()))
+    return {**statement, "signature": current.sign(chain.signed_statement(statement))}
 
 
 def trusted_keys_of_the_log(using: str | None = None) -> dict:

@@ -211,3 +211,101 @@ def load_signing_key(path: Path | str | None = None) -> SigningKey:
         _cache.clear()
         _cache[cache_key] = key
         return key
+
+
+# -- the published key list --------------------------------------------------------------------------
+#
+# A bundle speaks for itself: a copy of a handed-over key can make one that leaves the handover out, and
+# a verifier holding only that key's public half then has nothing that says it was retired. The key list
+# is what the appliance publishes to its auditors (`audit keys export`), outside any bundle: every key it
+# has signed with, oldest first, each with its validity interval. A key's end is its handover statement
+# (kept in the next entry), which the key's successor signed with it; the whole list is signed by its
+# newest key. A verifier given the list (`audit verify --key-list`) refuses any statement signed by a key
+# past its end, whatever the bundle holds.
+
+KEY_LIST_TYPE = "appliance-audit-key-list/1"
+
+
+def key_list_statement(current_public_pem: str, rotations: list[dict], created: str) -> dict:
+    """The unsigned key list of a log whose handovers are `rotations` (signed statements, oldest first)
+    and whose signing key is now `current_public_pem`."""
+    entries: list[dict] = []
+    for rotation in rotations:
+        if not entries:
+            entries.append({"key_id": rotation["old_key_id"], "public_key": rotation["old_public_key"],
+                            "valid_from": None})
+        end = {"tree_size": rotation["tree_size"], "timestamp": rotation["timestamp"]}
+        entries[-1]["valid_until"] = end
+        entries.append({"key_id": rotation["new_key_id"], "public_key": rotation["new_public_key"],
+                        "valid_from": end, "handover": rotation})
+    current = load_public_key_pem(current_public_pem)
+    if not entries:
+        entries.append({"key_id": key_id_of(current), "public_key": current_public_pem, "valid_from": None})
+    entries[-1]["valid_until"] = None
+    return {"type": KEY_LIST_TYPE, "created": created, "key_id": key_id_of(current), "keys": entries}
+
+
+@dataclass(frozen=True)
+class KeyList:
+    keys: dict  # key id -> public key, oldest first
+    retired: dict  # key id -> (tree size, timestamp) of its handover
+    newest: str  # the id of the key still in use when the list was made
+    created: str
+
+
+def read_key_list(data: bytes | str, where: str = "key list") -> KeyList:
+    """The keys and their ends from a published key list; SigningKeyError naming the entry and field
+    when the list does not hold together (a handover that does not verify, entries out of order, a
+    signature that is not its newest key's)."""
+    import json
+
+    from . import chain
+
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SigningKeyError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(document, dict) or document.get("type") != KEY_LIST_TYPE:
+        raise SigningKeyError(f"{where}: type: not an audit key list ({KEY_LIST_TYPE})")
+    entries = document.get("keys")
+    if not isinstance(entries, list) or not entries or not all(isinstance(entry, dict) for entry in entries):
+        raise SigningKeyError(f"{where}: keys: expected a list of key entries")
+    keys: dict = {}
+    retired: dict = {}
+    for index, entry in enumerate(entries):
+        at = f"{where}: keys[{index}]"
+        key = load_public_key_pem(entry.get("public_key") or "", f"{at}.public_key")
+        if key_id_of(key) != entry.get("key_id"):
+            raise SigningKeyError(f"{at}.key_id: {str(entry.get('key_id'))[:40]!r} is not the id of its public key")
+        if entry["key_id"] in keys:
+            raise SigningKeyError(f"{at}.key_id: key {entry['key_id']} is listed twice")
+        if index == 0:
+            if entry.get("valid_from") is not None or "handover" in entry:
+                raise SigningKeyError(f"{at}: the first key has no predecessor (valid_from null, no handover)")
+        else:
+            handover = entry.get("handover")
+            problem = rotation_problem(handover) if isinstance(handover, dict) else "missing"
+            if problem:
+                raise SigningKeyError(f"{at}.handover: {problem}")
+            previous = entries[index - 1]
+            if (handover["old_key_id"], handover["new_key_id"]) != (previous["key_id"], entry["key_id"]):
+                raise SigningKeyError(f"{at}.handover: hands key {handover['old_key_id']} over to "
+                                      f"{handover['new_key_id']}, not {previous['key_id']} to {entry['key_id']}")
+            end = {"tree_size": handover["tree_size"], "timestamp": handover["timestamp"]}
+            if previous.get("valid_until") != end or entry.get("valid_from") != end:
+                raise SigningKeyError(f"{at}.valid_from: the interval does not match its handover (after "
+                                      f"#{handover['tree_size']} at {handover['timestamp']})")
+            retired[previous["key_id"]] = (handover["tree_size"], handover["timestamp"])
+        keys[entry["key_id"]] = key
+    newest = entries[-1]
+    if newest.get("valid_until") is not None:
+        raise SigningKeyError(f"{where}: keys[{len(entries) - 1}].valid_until: the newest key has no end yet (null)")
+    if document.get("key_id") != newest["key_id"]:
+        raise SigningKeyError(f"{where}: key_id: the list must be signed by its newest key {newest['key_id']}")
+    signature = document.get("signature")
+    unsigned = {name: value for name, value in document.items() if name != "signature"}
+    if not isinstance(signature, str) or not verify_signature(keys[newest["key_id"]], chain.signed_statement(unsigned),
+                                                                signature):
+        raise SigningKeyError(f"{where}: signature: does not verify with the newest key {newest['key_id']}")
+    created = document.get("created")
+    return KeyList(keys, retired, newest["key_id"], created if isinstance(created, str) else "")

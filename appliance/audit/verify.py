@@ -15,7 +15,13 @@ kinds below, told apart this way:
 - reordered: a gap whose missing record appears later;
 - truncated: fewer records than the manifest or a checkpoint says, or a last line cut short;
 - bad signature / unknown key: a signed statement that does not verify, or one signed by a key that
-  is not the one trusted.
+  is not the one trusted, or by a key past its end (its handover, from the bundle or from the key list).
+
+Trust comes from outside the bundle: a public key obtained independently (--public-key) or the
+appliance's published key list (--key-list, signing.read_key_list), which also says when each key was
+handed over, so a bundle that leaves a handover out is still judged by it. A bundle checked only
+against its own public-key.pem proves nothing about who made it: the result is "unverified: no trusted
+key" (`trusted` False), whatever the bundle holds.
 
 A selection bundle (the records an audit filter chose, scattered through the chain) has no chain to
 follow: each record is checked against its hash and its inclusion proof (proofs.jsonl) against the
@@ -85,16 +91,32 @@ class VerificationResult:
     filter: dict = field(default_factory=dict)
     selection: bool = False
     checkpoint_tree_size: int | None = None
+    # Whether the signatures were checked against a key (or key list) obtained outside the bundle.
+    trusted: bool = True
 
     @property
     def ok(self) -> bool:
+        """No damage found (against whichever key was used: see `verified`)."""
         return not self.findings
+
+    @property
+    def verified(self) -> bool:
+        """No damage, against a key obtained outside the bundle."""
+        return self.ok and self.trusted
 
     @property
     def first(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
     def summary(self) -> str:
+        if self.ok and not self.trusted:
+            consistent = self.checked_summary().removeprefix("intact: ")
+            return (f"unverified: no trusted key: {consistent}, consistent only with the bundle's own "
+                    "public-key.pem, which whoever made it chose; check it with --key-list (the appliance's "
+                    "published key list) or --public-key (a key obtained independently)")
+        return self.checked_summary()
+
+    def checked_summary(self) -> str:
         if self.ok:
             span = f"#{self.first_sequence}..#{self.last_sequence}" if self.records else "no records"
             stated = ", ".join(f"{name}={value}" for name, value in self.filter.items())
@@ -546,12 +568,13 @@ def _manifest_field(manifest: dict, *keys, kind=None):
     return value
 
 
-def verify_bundle(path, public_key_file=None) -> VerificationResult:
-    """Verify an export bundle directory. Needs no database: only the files."""
+def verify_bundle(path, public_key_file=None, key_list_file=None) -> VerificationResult:
+    """Verify an export bundle directory. Needs no database: only the files. Without a public key or a
+    key list the bundle's own key is used and the result is not `trusted`."""
     started = time.perf_counter()
-    result = VerificationResult()
+    result = VerificationResult(trusted=public_key_file is not None or key_list_file is not None)
     try:
-        _verify_bundle(Path(path), public_key_file, result)
+        _verify_bundle(Path(path), public_key_file, result, key_list_file)
     except Stop as stop:
         result.findings.insert(0, stop.finding)
     result.seconds = time.perf_counter() - started
@@ -571,24 +594,53 @@ def check_rotations(anchor, rotations: list, where: str) -> "TrustedKeys":
     return TrustedKeys(signing.trusted_keys(anchor, rotations), signing.retirements(rotations))
 
 
-def _trusted_key(bundle: Path, public_key_file, result: VerificationResult):
+def read_key_list(key_list_file) -> "signing.KeyList":
+    source = Path(key_list_file)
+    try:
+        return signing.read_key_list(source.read_bytes(), str(source))
+    except OSError as exc:
+        raise Stop(Finding(UNKNOWN_KEY, None, f"the key list cannot be read ({exc.strerror})", str(source))) from None
+    except signing.SigningKeyError as exc:
+        raise Stop(Finding(UNKNOWN_KEY, None, f"the key list does not hold: {exc}", str(source))) from None
+
+
+def with_key_list(keys: "TrustedKeys", key_list: "signing.KeyList") -> "TrustedKeys":
+    """The keys of a bundle's handovers and of the key list together; each key ends at the earliest
+    handover either names (a bundle cannot extend a key the list says is retired)."""
+    retired = dict(keys.retired)
+    for key_id, end in key_list.retired.items():
+        if key_id not in retired or end < retired[key_id]:
+            retired[key_id] = end
+    return TrustedKeys({**keys, **key_list.keys}, retired)
+
+
+def _trusted_key(bundle: Path, public_key_file, result: VerificationResult, key_list=None):
+    if key_list is not None and public_key_file is None:
+        result.notes.append(f"signatures checked against the key list of {len(key_list.keys)} key(s) "
+                            f"made {key_list.created}")
+        key = key_list.keys[key_list.newest]
+        return key, key_list.newest
     if public_key_file is not None:
         source = Path(public_key_file)
         result.notes.append(f"signatures checked against {source}")
     else:
         source = bundle / PUBLIC_KEY_NAME
-        result.notes.append(f"signatures checked against the bundle's own {PUBLIC_KEY_NAME}; pass --public-key "
-                            "with a copy obtained independently to rule out a re-signed bundle")
+        result.notes.append(f"signatures checked against the bundle's own {PUBLIC_KEY_NAME} only: it proves "
+                            "nothing about who made the bundle")
     try:
         key = signing.load_public_key_pem(source.read_bytes(), str(source))
     except FileNotFoundError:
         raise Stop(Finding(UNKNOWN_KEY, None, "no public key to check signatures with", str(source))) from None
     except signing.SigningKeyError as exc:
         raise Stop(Finding(UNKNOWN_KEY, None, str(exc), str(source))) from None
-    return key, signing.key_id_of(key)
+    key_id = signing.key_id_of(key)
+    if key_list is not None and key_id not in key_list.keys:
+        raise Stop(Finding(UNKNOWN_KEY, None, f"key {key_id} is not in the key list given", str(source)))
+    return key, key_id
 
 
-def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) -> None:
+def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult, key_list_file=None) -> None:
+    key_list = read_key_list(key_list_file) if key_list_file is not None else None
     if not bundle.is_dir():
         raise Stop(Finding(DELETED, None, "no bundle directory here", str(bundle)))
     entries = _bundle_entries(bundle)
@@ -597,9 +649,11 @@ def _verify_bundle(bundle: Path, public_key_file, result: VerificationResult) ->
         raise Stop(Finding(MODIFIED, None, f"not an audit export manifest (type {chain.MANIFEST_TYPE})",
                             MANIFEST_NAME))
     check_manifest_shape(manifest)
-    anchor, anchor_id = _trusted_key(bundle, public_key_file, result)
+    anchor, anchor_id = _trusted_key(bundle, public_key_file, result, key_list)
     rotations = _manifest_field(manifest, "key_rotations", kind=list) if "key_rotations" in manifest else []
     keys = check_rotations(anchor, rotations, MANIFEST_NAME)
+    if key_list is not None:
+        keys = with_key_list(keys, key_list)
     result.key_id = manifest.get("key_id") if manifest.get("key_id") in keys else anchor_id
 
     problem = check_statement(manifest, keys, "the manifest", None)

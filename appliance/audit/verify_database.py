@@ -211,8 +211,23 @@ def witness_disagreement() -> str | None:
     return None
 
 
+def _check_witnessed_handover(statement: dict, where: str) -> None:
+    """A witnessed key handover is in the database as it was signed: deleting it (triggers off) would let
+    a kept copy of the old key sign past its end."""
+    size = statement["tree_size"]
+    problem = signing.rotation_problem(statement)
+    if problem:
+        raise Stop(Finding(BAD_SIGNATURE, size, f"the key handover after #{size} in the witness: {problem}", where))
+    stored = AuditKeyRotation.objects.filter(new_key_id=statement.get("new_key_id")).first()
+    if stored is None or stored.signed() != statement:
+        raise Stop(Finding(MODIFIED, size, f"the key handover after #{size} in the witness (key "
+                           f"{statement.get('old_key_id')} to {statement.get('new_key_id')}) is not in the database"
+                           + (" as it was signed" if stored is not None else ""), where))
+
+
 def _check_witness(result: DatabaseVerificationResult, checkpoints: dict, keys, last: int) -> None:
-    """Every witnessed checkpoint is in the database as it was signed, over records it still has."""
+    """Every witnessed checkpoint is in the database as it was signed, over records it still has; every
+    witnessed key handover is there too."""
     source = witness.path()
     try:
         entries = witness.read(source)
@@ -223,10 +238,16 @@ def _check_witness(result: DatabaseVerificationResult, checkpoints: dict, keys, 
             result.notes.append(f"no witness file at {source}: the database's {len(checkpoints)} signed checkpoints "
                                 "are compared with nothing outside it")
         return
+    # Handovers first: without one, a kept copy of the old key would pass for the appliance's key.
+    for entry in entries:
+        if entry.is_handover:
+            _check_witnessed_handover(entry.statement, f"{source}:{entry.line}")
     seen = set()
     for entry in entries:
         statement, size = entry.statement, entry.statement["tree_size"]
         where = f"{source}:{entry.line}"
+        if entry.is_handover:
+            continue
         problem = check_statement(statement, keys, f"checkpoint #{size} in the witness", size)
         if problem:
             problem.where = where

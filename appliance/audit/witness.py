@@ -1,4 +1,4 @@
-"""The witness: every signed checkpoint, also written outside the database.
+"""The witness: every signed checkpoint and every key handover, also written outside the database.
 
 A checkpoint signs the log up to its tree size, but it lives in the same database as the records:
 whoever can rewrite records with the triggers off can delete the checkpoints that disagree, and the
@@ -7,7 +7,8 @@ to a file in the state directory (settings.AUDIT_WITNESS_FILE, mode 0600, opened
 is only ever added) and, when settings.AUDIT_WITNESS_SYSLOG names a destination, sent to syslog,
 which can forward it off the machine. `audit verify --database` compares the database with the
 witness: a witnessed checkpoint that is missing or different in the database, or that covers more
-records than the database holds, is tampering.
+records than the database holds, is tampering. So is a witnessed key handover the database no longer
+holds: with it gone, a copy of the handed-over key would look current again.
 
 Syslog destinations: a Unix socket path (`/dev/log`), or `udp://host:port` / `tcp://host:port`.
 """
@@ -41,7 +42,7 @@ def line_of(statement: dict) -> bytes:
 
 
 def append(statement: dict) -> None:
-    """Add one signed checkpoint to the witness file (and to syslog when configured)."""
+    """Add one signed checkpoint or key handover to the witness file (and to syslog when configured)."""
     line = line_of(statement)
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -87,13 +88,20 @@ class Entry:
     line: int
     statement: dict
 
+    @property
+    def is_handover(self) -> bool:
+        return self.statement.get("type") == chain.KEY_ROTATION_TYPE
+
 
 class WitnessError(ValueError):
-    """A line of the witness file is not a checkpoint statement."""
+    """A line of the witness file is neither a checkpoint nor a key handover statement."""
+
+
+WITNESSED_TYPES = (chain.CHECKPOINT_TYPE, chain.KEY_ROTATION_TYPE)
 
 
 def read(source: Path | None = None) -> list[Entry] | None:
-    """The witnessed checkpoints, in file order; None when there is no witness file."""
+    """The witnessed checkpoints and key handovers, in file order; None when there is no witness file."""
     source = Path(source or path())
     try:
         data = source.read_bytes()
@@ -107,8 +115,8 @@ def read(source: Path | None = None) -> list[Entry] | None:
             statement = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise WitnessError(f"{source}:{number}: not JSON ({exc})") from None
-        if not isinstance(statement, dict) or statement.get("type") != chain.CHECKPOINT_TYPE \
+        if not isinstance(statement, dict) or statement.get("type") not in WITNESSED_TYPES \
                 or type(statement.get("tree_size")) is not int:
-            raise WitnessError(f"{source}:{number}: not a checkpoint statement")
+            raise WitnessError(f"{source}:{number}: neither a checkpoint nor a key handover statement")
         entries.append(Entry(number, statement))
     return entries

@@ -151,7 +151,9 @@ def test_cli_export_applies_the_filter_and_states_it(mixed_log, tmp_path, capsys
     assert sequences_in(out) == mixed_log["failed"]
     assert len((out / "records.log").read_text().splitlines()) == 3
     assert manifest_of(out)["filter"] == {"actor": "administrator-user", "outcome": "failure"}
-    call_command("audit", "verify", str(out))
+    call_command("audit", "keys", "export", "--out", str(tmp_path / "keys.json"))
+    capsys.readouterr()
+    call_command("audit", "verify", str(out), "--key-list", str(tmp_path / "keys.json"))
     verified = capsys.readouterr().out
     assert verified.startswith(f"intact: a selection of 3 records (#{mixed_log['failed'][0]}..#"
                                f"{mixed_log['failed'][-1]}) matching actor=administrator-user, outcome=failure, "

@@ -64,10 +64,13 @@ def resign_manifest(bundle, manifest, key):
     (bundle / "manifest.json").write_text(json.dumps(manifest))
 
 
-def test_the_real_session_bundle_verifies_and_the_command_says_so(bundle, capsys):
+def test_the_real_session_bundle_verifies_and_the_command_says_so(bundle, capsys, tmp_path):
     assert verify_bundle(bundle).ok
-    call_command("audit", "verify", str(bundle))
-    assert "intact" in capsys.readouterr().out
+    public_key = tmp_path / "appliance.pem"
+    call_command("audit", "public-key", "--out", str(public_key))
+    capsys.readouterr()
+    call_command("audit", "verify", str(bundle), "--public-key", str(public_key))
+    assert capsys.readouterr().out.startswith("intact: ")
 
 
 def test_flipping_any_byte_of_a_record_is_reported_as_modified_at_that_record(bundle):
@@ -412,7 +415,9 @@ def test_the_command_exits_non_zero_naming_kind_and_position(bundle, capsys):
 def test_offline_verification_needs_no_database(bundle, tmp_path):
     env = dict(os.environ, DATABASE_URL="postgres://nobody@127.0.0.1:1/no-such-database",
                APPLIANCE_STATE_DIR=str(tmp_path / "elsewhere"))
-    command = [sys.executable, str(REPO / "manage.py"), "audit", "verify", str(bundle)]
+    key_list = tmp_path / "keys.json"
+    call_command("audit", "keys", "export", "--out", str(key_list))
+    command = [sys.executable, str(REPO / "manage.py"), "audit", "verify", str(bundle), "--key-list", str(key_list)]
     intact = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert intact.returncode == 0, intact.stderr
     assert "intact" in intact.stdout

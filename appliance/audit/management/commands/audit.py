@@ -1,4 +1,4 @@
-"""`manage.py audit`: export, verify, checkpoint, public-key, retention. Thin wrappers around the
+"""`manage.py audit`: export, verify, checkpoint, public-key, keys, retention. Thin wrappers around the
 audit services.
 
 `audit verify PATH` runs with no database at all: no system checks, no queries, and it asks the
@@ -53,7 +53,13 @@ class Command(BaseCommand):
 
         verify = sub.add_parser("verify", help="verify an export bundle offline, or the live log with --database")
         verify.add_argument("path", nargs="?", help="bundle directory")
-        verify.add_argument("--public-key", help="PEM file of the trusted audit key (default: the bundle's own)")
+        verify.add_argument("--public-key", help="PEM file of an audit public key obtained independently")
+        verify.add_argument("--key-list", help="the appliance's published key list (`audit keys export`): every "
+                            "key with its validity; a statement signed by a key past its end is refused")
+        verify.add_argument("--trust-bundle-key", action="store_true",
+                            help="check against the bundle's own public-key.pem (proves consistency only, not "
+                                 "who made the bundle); without it and without a trusted key the answer is "
+                                 "'unverified' (exit status 3)")
         verify.add_argument("--database", action="store_true", help="verify the live log instead of a bundle")
 
         sub.add_parser("checkpoint", help="sign a checkpoint of the log as it is now")
@@ -61,6 +67,11 @@ class Command(BaseCommand):
         sub.add_parser("rotate-key", help="replace the signing key (the handover is signed by the old and the new key)")
         public_key = sub.add_parser("public-key", help="print or write the audit public key (PEM)")
         public_key.add_argument("--out", help="file to write instead of printing")
+        keys = sub.add_parser("keys", help="the published key list: every signing key with its validity")
+        key_actions = keys.add_subparsers(dest="action", required=True)
+        key_export = key_actions.add_parser("export", help="write the key list (signed by the current key) for "
+                                            "auditors; give it again after every rotate-key")
+        key_export.add_argument("--out", help="file to write instead of printing")
 
         retention = sub.add_parser("retention", help="archive old records under dual control")
         actions = retention.add_subparsers(dest="action", required=True)
@@ -122,10 +133,14 @@ class Command(BaseCommand):
                           f"({span['count']}){f' matching {stated}' if stated else ''} as {format} to {out}; "
                           f"key {manifest['key_id']}")
 
-    def handle_verify(self, *, path=None, public_key=None, database=False, **options):
+    def handle_verify(self, *, path=None, public_key=None, key_list=None, trust_bundle_key=False, database=False,
+                      **options):
         if database:
             if path:
                 raise CommandError("give a bundle PATH or --database, not both")
+            if public_key or key_list or trust_bundle_key:
+                raise CommandError("--public-key, --key-list and --trust-bundle-key are for a bundle; --database "
+                                   "checks against this appliance's own keys")
             from appliance.audit.verify_database import verify_database
 
             result = verify_database()
@@ -134,10 +149,20 @@ class Command(BaseCommand):
                 raise CommandError("give a bundle PATH, or --database for the live log")
             from appliance.audit.verify import verify_bundle
 
-            result = verify_bundle(path, public_key)
+            if trust_bundle_key and (public_key or key_list):
+                raise CommandError("--trust-bundle-key is for a bundle checked without --public-key or --key-list")
+            result = verify_bundle(path, public_key, key_list)
         for note in result.notes:
             self.stderr.write(note)
+        if result.ok and not result.trusted and not trust_bundle_key:
+            # No damage found, but nothing outside the bundle vouches for its key: not "intact".
+            self.stderr.write(result.summary())
+            sys.exit(3)
         if result.ok:
+            if not result.trusted:
+                self.stderr.write("checked against the bundle's own key only (--trust-bundle-key)")
+                self.stdout.write(f"{result.checked_summary()} ({result.seconds:.2f} s)")
+                return
             # An unsealed tail alone is not damage: the summary says "unsealed", the exit status is 0.
             self.stdout.write(f"{result.summary()} ({result.seconds:.2f} s)")
             return
@@ -200,6 +225,21 @@ class Command(BaseCommand):
             self.stdout.write(f"public key {key.key_id} written to {out}")
         else:
             self.stdout.write(key.public_pem().rstrip("\n"))
+
+    def handle_keys(self, *, action, out=None, **options):
+        import json
+
+        from appliance.audit.keys import key_list
+
+        document = key_list()
+        text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+        if out:
+            with open(out, "w") as handle:
+                handle.write(text)
+            self.stdout.write(f"key list of {len(document['keys'])} key(s), signed by {document['key_id']}, "
+                              f"written to {out}")
+        else:
+            self.stdout.write(text.rstrip("\n"))
 
     def _administrator(self, username: str, password_file: str | None):
         if password_file:
