@@ -11,7 +11,7 @@ filesystem at the path the registry recorded.
 
 Images: an air-gapped appliance pulls from its own registry. LIFECYCLE_IMAGE_REGISTRY (a setting, default
 below) prefixes each runtime's image; LIFECYCLE_SERVING_IMAGES ({runtime: "repository:tag"}) replaces
-the defaults. Everything is written with yaml.safe_dump from dicts: a model's name, a path or a tag is
+the defaults. Everything is written as plain YAML (no anchors) from dicts: a model's name, a path or a tag is
 quoted as YAML needs, never pasted into text.
 """
 
@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import re
 
-import yaml
 from django.conf import settings
+
+from appliance.core import plainyaml
 
 from .errors import LifecycleError
 
@@ -142,5 +143,5 @@ def render(*, service: str, workload: str, deployment_id: int, model: str, versi
         "spec": {"selector": {"app.kubernetes.io/instance": workload},
                  "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]},
     }
-    text = yaml.safe_dump_all([deployment, route], sort_keys=False, default_flow_style=False)
+    text = plainyaml.dump_all([deployment, route])
     return text, container

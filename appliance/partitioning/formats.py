@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import re
 
-import yaml
-
+from appliance.core import plainyaml
 from appliance.partitioning import profiles as P
 
 GPU_ID = re.compile(r"^(?P<node>[A-Za-z0-9][A-Za-z0-9._-]{0,62})/gpu(?P<index>[0-9]{1,3})$")
@@ -201,4 +200,4 @@ def node_labels(result: dict) -> dict[str, dict[str, str]]:
 
 
 def to_yaml(data) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    return plainyaml.dump(data)

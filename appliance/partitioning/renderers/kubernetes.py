@@ -7,7 +7,7 @@ the operator's driver container is disabled and the operator uses the host's dri
 
 from __future__ import annotations
 
-import yaml
+from appliance.core import plainyaml
 
 from .site import PoolView, RenderError, SiteView
 
@@ -18,7 +18,7 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 
 
 def _dump(data) -> str:
-    return yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
+    return plainyaml.dump(data, sort_keys=True)
 
 
 def inference_pools(site: SiteView) -> list[PoolView]:
