@@ -190,7 +190,8 @@ class Command(BaseCommand):
             "state_dir": settings.STATE_DIR, "python": python, "bind": f"{bind_host}:{port}"
             if ":" not in bind_host else f"[{bind_host}]:{port}", "certfile": certfile, "keyfile": keyfile,
             "workers": options["workers"], "concurrency": max(1, settings.EMBEDDED_WORKERS),
-            "readme": Path(settings.BASE_DIR) / "README.md",
+            # The documentation the portal serves (the wheel installs no README): what `systemctl help` opens.
+            "docs_url": f"https://{f'[{url_host}]' if ':' in url_host else url_host}:{port}/docs/",
             "capabilities": "AmbientCapabilities=CAP_NET_BIND_SERVICE\n" if port < 1024 and user != "root" else "",
         }
         units = {unit_dir / name: Template((DEPLOY_DIR / name).read_text()).substitute(values) for name in UNITS}
