@@ -1,5 +1,5 @@
-"""The ingest endpoint's HTTP side: InfluxDB v2's write API (`POST /api/v2/write`), its `/health` and
-`/ping`, under /telemetry/ingest/. A collector writes here with influxdb-client, unchanged, as it would
+"""The ingest endpoint's HTTP side: InfluxDB v2's write API (`POST /api/v2/write`), its `/health`,
+`/ready` and `/ping`, under /telemetry/ingest/. A collector writes here with influxdb-client, unchanged, as it would
 to an InfluxDB: the answers are InfluxDB's (204, or JSON {"code", "message"} with the status).
 
 No session, no CSRF token: a collector is not a browser, it authenticates every write with its node's
@@ -89,6 +89,29 @@ def health(request):
         cursor.execute("SELECT 1")
     return JsonResponse({"name": "appliance", "message": "ready for writes", "status": "pass", "checks": [],
                          "version": _version()})
+
+
+STARTED = time.time()
+
+
+def _go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it (what InfluxDB's /ready says under "up"): 1h2m3.5s."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, rest = divmod(rest, 60)
+    text = f"{rest:.6f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{int(hours)}h{int(minutes)}m{text}"
+    return f"{int(minutes)}m{text}" if minutes else text
+
+
+@require_GET
+def ready(request):
+    """InfluxDB's /ready (clients probe it before writing): 200 {"status": "ready", "started", "up"}."""
+    from datetime import UTC, datetime
+
+    request.audit_recorded_by_view = True
+    return JsonResponse({"status": "ready", "started": datetime.fromtimestamp(STARTED, UTC).isoformat(),
+                         "up": _go_duration(max(0.0, time.time() - STARTED))})
 
 
 @require_GET
