@@ -43,9 +43,9 @@ class UserAdmin(AuditedModelAdmin):
     list_display = ("username", "email", "role", "is_active", "last_login", "date_joined", "created_by")
     list_filter = ("role", "is_active")
     search_fields = ("username", "email")
-    fields = ("username", "email", "first_name", "last_name", "role", "is_active", "role_since", "created_by",
-              "last_login", "date_joined")
-    readonly_fields = ("username", "role_since", "created_by", "last_login", "date_joined")
+    fields = ("username", "email", "first_name", "last_name", "role", "is_active", "role_since", "active_since",
+              "created_by", "last_login", "date_joined")
+    readonly_fields = ("username", "role_since", "active_since", "created_by", "last_login", "date_joined")
     actions = None
 
     def has_add_permission(self, request):

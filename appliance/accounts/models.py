@@ -19,10 +19,12 @@ class User(AuditedModel, AbstractUser):
     """A person using the suite. Exactly one role; Administrators also get Django's admin site."""
 
     role = models.CharField(max_length=20, choices=Role.choices, default=Role.VIEWER)
-    # Who made the account (none: the command line) and since when it holds its role: the two-person
-    # rules (audit retention) refuse an approver the requester made, or made an Administrator lately.
+    # Who made the account (none: the command line), since when it holds its role and since when it is
+    # enabled: the four-eyes rule (accounts.services.require_independent_approver) refuses people linked by
+    # creation, and accounts made, promoted or re-enabled within its cooling period.
     created_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     role_since = models.DateTimeField(default=timezone.now)
+    active_since = models.DateTimeField(default=timezone.now)
 
     objects = UserManager()
     audit_exclude = ("last_login",)
@@ -35,10 +37,17 @@ class User(AuditedModel, AbstractUser):
         using = kwargs.get("using") or self._state.db or "default"
         with transaction.atomic(using=using):
             stored = None if self._state.adding else type(self)._base_manager.filter(pk=self.pk).first()
+            if self._state.adding:
+                # A new account holds its role and is enabled from the moment it is made.
+                self.role_since = self.active_since = self.date_joined
             if stored is not None and stored.role != self.role:
                 self.role_since = timezone.now()
                 if kwargs.get("update_fields") is not None:
                     kwargs["update_fields"] = {*kwargs["update_fields"], "role_since", "is_staff", "is_superuser"}
+            if stored is not None and self.is_active and not stored.is_active:
+                self.active_since = timezone.now()
+                if kwargs.get("update_fields") is not None:
+                    kwargs["update_fields"] = {*kwargs["update_fields"], "active_since"}
             super().save(*args, **kwargs)
             if stored is not None and stored.role != self.role:
                 record("accounts.role.change", target=self, details={"role": [stored.role, self.role]})

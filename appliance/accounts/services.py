@@ -2,6 +2,7 @@
 
 import secrets
 
+from django.conf import settings
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
@@ -100,34 +101,72 @@ def change_own_password(user, old_password: str, new_password: str, request):
 
 
 class ApproverNotIndependent(ValueError):
-    """An approval by someone who is not a second, independent person; the message says why."""
+    """A four-eyes decision by people who are not two independent persons; the message says why and `field`
+    names whose account is the reason ("approver" or "requester")."""
+
+    def __init__(self, message: str, field: str = "approver"):
+        super().__init__(message)
+        self.field = field
 
 
-def require_independent_approver(user, *, requester_id, requester_username: str, since, what: str, second: str,
-                                 role: str) -> None:
-    """Four-eyes: `user` may approve what `requester_id` asked at `since` only if they are another person whom
-    the requester could not have made or promoted for the occasion: not the requester, an account that existed
-    and held its role before the request, and not one the requester created (directly or through accounts
-    they created). `what` names the action ("archiving"), `second` the approver wanted ("a second
-    Administrator"), `role` the role held ("an Administrator"). Raises ApproverNotIndependent."""
-    if requester_id is not None and requester_id == user.pk:
+def _makers(user) -> dict[int, str]:
+    """Every account above `user` in its chain of creators: {pk: username}."""
+    makers, maker = {}, user.created_by
+    while maker is not None and maker.pk not in makers and maker.pk != user.pk:
+        makers[maker.pk] = maker.get_username()
+        maker = maker.created_by
+    return makers
+
+
+def _latest_change(user) -> tuple[object, str]:
+    """When the account last became able to take part in a decision, and how: made, re-enabled or given its
+    role (the change a requester, or someone on their behalf, could make for the occasion)."""
+    changes = [(user.date_joined, _("was created")), (user.active_since, _("was re-enabled")),
+               (user.role_since, _("was given the role %(role)s") % {"role": user.role})]
+    return max(changes, key=lambda change: change[0])
+
+
+def require_independent_approver(approver, requester, *, since, what: str, second: str) -> None:
+    """The one four-eyes rule. `approver` may decide what `requester` asked at `since` only if they are two
+    independent people:
+    - two distinct accounts;
+    - no creator link either way, at any depth (neither made the other, nor made an account that made it);
+    - neither account was created, re-enabled or given its role within settings.FOUR_EYES_COOLING_PERIOD
+      before the request (nor since): an account made or promoted for the occasion does not count.
+    `what` names the decision ("archiving"), `second` the approver wanted ("a second Administrator").
+    Raises ApproverNotIndependent; its `field` is the account at fault."""
+    if requester is None:
+        raise ApproverNotIndependent(
+            _("requester: the account that asked no longer exists; %(what)s needs a new request") % {"what": what},
+            "requester")
+    if requester.pk == approver.pk:
         raise ApproverNotIndependent(_("approver: %(what)s needs %(second)s, not the one who asked") % {
             "what": what, "second": second})
-    name = user.get_username()
-    if user.date_joined >= since:
+    approver_name, requester_name = approver.get_username(), requester.get_username()
+    if requester.pk in _makers(approver):
         raise ApproverNotIndependent(
-            _("approver: %(name)r was created after the request; the approver must be an account that existed "
-              "before it") % {"name": name})
-    if user.role_since >= since:
+            _("approver: %(name)r was created by %(requester)r, who asked (directly or through accounts they "
+              "made); the approver must be an account the requester did not make") % {
+                "name": approver_name, "requester": requester_name})
+    if approver.pk in _makers(requester):
         raise ApproverNotIndependent(
-            _("approver: %(name)r became %(role)s after the request; the approver must have been one before it")
-            % {"name": name, "role": role})
-    maker, seen = user.created_by, {user.pk}
-    while maker is not None and maker.pk not in seen:
-        if maker.pk == requester_id:
+            _("approver: %(name)r created %(requester)r, who asked (directly or through accounts they made); "
+              "the approver must not have made the requester's account") % {
+                "name": approver_name, "requester": requester_name})
+    cooling = settings.FOUR_EYES_COOLING_PERIOD
+    for field, account in (("requester", requester), ("approver", approver)):
+        changed_at, change = _latest_change(account)
+        if changed_at > since - cooling:
             raise ApproverNotIndependent(
-                _("approver: %(name)r was created by %(requester)r, who asked; the approver must be an account "
-                  "the requester did not make") % {"name": name, "requester": requester_username})
-        seen.add(maker.pk)
-        maker = maker.created_by
+                _("%(field)s: %(name)r %(change)s at %(at)s, less than %(hours)s h before the request; an account "
+                  "takes part in a four-eyes decision only %(hours)s h after it was created, re-enabled or given its "
+                  "role: a request made from %(until)s on can be decided") % {
+                    "field": field, "name": account.get_username(), "change": change,
+                    "at": changed_at.isoformat(timespec="seconds"), "hours": _hours(cooling),
+                    "until": (changed_at + cooling).isoformat(timespec="seconds")},
+                field)
 
+
+def _hours(period) -> str:
+    hours = period.total_seconds() / 3600
+    return f"{hours:g}"

@@ -145,11 +145,10 @@ def approve_retention(request_id: int, user) -> RetentionRequest:
 
 
 def _require_independent_approver(request: RetentionRequest, user) -> None:
-    """The approver is a second person only if the requester could not have made or promoted the account."""
+    """The one four-eyes rule (accounts.services): a second Administrator, independent of the requester."""
     try:
-        require_independent_approver(user, requester_id=request.requested_by_id,
-                                     requester_username=request.requested_by_username, since=request.requested_at,
-                                     what="archiving", second="a second Administrator", role="an Administrator")
+        require_independent_approver(user, request.requested_by, since=request.requested_at, what="archiving",
+                                     second="a second Administrator")
     except ApproverNotIndependent as exc:
         raise RetentionError(str(exc)) from None
 

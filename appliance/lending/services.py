@@ -28,6 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from appliance import audit
+from appliance.accounts.services import ApproverNotIndependent, require_independent_approver
 from appliance.core.roles import can
 from appliance.inventory.models import Pool, PoolMembership
 
@@ -203,9 +204,15 @@ def approve(plan: LendingPlan, actor) -> LendingPlan:
     with transaction.atomic():
         plan = _locked(plan)
         policy = policy_of(plan.from_pool)
-        if plan.proposed_by_id == actor.pk and not (policy and policy.automatic_approval):
-            raise LendingDenied(f"{plan}: its proposer cannot approve it (the policy of pool {plan.from_pool} "
-                                "does not allow automatic approval)")
+        if not (policy and policy.automatic_approval):
+            # The one four-eyes rule: another person, independent of the proposer (no creator link, no account
+            # made, re-enabled or promoted for the occasion).
+            try:
+                require_independent_approver(actor, plan.proposed_by, since=plan.created,
+                                             what=f"{plan} (the policy of pool {plan.from_pool} does not allow "
+                                                  "automatic approval)", second="another person")
+            except ApproverNotIndependent as exc:
+                raise LendingDenied(str(exc)) from None
         _move(plan, PlanState.APPROVED)
         plan.approved_by = actor
         plan.save(update_fields=["state", "approved_by", "updated"])

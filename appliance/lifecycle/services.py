@@ -22,6 +22,7 @@ from django.db.models import Max, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from appliance.accounts.services import ApproverNotIndependent, require_independent_approver
 from appliance.audit import services as audit
 from appliance.core import context
 from appliance.core.roles import can
@@ -847,8 +848,6 @@ def _require_pending(request: PromotionRequest, now) -> None:
 def approve(request: PromotionRequest, *, user, reason="") -> PromotionRequest:
     """Four-eyes approval, carried out at once: the version reaches the target stage (production), the alias
     production (and the request's alias) points at it, the former production version is deprecated."""
-    from appliance.accounts.services import ApproverNotIndependent, require_independent_approver
-
     details = {"request": request.pk, "model": request.version.model.name, "version": request.version.number,
                "to": request.target_stage, "requested_by": request.requested_by_username}
     expired = False
@@ -869,11 +868,10 @@ def approve(request: PromotionRequest, *, user, reason="") -> PromotionRequest:
             _require_pending(request, now)
             try:
                 require_independent_approver(
-                    user, requester_id=request.requested_by_id, requester_username=request.requested_by_username,
-                    since=request.created, what=_("promotion to %(stage)s") % {"stage": request.target_stage},
-                    second=_("a second person"), role=_("an approver of models"))
+                    user, request.requested_by, since=request.created,
+                    what=_("promotion to %(stage)s") % {"stage": request.target_stage}, second=_("a second person"))
             except ApproverNotIndependent as exc:
-                raise Conflict(str(exc), "approver") from None
+                raise Conflict(str(exc), exc.field) from None
             version = _locked_version(request.version)
             if request.target_stage not in TRANSITIONS[version.stage]:
                 raise Conflict(_("stage: %(model)s v%(number)d is %(current)s now; it cannot move to %(stage)s") % {

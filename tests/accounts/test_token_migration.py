@@ -1,4 +1,5 @@
-"""Upgrading: DRF's plaintext tokens are dropped with their table; accounts keep their role's start."""
+"""Upgrading: DRF's plaintext tokens are dropped with their table; accounts keep their role's start, and have
+been enabled since they were made (the four-eyes cooling period counts from then)."""
 
 from datetime import UTC, datetime
 
@@ -7,7 +8,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 BEFORE = [("accounts", "0001_initial")]
-AFTER = [("accounts", "0002_tokens_hashed_account_origin")]
+AFTER = [("accounts", "0003_user_active_since")]
 
 
 def migrate(targets):
@@ -47,4 +48,5 @@ def test_plaintext_tokens_are_dropped_and_roles_date_from_the_account():
 
     upgraded = CurrentUser.objects.get(username="old-operator")
     assert upgraded.role_since == joined and upgraded.created_by is None
+    assert upgraded.active_since == joined
     assert ApiToken.objects.count() == 0

@@ -1,6 +1,7 @@
 """Archiving old records: a verified export of exactly the range, two different Administrators,
 a signed tombstone, and a log that still verifies afterwards."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from appliance.audit.models import AuditRecord, AuditTombstone, RetentionRequest
 from appliance.audit.proofs import verify_record
 from appliance.audit.verify import verify_bundle
 from appliance.audit.verify_database import verify_database
+from tests.accounts.settled import settle
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +29,8 @@ def set_floor(days: int) -> None:
 @pytest.fixture
 def old_log(make_user):
     """Records of which the first ones are past the retention period."""
-    admins = make_user("administrator", "alice"), make_user("administrator", "bob")
+    # Two Administrators who have been on the appliance longer than the four-eyes cooling period.
+    admins = settle(make_user("administrator", "alice"), make_user("administrator", "bob"))
     set_floor(30)
     for i in range(12):
         audit.record("task.run", details={"i": i})
@@ -119,20 +122,60 @@ def test_the_floor_command_shows_and_sets_it(old_log, tmp_path, capsys):
     assert retention.retention_floor_days() == 400
 
 
-def test_an_approver_the_requester_created_after_the_request_is_refused(old_log, tmp_path):
+def test_an_approver_created_after_the_request_is_refused(old_log, tmp_path):
     from appliance.accounts.services import create_user
     from tests.conftest import PASSWORD
 
     (alice, _bob), cutoff, _last = old_log
     request = retention.request_retention(alice, cutoff, exported(tmp_path, cutoff))
-    sock_puppet = create_user("alice-2", "administrator", PASSWORD, created_by=alice)
+    newcomer = create_user("newcomer", "administrator", PASSWORD)
     with pytest.raises(retention.RetentionError,
-                       match="'alice-2' was created after the request; the approver must be an account that "
-                             "existed before it"):
-        retention.approve_retention(request.pk, sock_puppet)
+                       match="^approver: 'newcomer' was created at .*, less than 24 h before the request; an account "
+                             "takes part in a four-eyes decision only 24 h after it was created"):
+        retention.approve_retention(request.pk, newcomer)
     request.refresh_from_db()
     assert request.state == RetentionState.REQUESTED
     assert not AuditRecord.objects.filter(event="audit.retention.approve").exists()
+
+
+def test_the_administrator_who_made_the_requester_cannot_approve(old_log, tmp_path):
+    """A makes B, B asks, A approves: refused; so through a chain A -> C -> B; a third one approves."""
+    from appliance.accounts.services import create_user
+    from tests.conftest import PASSWORD
+
+    (alice, bob), cutoff, _last = old_log
+    made = settle(create_user("alice-made", "administrator", PASSWORD, created_by=alice))
+    middle = settle(create_user("alice-middle", "administrator", PASSWORD, created_by=alice))
+    chained = settle(create_user("alice-chained", "administrator", PASSWORD, created_by=middle))
+    for requester in (made, chained):
+        request = retention.request_retention(requester, cutoff, exported(tmp_path, cutoff, requester.username))
+        with pytest.raises(retention.RetentionError) as refused:
+            retention.approve_retention(request.pk, alice)
+        assert str(refused.value) == (
+            f"approver: 'alice' created {requester.username!r}, who asked (directly or through accounts they "
+            "made); the approver must not have made the requester's account")
+        request.refresh_from_db()
+        assert request.state == RetentionState.REQUESTED
+        request.delete()  # withdrawn, so that the next one may be asked
+    request = retention.request_retention(chained, cutoff, exported(tmp_path, cutoff, "last"))
+    assert retention.approve_retention(request.pk, bob).state == RetentionState.APPROVED
+
+
+def test_a_request_by_a_fresh_administrator_cannot_be_approved(old_log, tmp_path):
+    from appliance.accounts.services import create_user
+    from tests.conftest import PASSWORD
+
+    (_alice, bob), cutoff, _last = old_log
+    fresh = create_user("fresh-admin", "administrator", PASSWORD)
+    request = retention.request_retention(fresh, cutoff, exported(tmp_path, cutoff))
+    made, until = (moment.isoformat(timespec="seconds") for moment in (fresh.date_joined,
+                                                                        fresh.date_joined + timedelta(hours=24)))
+    with pytest.raises(retention.RetentionError,
+                       match=f"^requester: 'fresh-admin' was created at {re.escape(made)}, less than 24 h before the "
+                             f"request; .* a request made from {re.escape(until)} on can be decided$"):
+        retention.approve_retention(request.pk, bob)
+    request.refresh_from_db()
+    assert request.state == RetentionState.REQUESTED
 
 
 def test_an_approver_the_requester_created_before_the_request_is_refused(make_user, old_log, tmp_path):
@@ -155,7 +198,8 @@ def test_an_approver_promoted_after_the_request_is_refused(make_user, old_log, t
     viewer = make_user("viewer", "vera")
     request = retention.request_retention(alice, cutoff, exported(tmp_path, cutoff))
     set_role(viewer, "administrator")
-    with pytest.raises(retention.RetentionError, match="'vera' became an Administrator after the request"):
+    with pytest.raises(retention.RetentionError,
+                       match="^approver: 'vera' was given the role administrator at .*, less than 24 h before"):
         retention.approve_retention(request.pk, viewer)
 
 

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 from appliance.accounts.services import create_user
 from appliance.core.roles import Role
+from tests.accounts.settled import make_user  # noqa: F401 (people older than the four-eyes cooling period)
 from tests.e2e.conftest import screenshot
 from tests.e2e.test_telemetry_pages import axe_violations
 from tests.lifecycle.deploy_support import demo  # noqa: F401 (fixture)

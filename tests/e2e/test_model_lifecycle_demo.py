@@ -24,6 +24,7 @@ from appliance.lifecycle import deployments, services
 from appliance.lifecycle.errors import Conflict, IntegrityRefused
 from appliance.lifecycle.models import Deployment, ModelVersion
 from appliance.simulation import slurm
+from tests.accounts.settled import make_user  # noqa: F401 (people older than the four-eyes cooling period)
 from tests.conftest import PASSWORD
 from tests.e2e.conftest import screenshot
 from tests.lifecycle.deploy_support import inference_node, owners

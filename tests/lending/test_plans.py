@@ -6,11 +6,14 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from appliance.accounts.services import create_user
 from appliance.audit.models import AuditRecord
 from appliance.core.roles import Role
 from appliance.inventory.models import Appliance, Node, Pool, PoolMembership
 from appliance.lending import services
 from appliance.lending.models import LendingPlan, LendingPolicy, PlanState
+from tests.accounts.settled import settle
+from tests.conftest import PASSWORD
 
 # A Tuesday, 23:00 in the appliance's time zone.
 TUESDAY_NIGHT = datetime(2026, 12, 1, 23, 0)
@@ -107,7 +110,7 @@ def test_roles_an_operator_proposes_an_administrator_approves_a_viewer_does_neit
     with pytest.raises(services.LendingDenied, match="your role may not approve lending plans"):
         services.approve(plan, operator)
     own = plan_of(administrator, nodes=["gpu02"])
-    with pytest.raises(services.LendingDenied, match="its proposer cannot approve it"):
+    with pytest.raises(services.LendingDenied, match=r"^approver: lending plan #\d+ .*needs another person, not the one who asked$"):
         services.approve(own, administrator)
     approved = services.approve(plan, administrator)
     assert (approved.state, approved.approved_by) == (PlanState.APPROVED, administrator)
@@ -118,6 +121,44 @@ def test_roles_an_operator_proposes_an_administrator_approves_a_viewer_does_neit
     assert events == [("lending.plan.propose", "operator-user", str(plan.pk)),
                       ("lending.plan.propose", "administrator-user", str(own.pk)),
                       ("lending.plan.approve", "administrator-user", str(plan.pk))]
+
+
+def test_the_administrator_a_proposer_makes_cannot_approve_the_plan(pools, make_user):
+    """The issue's attack: an Administrator proposes, makes `admin2` a second later, approves through it."""
+    administrator = make_user(Role.ADMINISTRATOR, "ada")
+    plan = plan_of(administrator)
+    admin2 = create_user("admin2", Role.ADMINISTRATOR, PASSWORD, created_by=administrator)
+    with pytest.raises(services.LendingDenied) as refused:
+        services.approve(plan, admin2)
+    assert str(refused.value) == ("approver: 'admin2' was created by 'ada', who asked (directly or through accounts "
+                                  "they made); the approver must be an account the requester did not make")
+    assert LendingPlan.objects.get(pk=plan.pk).state == PlanState.PROPOSED
+
+
+def test_an_administrator_who_made_the_proposer_cannot_approve_even_through_another(pools, make_user):
+    """A makes B, B proposes, A approves: refused; so through A -> C -> B; someone unlinked approves."""
+    ada, other = make_user(Role.ADMINISTRATOR, "ada"), make_user(Role.ADMINISTRATOR, "other")
+    made = settle(create_user("made", Role.OPERATOR, PASSWORD, created_by=ada))
+    middle = settle(create_user("middle", Role.ADMINISTRATOR, PASSWORD, created_by=ada))
+    chained = settle(create_user("chained", Role.OPERATOR, PASSWORD, created_by=middle))
+    for proposer, node in ((made, "gpu03"), (chained, "gpu02")):
+        plan = plan_of(proposer, nodes=[node])
+        with pytest.raises(services.LendingDenied) as refused:
+            services.approve(plan, ada)
+        assert str(refused.value) == (f"approver: 'ada' created {proposer.username!r}, who asked (directly or through "
+                                      "accounts they made); the approver must not have made the requester's account")
+    assert services.approve(plan, other).state == PlanState.APPROVED
+
+
+def test_a_plan_by_a_fresh_account_cannot_be_approved(pools, make_user):
+    """An account made an hour before it proposes (the plan is proposed at night(-1))."""
+    fresh = settle(create_user("fresh", Role.OPERATOR, PASSWORD), ago=timezone.now() - night(-2))
+    plan = plan_of(fresh)
+    with pytest.raises(services.LendingDenied, match="^requester: 'fresh' was created at 2026-12-01T21:00:00\\+00:00, less than "
+                                                     "24 h before the request; .* a request made from "
+                                                     r"2026-12-02T21:00:00\+00:00 on can be decided$"):
+        services.approve(plan, make_user(Role.ADMINISTRATOR, "ada"))
+    assert LendingPlan.objects.get(pk=plan.pk).state == PlanState.PROPOSED
 
 
 def test_automatic_approval_by_the_policy(pools, make_user):

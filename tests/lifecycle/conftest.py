@@ -3,6 +3,8 @@ beside it."""
 
 import pytest
 
+from tests.accounts.settled import make_user  # noqa: F401  (people older than the four-eyes cooling period)
+
 
 @pytest.fixture
 def root(settings, tmp_path):
@@ -13,3 +15,4 @@ def root(settings, tmp_path):
     settings.LIFECYCLE_ARTIFACT_ROOTS = [models]
     settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
     return models
+

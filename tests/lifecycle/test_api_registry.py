@@ -4,6 +4,7 @@ its aliases and history; every refusal one error body naming the field."""
 
 import pytest
 
+from appliance.accounts.models import User
 from appliance.audit.models import AuditRecord
 from appliance.lifecycle.models import ModelVersion, PromotionRequest, RegisteredModel
 
@@ -211,3 +212,34 @@ def test_unknown_model_version_and_request_are_404_naming_them(erin):
     assert erin.get(API + "requests/999/").status_code == 404
     assert erin.get(API + "deployments/999/").status_code == 404
     assert post(erin, API + "models/nope/versions/1/transition/", {"stage": "validated"}).status_code == 404
+
+
+def test_an_administrator_cannot_approve_through_an_account_made_for_the_occasion(client, root, people):  # noqa: F811
+    """The issue's attack through the REST API: the Administrator makes an ML engineer `sock`, which asks for
+    production a moment later; the Administrator's approval is refused (409, naming the approver), and so is a
+    third person's while `sock` is new; the version stays in staging."""
+    admin = login(client, people["ada"])
+    made = post(admin, "/api/v1/accounts/users/", {"username": "sock", "role": "ml_engineer",
+                                                   "password": "Sock-puppet-pass-42"})
+    assert made.status_code == 201, made.content
+    sock = login(client, User.objects.get(username="sock"))
+    register(sock, root)
+    for stage in ("validated", "staging"):
+        assert post(sock, API + "models/llama/versions/1/transition/", {"stage": stage}).status_code == 200
+    evaluation = post(sock, API + "models/llama/versions/1/evaluations/",
+                      {"name": "mmlu", "metrics": {"accuracy": 0.61}, "passed": True})
+    asked = post(sock, API + "requests/", {"model": "llama", "version": 1, "reason": "ship it",
+                                          "evidence": [evaluation.json()["id"]]})
+    request_id = asked.json()["id"]
+
+    refused = post(login(client, people["ada"]), API + f"requests/{request_id}/approve/", {"reason": "ok"})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["fields"] == {"approver": [
+        "approver: 'ada' created 'sock', who asked (directly or through accounts they made); the approver must not "
+        "have made the requester's account"]}
+    third = post(login(client, people["amir"]), API + f"requests/{request_id}/approve/", {"reason": "ok"})
+    assert third.status_code == 409
+    assert list(third.json()["error"]["fields"]) == ["requester"]
+    assert "'sock' was created at" in third.json()["error"]["message"]
+    assert ModelVersion.objects.get(model__name="llama", number=1).stage == "staging"
+    assert PromotionRequest.objects.get(pk=request_id).state == "pending"

@@ -9,6 +9,7 @@ from appliance.accounts.services import create_user
 from appliance.core.roles import Role
 from appliance.lifecycle import services
 from tests.access import AccessMatrix, Endpoint
+from tests.accounts.settled import settle
 from tests.conftest import PASSWORD
 
 from .portal_support import model_root, register  # noqa: F401 (fixture)
@@ -45,8 +46,9 @@ class TestLifecyclePortalAccess(AccessMatrix):
 
     @pytest.fixture
     def url_values(self, users, model_root):  # noqa: F811
-        # The role accounts exist before the request: each may be its independent approver.
-        requester = create_user("requester", Role.ML_ENGINEER, PASSWORD)
+        # The role accounts and the requester are older than the four-eyes cooling period and unlinked: each role
+        # account may be the request's independent approver.
+        requester = settle(create_user("requester", Role.ML_ENGINEER, PASSWORD))
         version = register(model_root, "access-model", 31, user=requester)
         services.set_alias(version.model, "old", version, user=requester)
         staged = register(model_root, "access-model", 32, user=requester)

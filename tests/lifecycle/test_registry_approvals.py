@@ -5,12 +5,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from appliance.accounts.services import create_user, set_role
+from appliance.accounts.services import create_user, set_active, set_role
 from appliance.audit.models import AuditRecord
 from appliance.core.roles import Role
 from appliance.lifecycle import services
 from appliance.lifecycle.errors import Conflict, Forbidden, LifecycleError
 from appliance.lifecycle.models import PromotionRequest
+from tests.accounts.settled import settle
 
 from .registry_support import write_model
 
@@ -100,8 +101,10 @@ def test_the_requester_cannot_approve_their_own_request(root, people):
 
 
 def test_an_account_the_requester_created_cannot_approve_even_through_another(root, people):
+    """B makes A (directly, or through an account B made): B asks, A may not approve, however old A is."""
     made = create_user("erins-admin", Role.ADMINISTRATOR, PASSWORD, created_by=people["erin"])
     made_by_made = create_user("erins-puppet", Role.ML_ENGINEER, PASSWORD, created_by=made)
+    settle(made, made_by_made)
     version, evaluation = staged(root, people)
     request = ask(version, evaluation, people["erin"])
     for approver in (made, made_by_made):
@@ -111,17 +114,77 @@ def test_an_account_the_requester_created_cannot_approve_even_through_another(ro
     assert request.state == "pending"
 
 
-def test_an_approver_created_or_promoted_after_the_request_cannot_approve(root, people):
+def test_the_account_that_made_the_requester_cannot_approve_even_through_another(root, people):
+    """A makes B (directly, or A makes C who makes B): B asks, A may not approve, however old B is."""
+    ada = people["ada"]
+    sock = settle(create_user("sock", Role.ML_ENGINEER, PASSWORD, created_by=ada))
+    middle = settle(create_user("middle", Role.ADMINISTRATOR, PASSWORD, created_by=ada))
+    chained = settle(create_user("chained", Role.ML_ENGINEER, PASSWORD, created_by=middle))
+    for requester in (sock, chained):
+        version, evaluation = staged(root, people, f"v-{requester.username}")
+        request = ask(version, evaluation, requester)
+        with pytest.raises(Conflict) as refused:
+            services.approve(request, user=ada, reason="looks fine")
+        assert str(refused.value) == (
+            f"approver: 'ada' created {requester.username!r}, who asked (directly or through accounts they made); "
+            "the approver must not have made the requester's account")
+        assert refused.value.field == "approver"
+        request.refresh_from_db()
+        version.refresh_from_db()
+        assert (request.state, version.stage) == ("pending", "staging")
+    # A third person, linked to neither, approves the chained account's request.
+    services.approve(request, user=people["amir"], reason="evidence checked")
+    assert PromotionRequest.objects.get(pk=request.pk).state == "approved"
+
+
+def test_a_request_by_a_fresh_account_cannot_be_approved_until_it_is_asked_again_a_day_later(root, people):
+    """The issue's attack: an account made two seconds before its request; nobody may approve it."""
+    fresh = create_user("fresh", Role.ML_ENGINEER, PASSWORD)
+    version, evaluation = staged(root, people)
+    request = ask(version, evaluation, fresh)
+    with pytest.raises(Conflict) as refused:
+        services.approve(request, user=people["amir"])
+    made = fresh.date_joined
+    assert str(refused.value) == (
+        f"requester: 'fresh' was created at {made.isoformat(timespec='seconds')}, less than 24 h before the "
+        "request; an account takes part in a four-eyes decision only 24 h after it was created, re-enabled or "
+        "given its role: a request made from "
+        f"{(made + timedelta(hours=24)).isoformat(timespec='seconds')} on can be decided")
+    assert refused.value.field == "requester"
+    assert PromotionRequest.objects.get(pk=request.pk).state == "pending"
+
+
+def test_the_cooling_period_is_a_setting(root, people, settings):
+    settings.FOUR_EYES_COOLING_PERIOD = timedelta(hours=2)
+    version, evaluation = staged(root, people)
+    recent = settle(create_user("recent", Role.ML_ENGINEER, PASSWORD), ago=timedelta(hours=1))
+    with pytest.raises(Conflict, match="^requester: 'recent' was created at .*, less than 2 h before the request"):
+        services.approve(ask(version, evaluation, recent), user=people["amir"])
+    older = settle(create_user("older", Role.ML_ENGINEER, PASSWORD), ago=timedelta(hours=3))
+    second, second_evaluation = staged(root, people, "v2", seed=8)
+    services.approve(ask(second, second_evaluation, older), user=people["amir"])
+    second.refresh_from_db()
+    assert second.stage == "production"
+
+
+def test_an_approver_created_promoted_or_re_enabled_lately_cannot_approve(root, people):
     version, evaluation = staged(root, people)
     request = ask(version, evaluation, people["erin"])
     newcomer = create_user("newcomer", Role.ML_ENGINEER, PASSWORD)
-    with pytest.raises(Conflict, match="'newcomer' was created after the request"):
+    with pytest.raises(Conflict, match="^approver: 'newcomer' was created at .*, less than 24 h before the request"):
         services.approve(request, user=newcomer)
     promoted = people["val"]
     set_role(promoted, Role.ML_ENGINEER)
-    with pytest.raises(Conflict, match="'val' became an approver of models after the request"):
+    with pytest.raises(Conflict, match="^approver: 'val' was given the role ml_engineer at .*, less than 24 h"):
         services.approve(request, user=promoted)
+    amir = people["amir"]
+    set_active(amir, False)
+    set_active(amir, True)
+    with pytest.raises(Conflict, match="^approver: 'amir' was re-enabled at .*, less than 24 h"):
+        services.approve(request, user=amir)
     assert PromotionRequest.objects.get(pk=request.pk).state == "pending"
+    refusals = AuditRecord.objects.filter(event="lifecycle.request.approve", outcome="failure").count()
+    assert refusals == 3
 
 
 def test_an_expired_request_cannot_be_approved_and_is_marked_expired(root, people):
