@@ -37,6 +37,8 @@ GPM_FIELDS = {
 COUNTER_FIELDS = frozenset({
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_XID_ERRORS_TOTAL", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    # counters in dcgm-exporter's default-counters.csv (ROW_REMAP_PENDING and _FAILURE are gauges there)
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "node_infiniband_port_data_transmitted_bytes_total", "node_infiniband_port_data_received_bytes_total",
     "node_infiniband_port_packets_transmitted_total", "node_infiniband_port_packets_received_total",
     "node_infiniband_port_transmit_wait_total", "node_infiniband_symbol_error_total",

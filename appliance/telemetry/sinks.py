@@ -42,8 +42,20 @@ class LineFormatter:
             if not series.fields:
                 continue
             # every field a float: a field keeps one type in InfluxDB, whatever NVML answered this time
-            lines.append(self.prefix(series.measurement, series.labels) + " "
-                         + ",".join(f"{name}={float(value)!r}" for name, value in series.fields.items()) + stamp)
+            plain, labelled = [], []
+            for name, value in series.fields.items():
+                metric, _colon, mode = name.partition(":")
+                if mode:
+                    labelled.append((metric, mode, value))
+                else:
+                    plain.append(f"{name}={float(value)!r}")
+            prefix = self.prefix(series.measurement, series.labels)
+            if plain:
+                lines.append(prefix + " " + ",".join(plain) + stamp)
+            # A field `name:mode` (node_cpu_seconds_total:idle) is node_exporter's `name{mode="idle"}`: a line
+            # with the tag mode, so that Prometheus-style stores see one metric with a mode label.
+            for metric, mode, value in labelled:
+                lines.append(f"{prefix},mode={_escape_tag(mode)} {metric}={float(value)!r}{stamp}")
             points += len(series.fields)
         return "\n".join(lines) + "\n", points
 
