@@ -4,6 +4,7 @@ Serializers come in two sizes, NetBox-style: a brief one (id, url, name) used wh
 nested in another, and a full one for the object's own endpoint. A BMC's password is never a field.
 """
 
+from django.core.validators import RegexValidator
 from django.db.models import Count, F, Prefetch
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
@@ -473,7 +474,10 @@ class CredentialSerializer(serializers.ModelSerializer):
         fields = ["name", "kind", "username", "secret", "secret_set", "description", "endpoints", "ca_file",
                   "used_by", "created", "updated"]
         read_only_fields = ["created", "updated"]
-        extra_kwargs = {"name": {"validators": []}, "username": {"required": False}}
+        # A user name: something besides white space, no ':' or control character (credentials.check_username).
+        extra_kwargs = {"name": {"validators": []}, "username": {
+            "required": False, "allow_blank": False,
+            "validators": [RegexValidator(r"^[^\x00-\x1f\x7f:]*[^\s\x00-\x1f\x7f:][^\x00-\x1f\x7f:]*$")]}}
 
     def get_secret_set(self, credential) -> bool:
         return bool(credential.secret)

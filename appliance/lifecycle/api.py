@@ -249,7 +249,9 @@ class AliasAPIView(LifecycleAPIView):
         return Response({"model": version.model.name, "name": pointed.name, "version": version.number})
 
     @extend_schema(operation_id="lifecycle_aliases_delete", parameters=[NAME, ALIAS],
-                   responses={204: None, 409: CONFLICT})
+                   responses={204: None, 400: OpenApiResponse(description="not a name an alias may have (the "
+                                                                          "message says why)"),
+                              409: CONFLICT})
     def delete(self, request, name, alias):
         from . import services
 
@@ -407,6 +409,28 @@ class VerifyAPIView(LifecycleAPIView):
         return Response(VerifyResultSerializer(result).data)
 
 
+class ClearTamperedAPIView(LifecycleAPIView):
+    """Lift the version's tampered verdict (which no later verification overwrites): an Administrator, with a
+    reason, and only when the full verification run now passes; recorded as lifecycle.version.tamper_clear.
+    409 when the version is not tampered or the full verification fails (the verdict stays)."""
+
+    capability = "models.view"
+    # Reaching the view takes models.change; the service then admits Administrators only (403 for others).
+    write_capability = "models.change"
+    http_method_names = ["post", "options"]
+
+    @extend_schema(operation_id="lifecycle_versions_clear_tampered", parameters=[NAME, NUMBER],
+                   request=RejectionSerializer, responses={200: VerifyResultSerializer, 409: CONFLICT})
+    def post(self, request, name, number):
+        from . import integrity, services
+
+        serializer = RejectionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        result = integrity.clear_tampered(services.get_version(name, number), user=request.user,
+                                          reason=serializer.validated_data["reason"])
+        return Response(VerifyResultSerializer(result).data)
+
+
 class _NoFormatOverride:
     """Content negotiation settings without DRF's ?format= override: the card's ?format= names the card's
     format (json, md, html), not a renderer."""
@@ -502,9 +526,10 @@ class RequestAPIView(LifecycleAPIView):
 
 
 class RequestApproveAPIView(LifecycleAPIView):
-    """Approve a request (four-eyes): the approver holds models.approve, is not the requester nor an account
-    the requester made, and held the role before the request was made; the request is pending and not
-    expired. The version then reaches production and the production alias; the former one is deprecated."""
+    """Approve a request (four-eyes, accounts.services.require_independent_approver): the approver holds
+    models.approve, is another person with no creator link to the requester either way, and neither account
+    was made, re-enabled or given its role within the cooling period before the request; the request is
+    pending and not expired. The version then reaches production and the production alias; the former one is deprecated."""
 
     capability = "models.view"
     write_capability = "models.approve"

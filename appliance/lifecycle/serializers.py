@@ -310,8 +310,12 @@ class RegisteredModelUpdateSerializer(serializers.Serializer):
     risk_class = serializers.ChoiceField(choices=RiskClass.choices, required=False)
 
 
+# One line with something besides white space and no control character (services._datasets' rule).
+DATASET_NAME = r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$"
+
+
 class DatasetSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+    name = serializers.RegexField(DATASET_NAME, max_length=200)
     uri = serializers.CharField(max_length=1000, required=False, allow_blank=True)
     sha256 = serializers.RegexField(SHA256_OR_NONE, required=False, allow_blank=True,
                                     help_text="the dataset's content hash (64 lowercase hex digits)")

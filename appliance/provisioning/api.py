@@ -63,7 +63,9 @@ class BriefStageRunSerializer(DurationMixin, serializers.ModelSerializer):
 class RunSerializer(DurationMixin, serializers.ModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="provisioning-run-detail")
     appliance = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    requested_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="who started it; null for a run started from the command line or by the system")
     stage_runs = BriefStageRunSerializer(many=True, read_only=True)
     message = serializers.CharField(source="reason", read_only=True, help_text="the same as reason (older name)")
 
