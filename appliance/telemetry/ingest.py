@@ -7,7 +7,11 @@ unique key), so a collector that resends after a lost answer never counts twice.
 
 Who may write: the node whose token the request carries (its SHA-256 digest is what the appliance keeps),
 and only that node's series: a line naming another Hostname refuses the whole write, so a node's token
-cannot be used to forge another node's measurements.
+cannot be used to forge another node's measurements. A node is trusted for its own numbers only: a GPU
+line names a GPU of the node's inventory (a MIG instance: a MIG-capable one), each field lies in its
+physical range (FIELD_RANGES), a bucket is at most FUTURE_SLACK ahead of the appliance's clock, string
+fields carry no control or format characters, and a job id has the one pattern the portal and the API
+route (queries.JOB_PATTERN). A node's writes are limited per minute (writes and lines, `admit`).
 """
 
 from __future__ import annotations
@@ -15,14 +19,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import re
+import time
+import unicodedata
 import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+from django.conf import settings
+from django.core.cache import caches
 from django.db import connections, models, router, transaction
 from django.utils import timezone
+
+from appliance.inventory.models import GPU
 
 from . import frames, services
 from .lineprotocol import LineError, iter_lines
@@ -36,6 +47,7 @@ from .models import (
     NodeCollector,
     NodeRollup,
 )
+from .queries import JOB_PATTERN
 
 # Limits of one write. A collector sends one closed minute of its node (about ten lines) at a time, and
 # after an outage its forwarder sends at most 50,000 points a write (a few thousand lines, ~1 MiB): these
@@ -45,6 +57,15 @@ MAX_LINES = 100_000
 MAX_LINE_CHARS = 64 * 1024
 MAX_TOKEN_CHARS = 512
 
+# Writes of one node token per minute (a fixed window, counted in the default cache as DRF's throttles and
+# the login limit are). A collector sends one write of about ten lines a minute, and after an outage drains
+# its buffer in writes of a few thousand lines: these leave it a hundred times that, and stop a token that
+# floods (one write of MAX_LINES held a worker 19.5 s). Settings TELEMETRY_INGEST_WRITES_PER_MINUTE and
+# TELEMETRY_INGEST_LINES_PER_MINUTE override them.
+WRITES_PER_MINUTE = 120
+LINES_PER_MINUTE = 20_000
+RATE_KEY = "telemetry:ingest-rate:"
+
 # Kinds of events that are alerts (open until a person acknowledges them). Others (NVML failing on a
 # GPU, the collector's own notes) are kept as information: stored already acknowledged on arrival.
 ALERT_KINDS = frozenset({HardwareEvent.Kind.XID, HardwareEvent.Kind.ECC, HardwareEvent.Kind.LINK_DOWN,
@@ -53,18 +74,19 @@ ALERT_KINDS = frozenset({HardwareEvent.Kind.XID, HardwareEvent.Kind.ECC, Hardwar
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Bucket times before this are not from a collector of this product (a clock at zero, a unit mistake).
 _OLDEST = datetime(2000, 1, 1, tzinfo=UTC)
-# A node clock may run ahead a little; a day ahead is a wrong clock or a wrong precision.
-_FUTURE_SLACK = timedelta(days=1)
+# A node clock may run ahead a little (NTP keeps it within seconds); a bucket further ahead would hold
+# the node's collector state (its last bucket only moves forward) and the Overview's newest minute.
+FUTURE_SLACK = timedelta(minutes=5)
 
 _GPU_INDEX = re.compile(r"\d{1,3}\Z")
 _INSTANCE = re.compile(r"\d{1,3}\Z")
 _PROFILE = re.compile(r"[0-9A-Za-z.+_-]{1,32}\Z")
 _UUID = re.compile(r"[0-9A-Za-z-]{1,64}\Z")
-_JOB = re.compile(r"[^\x00-\x1f\x7f]{1,100}\Z")
-_MOUNT = re.compile(r"/[^\x00-\x1f\x7f]{0,254}\Z")
+_JOB = re.compile(JOB_PATTERN + r"\Z")  # the one job or service id pattern: ingest, portal routes, API
+_MOUNT = re.compile(r"/[^\x00-\x1f\x7f-\x9f]{0,254}\Z")
 _FSTYPE = re.compile(r"[0-9a-z_.]{1,32}\Z")
 _DEVICE = re.compile(r"[0-9A-Za-z_.-]{1,56}(?:/\d{1,3})?\Z")
-_VERSION = re.compile(r"[^\x00-\x1f\x7f]{0,40}\Z")
+_VERSION = re.compile(r"[^\x00-\x1f\x7f-\x9f]{0,40}\Z")
 MAX_MESSAGE_CHARS = 2000
 MAX_DETAIL_CHARS = 16 * 1024
 MAX_SINK_ERROR_CHARS = 2000
@@ -102,6 +124,39 @@ TAGS = {
 }
 FIELDS = {"gpu_rollup": GPU_FIELDS, "node_rollup": NODE_FIELDS, "mount_rollup": MOUNT_FIELDS,
           "event": EVENT_FIELDS, "collector": COLLECTOR_FIELDS}
+# Each number's physical range (inclusive). Utilization is a percentage, the DCGM activities and shares are
+# ratios; bytes/s are bounded far above any link of this product (PCIe 6 x16 is 1.3e11, NVLink 5 1.8e12,
+# eight NDR 400 ports 4e11); power is checked against the GPU's limit (gpu_power_limit_w) in `_ranges`.
+RATE_MAX = 1e13
+FIELD_RANGES = {
+    "util": (0, 100), "util_max": (0, 100), "gpu_util": (0, 100), "gpu_util_max": (0, 100),
+    "sm_active": (0, 1), "tensor_active": (0, 1), "dram_active": (0, 1), "throttled_share": (0, 1),
+    "cpu_busy": (0, 1), "cpu_iowait": (0, 1),
+    "temp_c": (-40, 150), "temp_max_c": (-40, 150),
+    "sm_clock_mhz": (0, 5000),
+    "fb_used_mib": (0, 2**21), "fb_used_max_mib": (0, 2**21), "fb_total_mib": (0, 2**21),
+    "gpu_fb_used_mib": (0, 2**26),
+    "pcie_tx_bps": (0, RATE_MAX), "pcie_rx_bps": (0, RATE_MAX), "nvlink_bps": (0, RATE_MAX),
+    "ib_tx_bps": (0, RATE_MAX), "ib_rx_bps": (0, RATE_MAX), "ib_line_bps": (0, RATE_MAX),
+    "ib_xmit_wait": (0, RATE_MAX), "fs_read_bps": (0, RATE_MAX), "fs_write_bps": (0, RATE_MAX),
+    "disk_read_bps": (0, RATE_MAX), "disk_write_bps": (0, RATE_MAX), "read_bps": (0, RATE_MAX),
+    "write_bps": (0, RATE_MAX), "interval_s": (0.001, 3600),
+}
+# Board power limits by GPU model (W); a model not listed is held to the largest.
+POWER_LIMITS_W = {"H100": 700, "H200": 700, "H20": 500, "A100": 400, "A30": 165, "A10": 150, "L40": 350,
+                  "L4": 72, "B200": 1000, "B100": 700, "GB200": 1200}
+POWER_SLACK = 1.5
+
+
+def gpu_power_limit_w(model: str) -> float:
+    """The board power limit of a GPU model as the inventory names it (e.g. H100-SXM5-80GB)."""
+    name = (model or "").upper().replace("NVIDIA", "").strip(" -")
+    for prefix in sorted(POWER_LIMITS_W, key=len, reverse=True):
+        if name.startswith(prefix):
+            return POWER_LIMITS_W[prefix]
+    return max(POWER_LIMITS_W.values())
+
+
 # Columns a resend rewrites: every measured column (an absent field becomes NULL again, as sent).
 GPU_COLUMNS = ["samples", "job", "uuid", "profile"] + [name for name in GPU_FIELDS if name not in ("step", "samples")]
 NODE_COLUMNS = ["samples"] + [name for name in NODE_FIELDS if name not in ("step", "samples")]
@@ -177,6 +232,29 @@ def authenticate(header: str) -> NodeCollector:
     return collector
 
 
+def admit(collector: NodeCollector, lines: int, now_s: float | None = None) -> None:
+    """Count one write of `lines` lines against its node token's minute; IngestError 429 (with
+    `retry_after`, seconds) past either limit. Counted before the write is read, so a refused flood
+    costs a cache round trip, not a parse."""
+    writes_limit = getattr(settings, "TELEMETRY_INGEST_WRITES_PER_MINUTE", WRITES_PER_MINUTE)
+    lines_limit = getattr(settings, "TELEMETRY_INGEST_LINES_PER_MINUTE", LINES_PER_MINUTE)
+    now_s = time.time() if now_s is None else now_s
+    minute = int(now_s // 60)
+    cache = caches["default"]
+    base = f"{RATE_KEY}{collector.token_digest[:32]}:{minute}:"
+    cache.add(base + "writes", 0, 120)
+    cache.add(base + "lines", 0, 120)
+    writes = cache.incr(base + "writes")
+    total = cache.incr(base + "lines", lines)
+    if writes > writes_limit or total > lines_limit:
+        error = IngestError(429, "too many requests",
+                            f"{collector.node.name}: at most {writes_limit} writes and {lines_limit} lines a minute "
+                            f"per node token (this minute: {writes} writes, {total} lines with this one of {lines}); "
+                            "send fewer, larger writes or wait for the next minute")
+        error.retry_after = 60 - int(now_s % 60)
+        raise error
+
+
 def read_body(stream, content_length: str | None, content_encoding: str | None, limit: int = MAX_BODY_BYTES) -> bytes:
     """The request body, decompressed, refused past `limit` bytes (a gzip bomb stops at the limit,
     never inflates in memory)."""
@@ -218,10 +296,28 @@ def _time(number: int, timestamp: int | None, now: datetime) -> datetime:
     if timestamp is None:
         raise invalid(number, "no timestamp (a rollup or event line carries its time in ns)")
     moment = _EPOCH + timedelta(microseconds=timestamp // 1000)
-    if moment < _OLDEST or moment > now + _FUTURE_SLACK:
+    if moment < _OLDEST or moment > now + FUTURE_SLACK:
         raise invalid(number, f"timestamp {timestamp} ({moment:%Y-%m-%d %H:%M:%S} UTC) is out of range "
-                              f"(before 2000 or more than a day ahead of the appliance's clock; precision?)")
+                              f"(before 2000 or more than {int(FUTURE_SLACK.total_seconds() // 60)} minutes ahead "
+                              f"of the appliance's clock {now:%Y-%m-%d %H:%M:%S} UTC; node clock or precision?)")
     return moment
+
+
+def unprintable(text: str, allowed: str = "") -> str | None:
+    """The first control character (Unicode Cc: NUL, C0, DEL, C1) or format character (Cf: the
+    bidirectional overrides and isolates, zero-width joiners, ...) of `text`, as U+XXXX at its position;
+    None when there is none. PostgreSQL refuses NUL in text and JSON; the others would reach a page, a
+    report or a terminal and reorder or hide what is around them."""
+    for position, char in enumerate(text):
+        if char not in allowed and unicodedata.category(char) in ("Cc", "Cf"):
+            return f"U+{ord(char):04X} at character {position + 1}"
+    return None
+
+
+def _printable(number: int, what: str, text: str, allowed: str = "") -> None:
+    found = unprintable(text, allowed)
+    if found:
+        raise invalid(number, f"{what}: a control or format character ({found})")
 
 
 def _bucket(number: int, timestamp: int | None, now: datetime) -> datetime:
@@ -237,7 +333,8 @@ def _tag(number: int, tags: dict, name: str, pattern: re.Pattern, required: bool
         if required:
             raise invalid(number, f"no {name} tag")
         return ""
-    if not pattern.match(value):
+    _printable(number, f"tag {name}", value)
+    if not pattern.fullmatch(value):
         raise invalid(number, f"tag {name}={value[:60]!r} does not match {pattern.pattern}")
     return value
 
@@ -254,10 +351,16 @@ def _fields(number: int, measurement: str, fields: dict) -> dict:
         if kind == STRING:
             if not isinstance(value, str):
                 raise invalid(number, f"field {name}: expected a quoted string")
+            # a detail is JSON text (its strings are checked once decoded); whitespace between tokens is JSON's
+            _printable(number, f"field {name}", value, allowed="\t\n\r" if name == "detail" else "")
         elif isinstance(value, bool | str):
             raise invalid(number, f"field {name}: expected a number")
         elif kind == FLOAT:
             value = float(value)
+            # power and energy: at least 0 here, at most what the GPU's limit allows in _one
+            low, high = FIELD_RANGES.get(name, (0, math.inf))
+            if not low <= value <= high:  # NaN fails too
+                raise invalid(number, f"field {name}: {value!r} is out of range ({low} to {high})")
         else:
             if isinstance(value, float):
                 if not value.is_integer():
@@ -284,15 +387,22 @@ class Write:
     lines: int = 0
 
 
-def parse(text: str, node_name: str, precision: str = "ns", now: datetime | None = None) -> Write:
+def inventory_gpus(node_name: str) -> dict[int, GPU]:
+    """The node's GPUs as its inventory has them, by NVML index."""
+    return {gpu.index: gpu for gpu in GPU.objects.filter(node__name=node_name).only("index", "model", "mig_capable")}
+
+
+def parse(text: str, node_name: str, precision: str = "ns", now: datetime | None = None,
+          gpus: dict[int, GPU] | None = None) -> Write:
     """Every line of a write, checked; IngestError 400 names the first bad line, 403 the first line
-    of another node."""
+    of another node. `gpus`: the node's GPUs (inventory_gpus; read here when not given)."""
     now = now or timezone.now()
+    gpus = inventory_gpus(node_name) if gpus is None else gpus
     write = Write()
     try:
         for number, line in iter_lines(text, precision, MAX_LINES, MAX_LINE_CHARS):
             write.lines += 1
-            _one(write, number, line, node_name, now)
+            _one(write, number, line, node_name, now, gpus)
     except LineError as error:
         if getattr(error, "line", None) is None:
             raise IngestError(400, "invalid", str(error)) from None
@@ -300,7 +410,13 @@ def parse(text: str, node_name: str, precision: str = "ns", now: datetime | None
     return write
 
 
-def _one(write: Write, number: int, line, node_name: str, now: datetime) -> None:
+def _power_limit(number: int, name: str, value, limit_w: float, what: str, seconds: float = 1.0) -> None:
+    if value is not None and value > limit_w * POWER_SLACK * seconds:
+        raise invalid(number, f"field {name}: {value!r} is out of range (0 to {limit_w * POWER_SLACK * seconds:g}: "
+                              f"{POWER_SLACK:g} x {what})")
+
+
+def _one(write: Write, number: int, line, node_name: str, now: datetime, gpus: dict[int, GPU]) -> None:
     measurement, tags = line.measurement, line.tags
     known = TAGS.get(measurement)
     if known is None:
@@ -319,11 +435,28 @@ def _one(write: Write, number: int, line, node_name: str, now: datetime) -> None
     if measurement == "gpu_rollup":
         gpu = int(_tag(number, tags, "gpu", _GPU_INDEX, required=True))
         instance = _tag(number, tags, "GPU_I_ID", _INSTANCE)
+        known = gpus.get(gpu)
+        if known is None:
+            raise invalid(number, f"tag gpu={gpu}: {node_name} has no GPU {gpu} in the inventory (its GPUs: "
+                                  f"{', '.join(map(str, sorted(gpus))) or 'none'})")
+        if instance and not known.mig_capable:
+            raise invalid(number, f"tag GPU_I_ID={instance}: GPU {gpu} of {node_name} ({known.model}) is not "
+                                  "MIG-capable in the inventory")
+        limit = gpu_power_limit_w(known.model)
+        for name in ("power_w", "power_max_w"):
+            _power_limit(number, name, values.get(name), limit, f"the {known.model} limit of {limit:g} W")
+        _power_limit(number, "energy_j", values.get("energy_j"), limit, f"{limit:g} W over 60 s", seconds=MINUTE)
         start = _bucket(number, line.timestamp, now)
         row = {**_GPU_DEFAULTS, **values, "job": _tag(number, tags, "hpc_job", _JOB),
                "uuid": _tag(number, tags, "UUID", _UUID), "profile": _tag(number, tags, "GPU_I_PROFILE", _PROFILE)}
         write.gpus[(gpu, int(instance) if instance else WHOLE_GPU, start)] = row
     elif measurement == "node_rollup":
+        if values.get("gpus", 0) > len(gpus):
+            raise invalid(number, f"field gpus: {values['gpus']} is out of range (0 to {len(gpus)}: the GPUs of "
+                                  f"{node_name} in the inventory)")
+        limit = sum(gpu_power_limit_w(gpu.model) for gpu in gpus.values())
+        _power_limit(number, "gpu_power_w", values.get("gpu_power_w"), limit,
+                     f"the {len(gpus)} GPUs' limits of {limit:g} W")
         write.nodes[_bucket(number, line.timestamp, now)] = {**_NODE_DEFAULTS, **values}
     elif measurement == "mount_rollup":
         start = _bucket(number, line.timestamp, now)
@@ -361,8 +494,23 @@ def _event(write: Write, number: int, line, tags: dict, values: dict, now: datet
         raise invalid(number, f"field detail: not JSON ({exc})") from None
     if not isinstance(detail, dict):
         raise invalid(number, "field detail: expected a JSON object")
+    for text in _strings(detail):
+        _printable(number, "field detail", text, allowed="\t\n")
     moment = _time(number, line.timestamp, now)
     write.events[(kind, int(gpu) if gpu else None, device, moment)] = {"message": message, "detail": detail}
+
+
+def _strings(value):
+    """Every string of a decoded JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 @dataclass

@@ -64,6 +64,7 @@ def write(request):
             raise ingest.IngestError(400, "invalid", f"precision {precision[:10]!r}: expected one of "
                                                      f"{', '.join(PRECISIONS)}")
         body = ingest.read_body(request, request.META.get("CONTENT_LENGTH"), request.headers.get("Content-Encoding"))
+        ingest.admit(collector, body.count(b"\n") + 1)
         try:
             text = body.decode()
         except UnicodeDecodeError as exc:
@@ -71,11 +72,14 @@ def write(request):
         parsed = ingest.parse(text, collector.node.name, precision)
         ingest.store(collector, parsed)
     except ingest.IngestError as error:
-        if error.status in (401, 403):
+        if error.status in (401, 403, 429):
             _record_refusal(request, error, collector)
         elif collector is not None:
             log.warning("telemetry ingest from %s refused (%s): %s", collector.node.name, error.status, error.message)
-        return _error(error.status, error.code, error.message)
+        response = _error(error.status, error.code, error.message)
+        if getattr(error, "retry_after", None):
+            response["Retry-After"] = str(error.retry_after)
+        return response
     return HttpResponse(status=204)
 
 

@@ -57,3 +57,11 @@ def sample_telemetry(inventory, now: datetime = NOW):
              cpu_iowait=0.25, mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": 4e9, "write_bps": 2e8}})
     node_row(two, m1, gpu_util=20, ib_tx_bps=1e9, ib_rx_bps=1e9, fs_read_bps=5e8, fs_write_bps=0)
     return one, two
+
+
+def hgx_gpus(node, count: int = 8) -> list:
+    """The GPUs of an HGX H100 board in the node's inventory: the ingest takes GPU lines only for these."""
+    from appliance.inventory.models import GPU
+
+    return [GPU.objects.create(node=node, index=index, model="H100-SXM5-80GB", memory_mib=81559, mig_capable=True)
+            for index in range(count)]

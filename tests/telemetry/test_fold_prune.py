@@ -20,6 +20,7 @@ from appliance.telemetry.models import (
     NodeCollector,
     NodeRollup,
 )
+from tests.telemetry.rows import hgx_gpus
 
 pytestmark = pytest.mark.django_db
 TOKEN = "tok-fold-gpu01-Lk3J9sQ2wE5rT8yU1iO4pA7s"
@@ -94,6 +95,7 @@ def test_hours_without_rows_are_skipped_and_a_long_gap_does_not_stall_the_fold(n
 
 
 def test_minutes_that_arrive_after_their_hour_was_folded_are_folded_again(node, hour_of_minutes):
+    hgx_gpus(node)  # the ingest takes GPU lines only for the node's own GPUs
     services.fold(now=at(1, 11, 3))
     late = "gpu_rollup,Hostname=gpu01,gpu=0 step=60,samples=60,util=100 1796119380000000000"  # 10:03
     response = Client().generic("POST", "/telemetry/ingest/api/v2/write?precision=ns", late,

@@ -28,6 +28,7 @@ from appliance.telemetry.models import NodeRollup
 from appliance.telemetry.sinks import SinkError
 from appliance.telemetry.tokens import collector_token
 from tests.provisioning.conftest import appliance, platform, state_dir  # noqa: F401 (the engine's nodes)
+from tests.telemetry.rows import hgx_gpus
 
 INFLUX = "https://influx.site.example:8086"
 TOKEN = "Influx-Site-T0ken-9Qz4"
@@ -214,6 +215,7 @@ def test_the_collectors_influx_sink_writes_with_the_token_file(tmp_path, live_se
     appliance_row = Appliance.objects.create(name="demo", simulated=True)
     node = Node.objects.create(appliance=appliance_row, name="gpu01", role=Node.Role.GPU,
                                management_address="10.0.0.11")
+    hgx_gpus(node)
     # The ingest endpoint takes a node's own token: the one a server that checks tokens knows here.
     known = collector_token(node)
     sysroot = tmp_path / "gpu01"

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from appliance.audit.models import AuditRecord
-from appliance.inventory.models import Appliance, Node
+from appliance.inventory.models import GPU, Appliance, Node
 from appliance.telemetry.models import GpuRollup, HardwareEvent, NodeCollector, NodeRollup
 
 pytestmark = pytest.mark.django_db
@@ -56,6 +56,8 @@ def nodes(db):
     gpu01 = Node.objects.create(appliance=appliance, name="gpu01", role=Node.Role.GPU, management_address="10.0.0.11")
     gpu02 = Node.objects.create(appliance=appliance, name="gpu02", role=Node.Role.GPU, management_address="10.0.0.12")
     for node, token in ((gpu01, TOKEN_1), (gpu02, TOKEN_2)):
+        for index in range(8):  # an HGX H100 board; the ingest takes GPU lines only for these
+            GPU.objects.create(node=node, index=index, model="H100-SXM5-80GB", memory_mib=81559, mig_capable=True)
         NodeCollector.objects.create(node=node, token=token, token_digest=hashlib.sha256(token.encode()).hexdigest(),
                                      issued_at=timezone.now())
     return gpu01, gpu02

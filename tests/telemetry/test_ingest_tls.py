@@ -23,6 +23,7 @@ from appliance.telemetry.agent import from_config
 from appliance.telemetry.buffer import Buffer
 from appliance.telemetry.models import GpuRollup
 from appliance.telemetry.tokens import collector_token
+from tests.telemetry.rows import hgx_gpus
 from tests.telemetry.simnode import make_node
 from tests.telemetry.test_agent_config import write_config
 
@@ -99,6 +100,7 @@ def test_the_collector_trusts_the_appliances_certificate_through_ca_file(tls_por
     appliance = Appliance.objects.create(name="demo", simulated=True)
     node = Node.objects.create(appliance=appliance, name="gpu01", role=Node.Role.GPU,
                                management_address="10.0.0.11", sysroot=str(sysroot))
+    hgx_gpus(node)
     token = collector_token(node)
 
     # Without the CA: the system's CAs do not know a self-signed certificate, nothing is stored.
