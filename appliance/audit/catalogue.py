@@ -154,6 +154,7 @@ _BASE = [
     EventType("lifecycle.version.sign", "lifecycle", "medium", "A model version's manifest of file hashes was signed with the appliance's model-signing key.", 3004, 3, _CHANGE),
     EventType("lifecycle.version.verify", "lifecycle", "low", "A model version's files were checked against their hashes and signature (quick or full), with the result.", 3004, 3, _OPERATION),
     EventType("lifecycle.version.tampered", "lifecycle", "critical", "A model version's files no longer match what was registered and signed (changed, missing or added files, or a bad signature): its deployment is blocked.", 3004, 3, _OPERATION),
+    EventType("lifecycle.version.tamper_clear", "lifecycle", "high", "An Administrator lifted a model version's tampered verdict, with the reason, after a full verification passed: it may be deployed again.", 3004, 3, _CHANGE),
     EventType("lifecycle.version.training", "lifecycle", "low", "A model version registered while its training job ran got the job's end: its final state, end time and GPU-hours, as Slurm and analytics report them once it ended.", 3004, 3, _OPERATION),
     EventType("lifecycle.version.transition", "lifecycle", "medium", "A model version moved to another stage (or the transition was refused, with the reason).", 3004, 3, _CHANGE),
     EventType("lifecycle.alias.set", "lifecycle", "medium", "An alias of a model (a serving slot) was pointed at a version.", 3004, 3, _CHANGE),

@@ -29,6 +29,7 @@ urlpatterns = [
     path(VERSION + "evaluations/", api.EvaluationListAPIView.as_view(), name="lifecycle-api-evaluations"),
     path(VERSION + "transition/", api.TransitionAPIView.as_view(), name="lifecycle-api-transition"),
     path(VERSION + "verify/", api.VerifyAPIView.as_view(), name="lifecycle-api-verify"),
+    path(VERSION + "clear-tampered/", api.ClearTamperedAPIView.as_view(), name="lifecycle-api-clear-tampered"),
     path(VERSION + "card/", api.CardAPIView.as_view(), name="lifecycle-api-card"),
     path("requests/", api.RequestListAPIView.as_view(), name="lifecycle-api-requests"),
     path("requests/<int:pk>/", api.RequestAPIView.as_view(), name="lifecycle-api-request"),

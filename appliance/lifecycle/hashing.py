@@ -12,7 +12,7 @@ under the root, paths relative to it, except git's own files at the top (.git/, 
 verifier refuses them by default (a link is also how a file out of the model would slip in), each with a
 message naming it.
 
-Each file's size, mtime and inode are taken from the open file before and after it is read: a file that
+Each file's size, mtime, ctime and inode are taken from the open file before and after it is read: a file that
 changed while it was hashed is refused (its digest would describe neither version), and the values are the
 baseline of the quick verification (integrity.py), which stats files instead of reading them.
 """
@@ -45,10 +45,11 @@ class FileDigest:
     sha256: str
     mtime_ns: int
     inode: int
+    ctime_ns: int | None = None
 
     def as_dict(self) -> dict:
         return {"path": self.path, "size": self.size, "sha256": self.sha256, "mtime_ns": self.mtime_ns,
-                "inode": self.inode}
+                "inode": self.inode, "ctime_ns": self.ctime_ns}
 
 
 def _buffer() -> memoryview:
@@ -84,10 +85,11 @@ def hash_file(path: Path, relative: str) -> FileDigest:
                              "source") from None
     finally:
         os.close(fd)
-    if (size != after.st_size or before.st_size != after.st_size or before.st_mtime_ns != after.st_mtime_ns):
+    if (size != after.st_size or before.st_size != after.st_size or before.st_mtime_ns != after.st_mtime_ns
+            or before.st_ctime_ns != after.st_ctime_ns):
         raise LifecycleError(_("source: %(file)s: changed while it was being hashed; register it once it is "
                                "complete") % {"file": relative}, "source")
-    return FileDigest(relative, size, digest.hexdigest(), after.st_mtime_ns, after.st_ino)
+    return FileDigest(relative, size, digest.hexdigest(), after.st_mtime_ns, after.st_ino, after.st_ctime_ns)
 
 
 def list_files(root: Path) -> list[tuple[str, Path]]:

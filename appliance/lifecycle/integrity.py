@@ -1,10 +1,13 @@
 """Verifying a model version's files against what was registered and signed.
 
 Quick (before every deployment, well under a second): every recorded file is stat()ed, never read: the
-same size, mtime (ns) and inode as at registration, no file missing, none added (a listing of the
-directory), and the stored model-signing signature verifies with the appliance's public key and vouches
+same size, mtime (ns), inode and ctime (ns) as at registration, no file missing, none added (a listing of
+the directory), and the stored model-signing signature verifies with the appliance's public key and vouches
 for exactly the recorded digests (a row changed in the database, or a signature swapped from another
-version or made with another key, fails here).
+version or made with another key, fails here). A user can set a file's mtime back (os.utime) but not its
+ctime, which any write moves: a file whose stat the quick check cannot vouch for (or one registered before
+ctime was recorded) sends the whole verification to the full re-hash instead of passing or failing on a
+guess.
 
 Full (on demand and on schedule): model-signing's own verifier re-hashes every file and compares them
 with the signed manifest (`model_signing.verifying.Config().use_elliptic_key_verifier`). When it refuses,
@@ -14,7 +17,9 @@ backup) gets its new values as the quick check's baseline.
 
 Each verification updates the version (verification, verified_at, verified_full, verification_detail)
 and its artifacts' states, and records lifecycle.version.verify; one that fails also records
-lifecycle.version.tampered (critical). Those records are written in the caller's transaction: call
+lifecycle.version.tampered (critical). A tampered verdict is sticky: no later verification, quick or full,
+writes over it (the version stays undeployable), until an Administrator clears it with a reason once a full
+verification passes (clear_tampered: lifecycle.version.tamper_clear). Those records are written in the caller's transaction: call
 verify / require_intact outside an atomic block that a refusal rolls back, or the alert goes with it.
 """
 
@@ -35,9 +40,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from appliance.audit import services as audit
+from appliance.core.roles import Role
 
 from . import hashing, signing
-from .errors import IntegrityRefused
+from .errors import Conflict, Forbidden, IntegrityRefused, LifecycleError
 from .models import Artifact, ModelVersion, Stage, Verification
 
 logger = logging.getLogger(__name__)
@@ -78,7 +84,7 @@ def describe(result: VerifyResult) -> str:
     if not result.signature_ok:
         parts.append(_("signature: %(reason)s") % {"reason": result.detail or _("does not verify")})
     if not parts:
-        how = _("re-hashed in full") if result.full else _("size, mtime and inode of every file")
+        how = _("re-hashed in full") if result.full else _("size, mtime, inode and ctime of every file")
         return _("intact (%(how)s), signature verified") % {"how": how}
     return "; ".join(parts)
 
@@ -141,7 +147,7 @@ def _stat_differs(path: Path, artifact: Artifact) -> bool:
     except OSError:
         return True
     return (not stat.S_ISREG(info.st_mode) or info.st_size != artifact.size or info.st_mtime_ns != artifact.mtime_ns
-            or info.st_ino != artifact.inode)
+            or info.st_ino != artifact.inode or artifact.ctime_ns is None or info.st_ctime_ns != artifact.ctime_ns)
 
 
 def _rehash(paths: dict[str, Path], artifacts: dict[str, Artifact]) -> list[str]:
@@ -180,7 +186,9 @@ def _library_verifies(version: ModelVersion, artifacts: list[Artifact]) -> tuple
 
 # --- verification ---------------------------------------------------------------------------------------
 
-def verify(version: ModelVersion, *, full: bool = False, user=None) -> VerifyResult:
+def verify(version: ModelVersion, *, full: bool = False, user=None, clear_reason: str | None = None) -> VerifyResult:
+    """Quick or full verification, written on the version and recorded. `clear_reason`: only through
+    clear_tampered (a full verification that, passing, lifts a tampered verdict)."""
     started = time.perf_counter()
     signing.ensure_key()
     artifacts = {a.path: a for a in version.artifacts.all()}
@@ -190,12 +198,16 @@ def verify(version: ModelVersion, *, full: bool = False, user=None) -> VerifyRes
     added = sorted(name for name in present if name not in artifacts)
     on_disk = {name: present[name] for name in artifacts if name in present}
     before = {name: _stat_key(path) for name, path in on_disk.items()}
-    refreshed: dict[str, tuple[int, int]] = {}
+    refreshed: dict[str, tuple[int, int, int]] = {}
     library_refusal = ""
+    unvouched: list[str] = []
 
     if not full:
-        changed = sorted(name for name, path in on_disk.items() if _stat_differs(path, artifacts[name]))
-    else:
+        unvouched = sorted(name for name, path in on_disk.items() if _stat_differs(path, artifacts[name]))
+        # What the stat cannot vouch for is decided by the content, never by a guess either way.
+        full = bool(unvouched)
+        changed = []
+    if full:
         library_ok, library_detail = False, ""
         if signature_ok and not missing and not added:
             library_ok, library_detail = _library_verifies(version, list(artifacts.values()))
@@ -204,8 +216,9 @@ def verify(version: ModelVersion, *, full: bool = False, user=None) -> VerifyRes
             # Every file's content is the signed one (and the signature vouches for the recorded digests).
             changed = []
             for name, key in after.items():
-                if key is not None and (key[1], key[2]) != (artifacts[name].mtime_ns, artifacts[name].inode):
-                    refreshed[name] = (key[1], key[2])
+                artifact = artifacts[name]
+                if key is not None and key[1:] != (artifact.mtime_ns, artifact.inode, artifact.ctime_ns):
+                    refreshed[name] = key[1:]
         else:
             changed = _rehash(on_disk, artifacts)
             if library_detail and not changed:
@@ -223,35 +236,53 @@ def verify(version: ModelVersion, *, full: bool = False, user=None) -> VerifyRes
     if not artifacts:
         result.detail = _("no files of this version on the appliance")
     result.seconds = round(time.perf_counter() - started, 6)
-    _save(version, artifacts, result, refreshed, user)
+    _save(version, artifacts, result, refreshed, user, unvouched=unvouched, clear_reason=clear_reason)
     return result
 
 
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
+def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
     try:
         info = os.stat(path, follow_symlinks=False)
     except OSError:
         return None
-    return info.st_size, info.st_mtime_ns, info.st_ino
+    return info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns
 
 
 def _save(version: ModelVersion, artifacts: dict[str, Artifact], result: VerifyResult,
-          refreshed: dict[str, tuple[int, int]], user) -> None:
+          refreshed: dict[str, tuple[int, int, int]], user, *, unvouched: list[str], clear_reason: str | None) -> None:
+    """Write the result on the version and its artifacts and record it. A stored tampered verdict stays
+    (the result says so and is not ok) unless this is clear_tampered's passing full verification."""
+    found_ok = result.ok
     states = {name: Verification.VERIFIED for name in artifacts}
     states.update({name: Verification.TAMPERED for name in result.changed})
     states.update({name: Verification.MISSING for name in result.missing})
     details = {"model": version.model.name, "version": version.number, "mode": "full" if result.full else "quick",
                "files": len(artifacts), "changed": result.changed, "missing": result.missing,
                "added": result.added, "signature_ok": result.signature_ok, "seconds": result.seconds}
+    if unvouched:
+        details["quick_unvouched"] = unvouched  # the quick check's doubt that made this a full verification
     with transaction.atomic():
+        stored = ModelVersion.objects.select_for_update().only("verification").get(pk=version.pk).verification
+        clearing = clear_reason is not None and stored == Verification.TAMPERED and found_ok
+        if stored == Verification.TAMPERED and not clearing:
+            # Sticky: what this check found is recorded, the verdict is not lifted by it.
+            this_check = result.detail
+            result.ok, result.state = False, Verification.TAMPERED
+            result.detail = _("tampered: the files were found changed before, and the verdict stands until an "
+                              "Administrator clears it after a full verification passes (this check: "
+                              "%(detail)s)") % {"detail": this_check}
+            states = {name: Verification.TAMPERED if artifact.state == Verification.TAMPERED else states[name]
+                      for name, artifact in artifacts.items()}
+            refreshed = {}
+            details["verdict_kept"] = Verification.TAMPERED
         for name, artifact in artifacts.items():
             fields = []
             if artifact.state != states[name]:
                 artifact.state = states[name]
                 fields.append("state")
             if name in refreshed:
-                artifact.mtime_ns, artifact.inode = refreshed[name]
-                fields += ["mtime_ns", "inode"]
+                artifact.mtime_ns, artifact.inode, artifact.ctime_ns = refreshed[name]
+                fields += ["mtime_ns", "inode", "ctime_ns"]
             if fields:
                 artifact.save(update_fields=fields)
         version.verification = result.state
@@ -264,9 +295,36 @@ def _save(version: ModelVersion, artifacts: dict[str, Artifact], result: VerifyR
             details["baseline_refreshed"] = sorted(refreshed)
         audit.record("lifecycle.version.verify", target=version, actor=user, details=details,
                      outcome="success" if result.ok else "failure", reason="" if result.ok else result.detail)
-        if not result.ok:
+        if not found_ok:
             audit.record("lifecycle.version.tampered", target=version, actor=user, details=details,
                          outcome="failure", reason=result.detail)
+        if clearing:
+            audit.record("lifecycle.version.tamper_clear", target=version, actor=user, reason=clear_reason,
+                         details={"model": version.model.name, "version": version.number,
+                                  "verification": "full", "files": len(artifacts)})
+
+
+def clear_tampered(version: ModelVersion, *, user, reason: str) -> VerifyResult:
+    """Lift a tampered verdict: an active Administrator, with a reason, and only when a full verification run
+    now passes (the files are what was registered and signed again, e.g. restored from a backup). Refusals:
+    Forbidden (not an Administrator), LifecycleError naming `reason`, Conflict (not tampered),
+    IntegrityRefused (the full verification fails: the verdict stays, the failure is recorded)."""
+    if user is None or not user.is_active or user.role != Role.ADMINISTRATOR:
+        raise Forbidden(_("clearing a tampered verdict needs an Administrator"))
+    if not isinstance(reason, str) or not reason.strip():
+        raise LifecycleError(_("reason: say why the files can be trusted again"), "reason")
+    if len(reason) > 2000 or any(ord(c) < 32 and c not in "\n\t" or ord(c) == 127 for c in reason):
+        raise LifecycleError(_("reason: at most 2000 characters, no control characters"), "reason")
+    version.refresh_from_db(fields=["verification"])
+    if version.verification != Verification.TAMPERED:
+        raise Conflict(_("version: %(version)s is %(state)s, not tampered; there is no verdict to clear") % {
+            "version": version, "state": version.verification}, "version")
+    result = verify(version, full=True, user=user, clear_reason=reason.strip())
+    if not result.ok:
+        raise IntegrityRefused(_("version: a full verification of %(version)s does not pass (%(detail)s); the "
+                                 "tampered verdict stays") % {"version": version, "detail": result.detail},
+                               "version")
+    return result
 
 
 def require_intact(version: ModelVersion, *, user=None) -> VerifyResult:

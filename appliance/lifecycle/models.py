@@ -114,8 +114,9 @@ class ModelVersion(AuditedModel, TimestampedModel):
 
 
 class Artifact(AuditedModel):
-    """One file of a version, path relative to its storage_path. mtime_ns and inode are the quick check:
-    a file with the same size, mtime and inode is taken as unchanged; a full verification re-hashes it."""
+    """One file of a version, path relative to its storage_path. size, mtime_ns, inode and ctime_ns are the
+    quick check: a file with the same four is taken as unchanged (no user can set a ctime back, as they can
+    an mtime); any other file, or one registered before ctime was recorded, is re-hashed."""
 
     version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="artifacts")
     path = models.CharField(max_length=1000)
@@ -123,6 +124,7 @@ class Artifact(AuditedModel):
     sha256 = models.CharField(max_length=64)
     mtime_ns = models.BigIntegerField()
     inode = models.BigIntegerField()
+    ctime_ns = models.BigIntegerField(null=True, blank=True, help_text="none: registered before it was recorded")
     state = models.CharField(max_length=12, choices=Verification.choices, default=Verification.VERIFIED)
 
     class Meta:
@@ -136,7 +138,7 @@ class Artifact(AuditedModel):
         # A nanosecond mtime (and a 64-bit inode of a parallel filesystem) is past JSON's exact integers
         # (2**53), which the audit chain's canonical JSON refuses: the row's capture records them as text.
         state = super().audit_state()
-        for name in ("mtime_ns", "inode"):
+        for name in ("mtime_ns", "inode", "ctime_ns"):
             if state.get(name) is not None:
                 state[name] = str(state[name])
         return state

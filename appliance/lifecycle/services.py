@@ -565,7 +565,7 @@ def register_version(model_name, *, source, user, job="", datasets=None, code_re
             parent=parent_version, **checked)
         Artifact.objects.bulk_create([
             Artifact(version=version, path=digest.path, size=digest.size, sha256=digest.sha256,
-                     mtime_ns=digest.mtime_ns, inode=digest.inode) for digest in digests])
+                     mtime_ns=digest.mtime_ns, inode=digest.inode, ctime_ns=digest.ctime_ns) for digest in digests])
         StageHistory.objects.create(version=version, stage=Stage.REGISTERED, started=now,
                                     started_by=_actor_name(user))
         audit.record("lifecycle.version.register", target=version, actor=user, details={

@@ -2,6 +2,7 @@
 "integrity" part): the version's rows are made from hash_tree's digests and signed, as registration does."""
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -41,7 +42,29 @@ def register(directory: Path, *, name: str = "integrity-llama", number: int = 1,
                                           storage_path=str(storage), format="safetensors")
     for digest in hashing.hash_tree(directory):
         Artifact.objects.create(version=version, path=digest.path, size=digest.size, sha256=digest.sha256,
-                                mtime_ns=digest.mtime_ns, inode=digest.inode)
+                                mtime_ns=digest.mtime_ns, inode=digest.inode, ctime_ns=digest.ctime_ns)
     signing.sign_version(version, user=user)
     version.refresh_from_db()
     return version
+
+
+def rewrite_last_bytes(path, count=8):
+    """The issue's attack: the last `count` bytes rewritten in place, the mtime put back to the nanosecond
+    (same size, mtime and inode; a new SHA-256). Returns the original bytes."""
+    info = path.stat()
+    with open(path, "r+b") as handle:
+        handle.seek(-count, os.SEEK_END)
+        original = handle.read(count)
+        handle.seek(-count, os.SEEK_END)
+        handle.write(bytes(byte ^ 0xFF for byte in original))
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (info.st_size, info.st_mtime_ns, info.st_ino)
+    return original
+
+
+def put_back(path, original):
+    with open(path, "r+b") as handle:
+        handle.seek(-len(original), os.SEEK_END)
+        handle.write(original)
+

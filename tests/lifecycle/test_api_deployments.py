@@ -12,6 +12,7 @@ from appliance.lifecycle.models import Deployment
 
 from .api_support import people, post  # noqa: F401 (fixtures)
 from .deploy_support import demo, owners  # noqa: F401 (fixture)
+from .integrity_support import put_back, rewrite_last_bytes
 from .registry_support import write_model
 
 pytestmark = pytest.mark.django_db
@@ -89,3 +90,30 @@ def test_deploy_replace_block_rollback_and_stop_through_the_api(demo, root, peop
     assert again.status_code == 409
     assert AuditRecord.objects.filter(event="lifecycle.deployment.rollback", outcome="success",
                                       actor_username="olga").exists()
+
+
+def test_a_tampered_version_stays_blocked_through_the_api_until_an_administrator_clears_it(demo, root, people):  # noqa: F811
+    to_production(root, people, "v1", 7)
+    olga, erin, ada = as_(people["olga"]), as_(people["erin"]), as_(people["ada"])
+    shard = root / "v1" / "model-00002-of-00002.safetensors"
+    original = rewrite_last_bytes(shard)
+    assert post(olga, API + "deployments/", {"model": "llama"}).status_code == 409
+    put_back(shard, original)
+    quick = post(olga, API + "models/llama/versions/1/verify/")
+    assert (quick.status_code, quick.json()["ok"], quick.json()["state"]) == (200, False, "tampered")
+    assert post(olga, API + "deployments/", {"model": "llama"}).status_code == 409
+
+    clear = API + "models/llama/versions/1/clear-tampered/"
+    assert post(olga, clear, {"reason": "restored"}).status_code == 403  # an Operator does not reach it
+    refused = post(erin, clear, {"reason": "restored"})
+    assert (refused.status_code, refused.json()["error"]["message"]) == (
+        403, "clearing a tampered verdict needs an Administrator")
+    no_reason = post(ada, clear, {})
+    assert no_reason.status_code == 400 and list(no_reason.json()["error"]["fields"]) == ["reason"]
+    cleared = post(ada, clear, {"reason": "restored from backup"})
+    assert (cleared.status_code, cleared.json()["ok"], cleared.json()["full"]) == (200, True, True)
+    assert AuditRecord.objects.filter(event="lifecycle.version.tamper_clear", actor_username="ada").count() == 1
+    again = post(ada, clear, {"reason": "restored from backup"})
+    assert again.status_code == 409
+    deployed = post(olga, API + "deployments/", {"model": "llama"})
+    assert deployed.status_code == 201, deployed.content

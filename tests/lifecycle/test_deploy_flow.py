@@ -5,7 +5,8 @@ version blocked, failing health checks, who may deploy, and names a user chose r
 import pytest
 
 from appliance.audit.models import AuditRecord
-from appliance.lifecycle import deployments, services
+from appliance.core.roles import Role
+from appliance.lifecycle import deployments, integrity, services
 from appliance.lifecycle.errors import Conflict, Forbidden, IntegrityRefused, LifecycleError
 from appliance.lifecycle.models import Deployment
 from appliance.simulation import kubernetes
@@ -22,6 +23,7 @@ from .deploy_support import (  # noqa: F401 (fixtures)
     people,
     production,
 )
+from .integrity_support import put_back, rewrite_last_bytes
 from .registry_support import write_model
 
 pytestmark = pytest.mark.django_db
@@ -245,3 +247,27 @@ def test_two_services_share_a_gpu_through_its_mig_instances_each_under_its_name(
     by_instance = {dict(s.labels)["GPU_I_ID"]: dict(s.labels)["hpc_job"] for s in sweep.series
                    if s.measurement == "gpu" and "GPU_I_ID" in dict(s.labels)}
     assert by_instance == {str(first_instance): "chat-a", str(second_instance): "chat-b"}
+
+
+def test_a_model_rewritten_in_place_with_its_mtime_put_back_is_not_deployed(demo, root, people, make_user):  # noqa: F811
+    """The issue's attack: the last 8 bytes of a production version's shard rewritten in place and its mtime
+    set back to the nanosecond. The deployment is refused, and stays refused after another quick verification
+    (even once the right bytes are back) until an Administrator clears the verdict with a reason."""
+    version = production(root, people, "v1", 7)
+    shard = root / "v1" / "model-00002-of-00002.safetensors"
+    original = rewrite_last_bytes(shard)
+    with pytest.raises(IntegrityRefused, match="changed: model-00002-of-00002.safetensors"):
+        deployments.deploy(version, user=people["olga"])
+    assert integrity.verify(version).state == "tampered"
+    with pytest.raises(IntegrityRefused, match="the verdict stands until an Administrator clears it"):
+        deployments.deploy(version, user=people["olga"])
+    put_back(shard, original)
+    assert integrity.verify(version).state == "tampered"
+    with pytest.raises(IntegrityRefused, match="the verdict stands until an Administrator clears it"):
+        deployments.deploy(version, user=people["olga"])
+    assert [d.state for d in Deployment.objects.order_by("pk")] == ["blocked", "blocked", "blocked"]
+    assert kubernetes.read(cluster_file(demo))["workloads"] == {}
+
+    integrity.clear_tampered(version, user=make_user(Role.ADMINISTRATOR, "ada"), reason="restored from backup")
+    deployed = deployments.deploy(version, user=people["olga"])
+    assert deployed.state == "healthy"

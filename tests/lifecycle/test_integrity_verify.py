@@ -9,9 +9,9 @@ import pytest
 
 from appliance.audit.models import AuditRecord
 from appliance.lifecycle import integrity
-from appliance.lifecycle.errors import IntegrityRefused
+from appliance.lifecycle.errors import Conflict, Forbidden, IntegrityRefused, LifecycleError
 from appliance.lifecycle.models import Artifact, ModelVersion
-from tests.lifecycle.integrity_support import register, write_model
+from tests.lifecycle.integrity_support import put_back, register, rewrite_last_bytes, write_model
 
 SHARD = "model-00002-of-00002.safetensors"
 pytestmark = pytest.mark.django_db
@@ -42,6 +42,12 @@ def flip_last_byte(path, keep_times=False):
         handle.write(bytes([last[0] ^ 0x01]))
     if keep_times:
         os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def kept(this_check: str) -> str:
+    """The detail of a verification of a version already found tampered: the verdict stands."""
+    return ("tampered: the files were found changed before, and the verdict stands until an Administrator clears "
+            f"it after a full verification passes (this check: {this_check})")
 
 
 def tampered_records(version):
@@ -81,13 +87,24 @@ def test_a_changed_byte_fails_naming_the_file(model, version, full):
     assert alert.reason == f"changed: {SHARD}"
 
 
-def test_quick_reads_no_content_and_full_catches_what_it_cannot(model, version):
-    # The byte changes but size, mtime and inode stay: the quick check (stat only) cannot see it, the full
-    # one (model-signing's verifier re-hashes every file) does.
+def test_a_byte_changed_with_its_mtime_put_back_fails_the_quick_check_through_a_full_one(model, version):
+    # Size, mtime and inode stay; the ctime moved (no user can set it back): the quick check cannot vouch for
+    # the file, so the file's content decides (a full verification).
     flip_last_byte(model / SHARD, keep_times=True)
-    assert integrity.verify(version).ok
-    full = integrity.verify(version, full=True)
-    assert (full.ok, full.changed) == (False, [SHARD])
+    quick = integrity.verify(version)
+    assert (quick.ok, quick.state, quick.changed, quick.full, quick.detail) == (
+        False, "tampered", [SHARD], True, f"changed: {SHARD}")
+    record = AuditRecord.objects.filter(event="lifecycle.version.verify").last()
+    assert (record.details["mode"], record.details["quick_unvouched"]) == ("full", [SHARD])
+
+
+def test_a_file_registered_before_ctime_was_recorded_is_re_hashed(model, version):
+    Artifact.objects.filter(version=version, path=SHARD).update(ctime_ns=None)
+    quick = integrity.verify(version)
+    assert (quick.ok, quick.full) == (True, True)
+    assert AuditRecord.objects.filter(event="lifecycle.version.verify").last().details["quick_unvouched"] == [SHARD]
+    assert Artifact.objects.get(version=version, path=SHARD).ctime_ns == (model / SHARD).stat().st_ctime_ns
+    assert integrity.verify(version).full is False  # its ctime is the baseline now
 
 
 def test_a_removed_file_is_missing(model, version):
@@ -106,11 +123,11 @@ def test_a_removed_file_is_missing(model, version):
 def test_an_added_file_fails_naming_it(model, version):
     (model / "sub").mkdir()
     (model / "sub" / "extra.safetensors").write_bytes(b"\x08" + bytes(15))
-    for full in (False, True):
+    for full, detail in ((False, "added: sub/extra.safetensors"), (True, kept("added: sub/extra.safetensors"))):
         result = integrity.verify(version, full=full)
         assert (result.ok, result.state, result.added, result.changed) == (False, "tampered",
                                                                            ["sub/extra.safetensors"], [])
-        assert result.detail == "added: sub/extra.safetensors"
+        assert result.detail == detail
 
 
 def test_a_link_put_in_a_files_place_is_a_change(model, version, tmp_path):
@@ -127,10 +144,11 @@ def test_a_signature_swapped_from_another_version_fails(tmp_path, model, version
     other = register(other_dir, name="integrity-other")
     ModelVersion.objects.filter(pk=version.pk).update(signature=other.signature)
     version.refresh_from_db()
-    for full in (False, True):
+    found = "signature: the signature does not vouch for the recorded hashes of config.json"
+    for full, detail in ((False, found), (True, kept(found))):
         result = integrity.verify(version, full=full)
         assert (result.ok, result.state, result.signature_ok, result.changed) == (False, "tampered", False, [])
-        assert result.detail == ("signature: the signature does not vouch for the recorded hashes of config.json")
+        assert result.detail == detail
     assert tampered_records(version).count() == 2
 
 
@@ -162,12 +180,13 @@ def test_a_restored_copy_passes_a_full_check_which_refreshes_the_quick_baseline(
     shutil.copy(model / SHARD, model.parent / "backup")
     (model / SHARD).unlink()
     shutil.copy(model.parent / "backup", model / SHARD)
-    assert integrity.verify(version).changed == [SHARD]
-    full = integrity.verify(version, full=True)
-    assert full.ok
+    # The quick check cannot vouch for the new inode: the content decides, and is the signed one.
+    first = integrity.verify(version)
+    assert (first.ok, first.full) == (True, True)
     assert AuditRecord.objects.filter(event="lifecycle.version.verify").last().details["baseline_refreshed"] == [
         SHARD]
-    assert integrity.verify(version).ok
+    again = integrity.verify(version)
+    assert (again.ok, again.full) == (True, False)
 
 
 def test_require_intact_refuses_naming_the_files(model, version):
@@ -215,7 +234,9 @@ def test_a_model_that_is_one_file_among_others(tmp_path, full):
     assert (result.ok, result.changed, result.added) == (False, ["tiny.gguf"], [])
     file.unlink()
     result = integrity.verify(version, full=full)
-    assert (result.ok, result.state, result.missing, result.added) == (False, "missing", ["tiny.gguf"], [])
+    # Missing now, but found tampered before: that verdict stands.
+    assert (result.ok, result.state, result.missing, result.added) == (False, "tampered", ["tiny.gguf"], [])
+    assert result.detail == kept("missing: tiny.gguf")
 
 
 def test_a_version_whose_storage_path_is_the_file(tmp_path):
@@ -253,3 +274,53 @@ def test_through_the_registrys_registration(tmp_path, settings, make_user):
     alert = tampered_records(version).get()
     assert (alert.severity, alert.actor_username, alert.details["changed"]) == (
         "critical", "integrity-engineer", ["config.json"])
+
+
+def test_a_tampered_verdict_stays_through_later_checks_until_an_administrator_clears_it(model, version, make_user):
+    original = rewrite_last_bytes(model / SHARD)
+    assert integrity.verify(version).state == "tampered"
+    put_back(model / SHARD, original)  # the right bytes again: later checks pass on content, the verdict stays
+    for full in (False, True):
+        result = integrity.verify(version, full=full)
+        assert (result.ok, result.state, result.changed) == (False, "tampered", [])
+        assert result.detail == kept("intact (re-hashed in full), signature verified")
+    version.refresh_from_db()
+    assert version.verification == "tampered"
+    assert Artifact.objects.get(version=version, path=SHARD).state == "tampered"
+    with pytest.raises(IntegrityRefused):
+        integrity.require_intact(version)
+
+    with pytest.raises(Forbidden, match="^clearing a tampered verdict needs an Administrator$"):
+        integrity.clear_tampered(version, user=make_user("ml_engineer", "erin"), reason="restored")
+    admin = make_user("administrator", "ada")
+    for bad in ("", "  ", "x" * 2001, "a\x00b"):
+        with pytest.raises(LifecycleError) as refused:
+            integrity.clear_tampered(version, user=admin, reason=bad)
+        assert refused.value.field == "reason"
+    assert not AuditRecord.objects.filter(event="lifecycle.version.tamper_clear").exists()
+
+    cleared = integrity.clear_tampered(version, user=admin, reason="restored from the backup of 1 December")
+    assert (cleared.ok, cleared.state, cleared.full) == (True, "verified", True)
+    version.refresh_from_db()
+    assert version.verification == "verified"
+    assert Artifact.objects.get(version=version, path=SHARD).state == "verified"
+    record = AuditRecord.objects.get(event="lifecycle.version.tamper_clear")
+    assert (record.actor_username, record.reason, record.outcome) == (
+        "ada", "restored from the backup of 1 December", "success")
+    assert integrity.require_intact(version).ok
+    with pytest.raises(Conflict, match="^version: integrity-llama v1 is verified, not tampered; there is no verdict "
+                                       "to clear$"):
+        integrity.clear_tampered(version, user=admin, reason="again")
+
+
+def test_clearing_is_refused_while_the_files_are_still_changed(model, version, make_user):
+    rewrite_last_bytes(model / SHARD)
+    assert integrity.verify(version).state == "tampered"
+    with pytest.raises(IntegrityRefused) as refused:
+        integrity.clear_tampered(version, user=make_user("administrator", "ada"), reason="looks fine to me")
+    assert str(refused.value) == (
+        "version: a full verification of integrity-llama v1 does not pass (" + kept(f"changed: {SHARD}") + "); the "
+        "tampered verdict stays")
+    version.refresh_from_db()
+    assert version.verification == "tampered"
+    assert not AuditRecord.objects.filter(event="lifecycle.version.tamper_clear").exists()

@@ -8,6 +8,8 @@ import pytest
 from django.test import Client
 
 from appliance.audit.models import AuditRecord
+from appliance.core.roles import Role
+from appliance.lifecycle import integrity
 from appliance.lifecycle.models import Deployment, ModelVersion
 
 from .deploy_support import demo  # noqa: F401 (fixture)
@@ -35,7 +37,7 @@ def deployment_card(html: str, name: str) -> str:
 
 
 def test_deploy_from_the_page_shows_the_live_state_then_a_changed_file_blocks_and_rollback_restores(
-        demo, model_root, people):  # noqa: F811
+        demo, model_root, people, make_user):  # noqa: F811
     first = to_production(register(model_root, "qa-bot", 11, user=people["erin"]), people["erin"], people["max"])
     olga = client_of(people["olga"])
     page = olga.get("/models/deployments/").content.decode()
@@ -67,10 +69,12 @@ def test_deploy_from_the_page_shows_the_live_state_then_a_changed_file_blocks_an
     assert Deployment.objects.filter(version=second, state="blocked").count() == 1
     assert AuditRecord.objects.filter(event="lifecycle.deployment.create", outcome="failure").count() == 1
 
-    # The file restored, its mtime is new: the quick check still refuses until a full re-hash vouches for it.
+    # The file restored: a full re-hash finds it intact, yet the tampered verdict stands until an Administrator
+    # clears it with a reason.
     path.write_bytes(path.read_bytes()[:-1])
     verified = olga.post("/models/qa-bot/versions/2/verify/", {"full": "1"}, follow=True)
-    assert "Verified: every file matches its hash and the signature holds (full" in verified.content.decode()
+    assert "the verdict stands until an Administrator clears it" in verified.content.decode()
+    integrity.clear_tampered(second, user=make_user(Role.ADMINISTRATOR, "ada"), reason="restored the file")
     # v2 deploys and replaces v1; rollback brings v1 back in one action.
     olga.post("/models/deployments/", {"version": "qa-bot/2", "runtime": "vllm", "name": "", "context": "4096",
                                        "concurrency": "8"})

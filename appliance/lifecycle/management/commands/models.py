@@ -1,5 +1,5 @@
 """manage.py models register|list|show|evaluate|transition|request|requests|approve|reject|cancel|alias|history|
-verify|deploy|rollback|stop|deployments|card|mlflow-import: the model registry from the command line (`appliance models ...` on an
+verify|clear-tampered|deploy|rollback|stop|deployments|card|mlflow-import: the model registry from the command line (`appliance models ...` on an
 installed appliance, and from a Slurm job's batch script). Each subcommand lives in
 appliance/lifecycle/cli/<module>.py, which defines add_arguments(parser) and handle(command, options) -> int
 (the exit status)."""
@@ -23,6 +23,8 @@ SUBCOMMANDS = {
     "alias": ("registry", "Set or remove an alias of a model."),
     "history": ("registry", "Which version held which stage and alias, and who changed it (at a point in time)."),
     "verify": ("verify", "Verify a version's files against their hashes and signature (quick or full)."),
+    "clear-tampered": ("verify", "Lift a version's tampered verdict once a full verification passes "
+                                 "(Administrator, with a reason)."),
     "deploy": ("deploy", "Deploy a production version on the inference pool."),
     "rollback": ("deploy", "Roll a deployment back to the previous production version."),
     "stop": ("deploy", "Stop a deployed service: its pods deleted, its GPUs free again."),
