@@ -1,3 +1,4 @@
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -125,36 +126,23 @@ BACKEND_AGNOSTIC_DIRS = ("playbooks", "simulation", "workloads")
 # fixture that opens the database itself, as tests/playbooks/conftest.py does).
 DATABASE_FIXTURES = frozenset({"db", "transactional_db", "live_server", "django_db_setup",
                                "django_db_reset_sequences", "django_db_serialized_rollback"})
-# Files whose work takes minutes, in worker-seconds of the README's test command (tests/run: the two passes
-# side by side on a 2-core machine, each file on one xdist worker), from the last full run's "slowest test
-# files" summary below, or scaled from runs of the file alone. With `--dist loadfile` a file runs whole on one
-# worker: the costly ones are handed out first, so that no worker is left with minutes of work while the
-# other has none. A file not listed counts a quarter of a second a test; a rough figure is enough to order
-# the work, but a file listed far below its real cost (test_accessibility.py was listed at 90 s and took
-# 1486) is handed out late and keeps a worker busy after the other has finished.
-COSTLY_FILES = {
-    # About four bootstraps' worth of stages on the embedded SQLite database (SQLite pass only).
-    "tests/provisioning/test_bootstrap_demo.py": 2750,
-    # axe-core on every page for every role, width and scheme; the audit event catalogue alone (5,400
-    # elements) costs axe about 40 s a case. Was 1486 before pages without late requests stopped waiting
-    # half a second each for network idle.
-    "tests/e2e/test_accessibility.py": 1250,
-    # A fresh bootstrap on PostgreSQL, killed and resumed (PostgreSQL pass only).
-    "tests/provisioning/test_bootstrap_postgresql.py": 850,
-    "tests/provisioning/test_bootstrap_cli.py": 740,
-    "tests/playbooks/test_stages.py": 530,
-    # The role x endpoint matrices, both passes (they check the endpoints on the production backend too,
-    # audit records of their POSTs included): 756 s and 434 s on PostgreSQL while each case wrote its own
-    # users and inventory; a third of that since they share them per module (tests/api/conftest.py).
-    "tests/api/test_status_matrix.py": 250,
-    "tests/api/test_access.py": 150,
-    "tests/api/test_schemathesis.py": 150,
-    "tests/core/test_production.py": 90,
-    "tests/provisioning/test_repository.py": 50,
-    "tests/playbooks/test_lint.py": 42,
-    "tests/playbooks/test_node_python.py": 40,
-    "tests/simulation/test_ssh.py": 35,
-}
+# Scheduling by measurement: with `--dist loadfile` a file runs whole on one xdist worker, and the files are
+# handed out in the order of the collection; the costliest go first, so that no worker is left with minutes of
+# work while the other has none. Their cost is the last measurement, per pass: tests/durations.json, which
+# `tests/run` rewrites at its end from what each pass measured (APPLIANCE_TEST_DURATIONS_OUT, written by
+# pytest_sessionfinish below), so a file that grew is scheduled by what it costs now. A file never measured
+# counts a quarter of a second a test.
+DURATIONS_FILE = Path(os.environ.get("APPLIANCE_TEST_DURATIONS")
+                      or Path(__file__).resolve().with_name("durations.json"))
+UNMEASURED_SECONDS_PER_TEST = 0.25
+
+
+def measured_durations(pass_name: str) -> dict[str, float]:
+    """{"tests/...py": seconds} of the last measured run of this pass ("sqlite" or "postgresql")."""
+    try:
+        return json.loads(DURATIONS_FILE.read_text()).get(pass_name, {})
+    except (OSError, ValueError):
+        return {}
 
 
 def uses_the_database(item) -> bool:
@@ -172,12 +160,15 @@ def _backend_independent_reason(item) -> str | None:
     return "uses no database"
 
 
-def _costliest_files_first(items, tests_root: Path) -> list:
-    """The items, file by file in descending order of their file's cost; the order inside a file is kept."""
+def _costliest_files_first(items, tests_root: Path, pass_name: str) -> list:
+    """The items, file by file in descending order of their file's measured cost; the order inside a file
+    is kept."""
+    measured = measured_durations(pass_name)
     by_file: dict[str, list] = {}
     for item in items:
         by_file.setdefault(Path(str(item.path)).resolve().relative_to(tests_root).as_posix(), []).append(item)
-    order = sorted(by_file, key=lambda name: -COSTLY_FILES.get(f"tests/{name}", len(by_file[name]) / 4))
+    order = sorted(by_file, key=lambda name: -measured.get(
+        f"tests/{name}", len(by_file[name]) * UNMEASURED_SECONDS_PER_TEST))
     return [item for name in order for item in by_file[name]]
 
 
@@ -185,7 +176,7 @@ def pytest_collection_modifyitems(config, items):
     """The PostgreSQL pass runs the tests that depend on the database backend: those that use the database
     (found from their marks and fixtures, so a new one is picked up without anyone marking it) and those
     marked postgres. The others ran in the SQLite pass; they are deselected here, and the summary says
-    how many and why (pytest_terminal_summary). The costliest files go first (COSTLY_FILES)."""
+    how many and why (pytest_terminal_summary). The costliest files go first (tests/durations.json)."""
     from django.db import connection
 
     tests_root = Path(__file__).resolve().parent
@@ -193,7 +184,7 @@ def pytest_collection_modifyitems(config, items):
         relative = Path(str(item.path)).resolve().relative_to(tests_root)
         if relative.parts and relative.parts[0] in BACKEND_AGNOSTIC_DIRS:
             item.add_marker(pytest.mark.sqlite_only)
-    items[:] = _costliest_files_first(items, tests_root)
+    items[:] = _costliest_files_first(items, tests_root, pass_name())
     if connection.vendor != "postgresql":
         return
     kept, left_out, deselected = [], [], {}
@@ -224,9 +215,15 @@ def pytest_testnodedown(node, error):
         node.config.stash[BACKEND_DESELECTED] = summary
 
 
+def pass_name() -> str:
+    from django.db import connection
+
+    return "postgresql" if connection.vendor == "postgresql" else "sqlite"
+
+
 # Seconds each test file took (set-up, call and tear-down of its tests, on whichever worker ran it): the
-# session's summary lists the costliest, so that a slow suite says where its minutes went (and
-# COSTLY_FILES can follow).
+# session's summary lists the costliest, so that a slow suite says where its minutes went, and the next run
+# orders its files by them (tests/durations.json).
 _FILE_SECONDS: dict[str, float] = {}
 SLOWEST_FILES_SHOWN = 25
 
@@ -234,6 +231,14 @@ SLOWEST_FILES_SHOWN = 25
 def pytest_runtest_logreport(report):
     name = report.nodeid.split("::")[0]
     _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + (report.duration or 0.0)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The controller (or a run without xdist) writes what it measured where tests/run asked."""
+    out = os.environ.get("APPLIANCE_TEST_DURATIONS_OUT")
+    if out and _FILE_SECONDS and not hasattr(session.config, "workerinput"):
+        Path(out).write_text(json.dumps({pass_name(): {name: round(seconds, 1) for name, seconds
+                                                       in sorted(_FILE_SECONDS.items())}}, indent=1) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, config):

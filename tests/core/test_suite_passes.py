@@ -2,6 +2,7 @@
 the database, by mark or through a fixture, and those marked postgres; it deselects the sqlite_only ones
 and those that use no database, and says so in its summary. Both hand out the costliest files first."""
 
+import json
 import os
 import subprocess
 import sys
@@ -47,3 +48,29 @@ def test_the_postgresql_pass_runs_what_uses_the_database_costliest_first_and_say
     assert ("  3 sqlite_only (independent of DATABASE_URL, or runs manage.py on the embedded SQLite database): "
             "tests/core/test_state_dir.py (3)") in result.stdout
     assert "  13 uses no database: tests/audit/test_merkle.py (13)" in result.stdout
+
+
+def collect_in_order(tmp_path, durations: dict, *files) -> list[str]:
+    """The files in the order the SQLite pass hands them out, with `durations` as the last measurement."""
+    measured = tmp_path / "durations.json"
+    measured.write_text(json.dumps(durations))
+    env = {**os.environ, "APPLIANCE_TEST_DURATIONS": str(measured), "APPLIANCE_STATE_DIR": str(tmp_path / "state")}
+    env.pop("DATABASE_URL", None)
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "--basetemp", str(tmp_path / "basetemp"), *files],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return list(dict.fromkeys(line.split("::")[0] for line in result.stdout.splitlines() if line.startswith("tests/")))
+
+
+def test_files_are_handed_out_costliest_first_by_the_last_measurement(tmp_path):
+    files = ("tests/audit/test_merkle.py", "tests/core/test_state_dir.py", "tests/accounts/test_sessions.py")
+    assert collect_in_order(tmp_path, {"sqlite": {"tests/core/test_state_dir.py": 40.0,
+                                                  "tests/accounts/test_sessions.py": 7.5}}, *files) == [
+        "tests/core/test_state_dir.py", "tests/accounts/test_sessions.py", "tests/audit/test_merkle.py"]
+    # A file measured slower is handed out earlier; one never measured counts a quarter second a test
+    # (test_merkle.py's 13 tests: 3.25 s), and the PostgreSQL pass's figures do not order the SQLite pass.
+    assert collect_in_order(tmp_path, {"sqlite": {"tests/accounts/test_sessions.py": 90.0,
+                                                  "tests/core/test_state_dir.py": 1.0},
+                                       "postgresql": {"tests/core/test_state_dir.py": 500.0}}, *files) == [
+        "tests/accounts/test_sessions.py", "tests/audit/test_merkle.py", "tests/core/test_state_dir.py"]

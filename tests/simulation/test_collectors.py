@@ -19,6 +19,9 @@ from appliance.simulation import collectors, ports, services
 from tests.telemetry.simnode import make_node
 from tests.telemetry.vmserver import VictoriaMetrics
 
+# Collector agent processes and a real VictoriaMetrics are started: not the fast tier (tests/run --fast).
+pytestmark = pytest.mark.slow
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 TELEMETRY = REPOSITORY / "appliance" / "telemetry"
 # What the node_python role installs into a node's venv for the collector (the lock's pins, from the

@@ -16,6 +16,9 @@ from appliance.simulation import gpu_ops, slurm
 from appliance.simulation import state as node_state
 from tests.simulation.slurm_fixtures import demo_appliance, write_stage_files  # noqa: F401 (fixture)
 
+# Debian's slurmd runs here, in a mount namespace: not the fast tier (tests/run --fast).
+pytestmark = pytest.mark.slow
+
 
 def _require_slurmd():
     # A missing prerequisite fails the test: a skip would pass CI without Slurm ever reading the files.
