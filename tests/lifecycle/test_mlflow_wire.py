@@ -216,7 +216,9 @@ def test_stage_changes_follow_the_table_and_refusals_are_audited(client, bearer,
         return client.post(transition, {"name": "alpha-7b", "version": version, "stage": stage, **extra},
                            content_type="application/json", **bearer)
 
-    refused = move("1", "Staging")
+    # A registered version cannot be deprecated (the table: archived, rejected or validated). (None -> Staging,
+    # MLflow's own flow, is taken by the registrant in one call: tests/lifecycle/test_mlflow_client.py.)
+    refused = move("1", "deprecated")
     assert (refused.status_code, refused.json()["error_code"]) == (409, "RESOURCE_CONFLICT")
     assert services.get_version("alpha-7b", 1).stage == "registered"
     record = AuditRecord.objects.get(event="lifecycle.version.transition", outcome="failure")
