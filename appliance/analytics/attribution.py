@@ -22,11 +22,14 @@ MIB = 2**20
 @dataclass
 class NodeReferences:
     """What a node's measurements are compared with: the read throughput its storage smoke test measured
-    per mount (bytes/s), its GPUs' maximum SM clock and NVLink bandwidth (nominal unless known)."""
+    per mount (bytes/s), its GPUs' maximum SM clock and NVLink bandwidth (nominal unless known), and
+    whether its jobs are collectives (`collective`: False on an inference pool's node, whose services'
+    replicas are not each other's peers)."""
 
     storage: dict[str, rules.Reference] = field(default_factory=dict)
     max_sm_clock: rules.Reference = rules.Context.max_sm_clock
     nvlink_line: rules.Reference = rules.Context.nvlink_line
+    collective: bool = True
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def attribute(gpu_records: Iterable[Mapping], node_records: Iterable[Mapping] = 
         refs = references.get(record["node"], default)
         ctx = rules.Context(gpu=record, node=nodes.get((record["node"], record.get("step", 60), record["start"])),
                             peers=peers, storage=refs.storage, max_sm_clock=refs.max_sm_clock,
-                            nvlink_line=refs.nvlink_line)
+                            nvlink_line=refs.nvlink_line, collective=refs.collective)
         result.append(Attributed(record, rules.classify(ctx)))
     return result
 
@@ -107,12 +110,17 @@ def nodes_info(node_ids: Iterable[int] | None = None) -> dict[int, NodeInfo]:
         query = query.filter(pk__in=list(node_ids))
     from appliance.inventory.models import Platform
 
-    rows = list(query.values_list("pk", "name", "pool_membership__pool__name", "facts__storage", "platform_id"))
+    rows = list(query.values_list("pk", "name", "pool_membership__pool__name", "facts__storage", "platform_id",
+                                  "pool_membership__pool__kind"))
     # A platform's description is read once, not once per node (a fleet has a few platforms, large specs).
     specs = dict(Platform.objects.filter(pk__in={row[4] for row in rows if row[4] is not None})
                  .values_list("pk", "spec")) if rows else {}
-    return {pk: NodeInfo(name, pool or "", node_references({"storage": storage}, specs.get(platform)))
-            for pk, name, pool, storage, platform in rows}
+    result = {}
+    for pk, name, pool, storage, platform, kind in rows:
+        references = node_references({"storage": storage}, specs.get(platform))
+        references.collective = kind != "inference"
+        result[pk] = NodeInfo(name, pool or "", references)
+    return result
 
 
 def from_database(since, until, *, step: int = 60, node_ids: Iterable[int] | None = None,

@@ -220,10 +220,13 @@ def detect_input_bound(rows) -> Result:
             measured = _measured_mounts(node) if node else {}
             for mount, read in sorted((figures.get("reads") or {}).items()):
                 reference = measured.get(mount)
-                source = "smoke test" if reference else "nominal"
-                reference = reference or rules.NOMINAL_STORAGE_READ_BPS
+                if not reference:  # nothing measured on it: no share to state (never another mount's figure)
+                    mounts.append({"node": node.name if node else str(node_id), "mount": mount,
+                                   "read_bps": round(read), "measured_bps": None, "reference": rules.NO_MEASURED_RATE,
+                                   "share": None})
+                    continue
                 mounts.append({"node": node.name if node else str(node_id), "mount": mount, "read_bps": round(read),
-                               "measured_bps": round(reference), "reference": source,
+                               "measured_bps": round(reference), "reference": "smoke test",
                                "share": round(read / reference, 4)})
             if figures.get("cpu_busy") is not None:
                 cpu_busy.append(figures["cpu_busy"])
@@ -231,7 +234,7 @@ def detect_input_bound(rows) -> Result:
                 iowait.append(figures["cpu_iowait"])
             if node and _gds_verified(node):
                 gds.append(node.name)
-        busiest = max(mounts, key=lambda m: m["share"], default=None)
+        busiest = max((m for m in mounts if m["share"] is not None), key=lambda m: m["share"], default=None)
         busy = max(cpu_busy) if cpu_busy else None
         wait = max(iowait) if iowait else None
         summary = _("job %(job)s was input-bound %(share)s of its time (%(hours)s of %(total)s GPU-hours)") % {

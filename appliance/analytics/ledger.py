@@ -384,6 +384,7 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
     default = attribution.NodeReferences()
     references = {pk: entry.references for pk, entry in info.items()}
     clocks = np.array([references.get(int(pk), default).max_sm_clock.value for pk in unique_nodes])
+    collective = np.array([references.get(int(pk), default).collective for pk in unique_nodes], dtype=bool)
     lines = np.array([references.get(int(pk), default).nvlink_line.value for pk in unique_nodes])
     # The reads of a frame's node row, judged for every frame at once (mounts and their references).
     saturated = vector.read_saturation_columns(
@@ -395,7 +396,8 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
     has_job = gpu["job_code"] > 0
     columns |= {"has_job": has_job, "group": np.where(has_job, gpu["job_code"] * width + (gpu["t"] - base) // STEP, -1),
                 "throttle_reasons": gpu["throttle_reasons"], "max_sm_clock": clocks[node_index],
-                "nvlink_line": lines[node_index], "read_saturated": np.asarray(read_saturated, dtype=bool)}
+                "nvlink_line": lines[node_index], "read_saturated": np.asarray(read_saturated, dtype=bool),
+                "collective": collective[node_index]}
     without = vector.classify(columns)
     # Rows read as rows: their reads only matter to a stalled GPU that no rule before the input-bound one
     # explained, so the rows are judged first, then those GPUs' node rows' mounts are read and checked.

@@ -22,6 +22,17 @@ Why this order:
 - a GPU far busier than its job's others is the one holding them back (straggler); the others wait in
   collectives (communication-bound), as they do when the fabric runs near its line rate;
 - a held GPU that does very little is idle within its allocation (a service between requests).
+
+What "activity" means: where the GPU reports DCGM's profiling fields, SM activity
+(DCGM_FI_PROF_SM_ACTIVE) alone; utilization (DCGM_FI_DEV_GPU_UTIL) only where it does not, and the
+evidence names the field used. Utilization is the share of time a kernel was resident, not the share of
+the SMs that worked: NCCL's collective kernels stay resident while they wait for the network, so a job
+blocked on all-reduce reads 70-98% utilization at 0.2-0.4 SM activity (NVIDIA's DCGM documentation of
+DCGM_FI_DEV_GPU_UTIL vs DCGM_FI_PROF_SM_ACTIVE; dcgm-exporter's profiling metrics).
+
+Peers: only the GPUs of a collective (a training pool's job, whose ranks meet at every step) compare
+themselves with each other. An inference service's replicas each serve what the load balancer sends them;
+one busier than another is not holding anyone back (Context.collective).
 """
 
 from __future__ import annotations
@@ -40,8 +51,12 @@ SLOWDOWN_REASONS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20,
                     "hw_power_brake": 0x80}
 # Nominal figures used where the inventory measured nothing; a verdict that rests on one says so.
 NOMINAL_MAX_SM_CLOCK_MHZ = 1980          # H100/H200 SXM5 boost clock
-NOMINAL_STORAGE_READ_BPS = 21.4e9        # the platform's storage benchmark of a healthy node (per node)
 NOMINAL_NVLINK_BPS = 900e9               # NVLink 4, 18 links, both directions
+# A mount's reads are compared only with a figure measured for that mount (the storage stage's smoke test
+# of the node) or stated for its type by the platform: never with another filesystem's figure (a Lustre
+# benchmark of 21.4 GB/s made an NFS mount saturated at its own ~7 GB/s look a third used). A mount with
+# neither is judged on iowait and data-loader CPUs alone, and the evidence says "no measured rate".
+NO_MEASURED_RATE = "no measured rate"
 
 
 @dataclass(frozen=True)
@@ -56,15 +71,16 @@ class Reference:
 class Context:
     """What a rule may look at for one bucket of one GPU.
 
-    `storage` maps a mount point to the read throughput that node's smoke test measured on it (bytes/s);
-    `storage_nominal` is used for a mount the smoke test did not measure (or for the node's total when
-    the rollup has no per-mount figures)."""
+    `storage` maps a mount point to the read throughput that node's smoke test measured on it (bytes/s),
+    or the figure its platform states for the mount's type; a mount not in it has no measured rate.
+    `collective`: whether the GPU's job is a collective (a training pool's job), whose GPUs are each
+    other's peers; an inference service's replicas are not."""
 
     gpu: Mapping
     node: Mapping | None = None
     peers: Sequence[Mapping] = ()
     storage: Mapping[str, Reference] = field(default_factory=dict)
-    storage_nominal: Reference = Reference(NOMINAL_STORAGE_READ_BPS, "nominal storage benchmark of the platform")
+    collective: bool = True
     max_sm_clock: Reference = Reference(NOMINAL_MAX_SM_CLOCK_MHZ, "nominal boost clock of the GPU")
     nvlink_line: Reference = Reference(NOMINAL_NVLINK_BPS, "nominal NVLink bandwidth of the GPU")
 
@@ -136,21 +152,40 @@ def _memory_share(record: Mapping) -> float | None:
     return used / total if used is not None and total else None
 
 
-def _stalled(ctx: Context, t: Mapping) -> list[Check]:
+PROFILED = "profiling field"
+UNPROFILED = "utilization: the GPU reports no profiling fields"
+
+
+def _below(ctx: Context, util_threshold: float, sm_threshold: float) -> Check:
+    """The GPU's activity under a level: SM activity against `sm_threshold` where the GPU has it, else
+    utilization against `util_threshold` (the note says which)."""
     metric, activity = _activity(ctx.gpu)
-    return [_compare("util", _num(ctx.gpu, "util"), "<", t["stalled_util"]),
-            _compare(metric, activity, "<", t["stalled_sm_active"])]
+    if metric == "sm_active":
+        return _compare("sm_active", activity, "<", sm_threshold, PROFILED)
+    return _compare("util", _num(ctx.gpu, "util"), "<", util_threshold, UNPROFILED)
+
+
+def _stalled(ctx: Context, t: Mapping) -> list[Check]:
+    return [_below(ctx, t["stalled_util"], t["stalled_sm_active"])]
 
 
 # ---- the rules ----------------------------------------------------------------------------------------
 
 def _unallocated(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
-    """No job or service held the GPU in the bucket and it computed (almost) nothing. A GPU without a
-    holder that computes falls through to the other rules (its job map was not seen), with this
-    evidence kept."""
-    checks = [Check("job", ctx.gpu.get("job") or "", "==", "", not ctx.gpu.get("job")),
-              _compare("util", _num(ctx.gpu, "util") or 0.0, "<", t["util"])]
+    """No job or service held the GPU in the bucket and it computed little (under the level a held GPU
+    is "used a little" at): idle and free for anyone. A GPU without a holder that computes more falls
+    through to the other rules (its job map was not seen), with this evidence kept. The causes that
+    blame a holder (allocated-idle, memory-only) need one."""
+    checks = [Check("job", ctx.gpu.get("job") or "", "==", "", not ctx.gpu.get("job"))]
+    if _activity(ctx.gpu)[1] is None:  # nothing measured: no holder, nothing computed that anyone saw
+        checks.append(Check("util", None, "<", t["util"], True, "not measured"))
+    else:
+        checks.append(_below(ctx, t["util"], t["sm_active"]))
     return all(c.held for c in checks), checks
+
+
+def _held(ctx: Context) -> Check:
+    return Check("job", ctx.gpu.get("job") or "", "!=", "", bool(ctx.gpu.get("job")))
 
 
 def _throttled(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
@@ -169,9 +204,7 @@ def _throttled(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
 
 
 def _near_zero(ctx: Context, t: Mapping) -> list[Check]:
-    metric, activity = _activity(ctx.gpu)
-    return [_compare("util", _num(ctx.gpu, "util"), "<", t["util"]),
-            _compare(metric, activity, "<", t["sm_active"])]
+    return [_held(ctx), _below(ctx, t["util"], t["sm_active"])]
 
 
 def _memory_only(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
@@ -190,23 +223,26 @@ def _allocated_idle(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
 
 
 def _input_bound(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
-    """The GPU stalls (low utilization and SM activity) while its node waits on input: a mount's reads at
-    or near what that node's smoke test measured on it (the platform's nominal figure where none was
-    measured), or high iowait, or CPUs saturated by data loaders."""
+    """The GPU stalls (low SM activity) while its node waits on input: a mount's reads at or near what
+    that node's smoke test measured on it (a mount with no measured rate is compared with nothing: it is
+    judged on the rest, and its evidence says "no measured rate"), or high iowait, or CPUs saturated by
+    data loaders."""
     checks = _stalled(ctx, t)
     node = ctx.node or {}
     saturation: list[Check] = []
     mounts = node.get("mounts") or {}
     for mount, figures in sorted(mounts.items()):
-        reference = ctx.storage.get(mount, ctx.storage_nominal)
+        reference = ctx.storage.get(mount)
         read = _num(figures, "read_bps")
+        if reference is None:
+            saturation.append(Check(f"read_share {mount}", None, ">=", t["read_share"], False,
+                                    f"{read} B/s, {NO_MEASURED_RATE}"))
+            continue
         saturation.append(_compare(f"read_share {mount}", None if read is None else read / reference.value, ">=",
                                    t["read_share"], f"{read} B/s of {reference.value:g} B/s ({reference.source})"))
     if not mounts:
-        read = _num(node, "fs_read_bps")
-        reference = ctx.storage_nominal
-        saturation.append(_compare("read_share", None if read is None else read / reference.value, ">=",
-                                   t["read_share"], f"{read} B/s of {reference.value:g} B/s ({reference.source})"))
+        saturation.append(Check("read_share", None, ">=", t["read_share"], False,
+                                f"{_num(node, 'fs_read_bps')} B/s, no per-mount figures, {NO_MEASURED_RATE}"))
     saturation += [_compare("cpu_iowait", _num(node, "cpu_iowait"), ">=", t["cpu_iowait"]),
                    _compare("cpu_busy", _num(node, "cpu_busy"), ">=", t["cpu_busy"])]
     waiting = any(c.held for c in saturation)
@@ -216,7 +252,7 @@ def _input_bound(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
 def _peer_activities(ctx: Context) -> tuple[str, list[float]]:
     metric, _ = _activity(ctx.gpu)
     values = []
-    for peer in ctx.peers:
+    for peer in ctx.peers if ctx.collective else ():
         value = _num(peer, "sm_active") if metric == "sm_active" else _num(peer, "util")
         if value is not None:
             values.append(value if metric == "sm_active" else value / 100)
@@ -224,31 +260,54 @@ def _peer_activities(ctx: Context) -> tuple[str, list[float]]:
 
 
 def _straggler(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
-    """The GPU works hard while the other GPUs of its job mostly wait: its activity is high and well
-    above the median of its peers' (they wait for it at every collective)."""
+    """The GPU works while the other GPUs of its job wait for it: its activity is well above the median
+    of its peers' (they wait for it at every collective). A rank 10-30% slower than the others costs the
+    whole job that much (synchronous data parallelism runs at the pace of its slowest rank), so the ratio
+    is 1.15: above the few percent healthy ranks of one job differ by, below the mild stragglers that
+    matter."""
     metric, activity = _activity(ctx.gpu)
     _, peers = _peer_activities(ctx)
+    return _straggles(metric, activity, peers, t)
+
+
+def _straggles(metric: str, activity: float | None, peers: list[float], t: Mapping) -> tuple[bool, list[Check]]:
+    """Whether a GPU of `activity` straggles among `peers`: well above their median, and above the
+    busiest of them by `ratio_to_next` (a rank that stands out, not the top of a job whose ranks spread)."""
     checks = [_compare("peers", float(len(peers)), ">=", t["peers"])]
     if peers:
-        median = statistics.median(peers)
+        median, busiest = statistics.median(peers), max(peers)
         checks += [_compare(metric, activity, ">=", t["activity"]),
                    _compare(f"{metric} / peers' median", None if activity is None or not median else activity / median,
-                            ">=", t["ratio_to_peers"], f"peers' median {median:.3f}")]
+                            ">=", t["ratio_to_peers"], f"peers' median {median:.3f}"),
+                   _compare(f"{metric} / busiest peer's", None if activity is None or not busiest else activity / busiest,
+                            ">=", t["ratio_to_next"], f"busiest peer {busiest:.3f}")]
     return all(c.held for c in checks), checks
 
 
 def _communication_bound(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
-    """The GPU stalls while its job communicates: a peer of its job is far busier (this GPU waits for it
-    in collectives), or the node's InfiniBand or the GPU's NVLink runs near its line rate."""
-    checks = _stalled(ctx, t)
+    """The GPU waits in its job's collectives: its busiest peer is the job's straggler (by the straggler
+    rule, among the others) and this GPU is behind it by the straggler's margin (it waits for it at every
+    step, however busy it is itself); or the GPU stalls while a peer is far busier (several slow GPUs:
+    none stands out, all are waited for), or while the node's InfiniBand or the GPU's NVLink runs near
+    its line rate."""
     metric, activity = _activity(ctx.gpu)
     _, peers = _peer_activities(ctx)
-    node = ctx.node or {}
-    waits = []
+    behind = None
     if peers and activity is not None:
         busiest = max(peers)
-        waits.append(_compare(f"{metric} / busiest peer's", activity / busiest if busiest else None, "<=",
-                              t["ratio_to_busiest_peer"], f"busiest peer {busiest:.3f}"))
+        others = list(peers)
+        others.remove(busiest)
+        straggles, _ = _straggles(metric, busiest, [*others, activity], STRAGGLER)
+        behind = _compare(f"{metric} / busiest peer's", activity / busiest if busiest else None, "<=",
+                          t["ratio_to_busiest_peer"], f"busiest peer {busiest:.3f}"
+                          + (", the job's straggler" if straggles else ", not a straggler"))
+        if straggles and behind.held and activity < busiest:
+            return True, [behind]
+        behind = _compare(f"{metric} / busiest peer's", activity / busiest if busiest else None, "<=",
+                          t["ratio_to_far_peer"], f"busiest peer {busiest:.3f}")
+    checks = _stalled(ctx, t)
+    node = ctx.node or {}
+    waits = [behind] if behind else []
     line = _num(node, "ib_line_bps")
     ib = max(_num(node, "ib_tx_bps") or 0.0, _num(node, "ib_rx_bps") or 0.0)
     waits.append(_compare("ib_line_share", ib / line if line else None, ">=", t["line_share"],
@@ -261,26 +320,32 @@ def _communication_bound(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
 
 def _low_use(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
     """The holder keeps the GPU but uses a small part of it (a service between requests): held idle."""
-    metric, activity = _activity(ctx.gpu)
-    checks = [_compare("util", _num(ctx.gpu, "util"), "<", t["util"]),
-              _compare(metric, activity, "<", t["sm_active"])]
+    checks = [_held(ctx), _below(ctx, t["util"], t["sm_active"])]
     return all(c.held for c in checks), checks
 
 
+# SM activity under 0.5 (or, without profiling fields, utilization under 75%): the GPU's SMs wait more
+# than they work.
 STALLED = {"stalled_util": 75.0, "stalled_sm_active": 0.5}
 NEAR_ZERO = {"util": 10.0, "sm_active": 0.05}
+LITTLE_USE = {"util": 20.0, "sm_active": 0.15}
+STRAGGLER_RATIO = 1.15
+# A straggler also leads the next busiest rank by 10%: the healthy ranks of a job spread a few percent
+# (and a model drawing each rank apart, up to 15%), a rank that holds the others back stands out.
+STRAGGLER = {"peers": 1, "activity": 0.3, "ratio_to_peers": STRAGGLER_RATIO, "ratio_to_next": 1.1}
 
 RULES: tuple[Rule, ...] = (
-    Rule("no-holder", "idle-unallocated", {"util": 5.0}, _unallocated),
+    Rule("no-holder", "idle-unallocated", LITTLE_USE, _unallocated),
     Rule("clocks-slowed", "throttled", {"throttled_share": 0.5, "clock_ratio": 0.85}, _throttled),
     Rule("memory-held-no-compute", "memory-only", NEAR_ZERO | {"memory_share": 0.25}, _memory_only),
     Rule("held-no-compute", "allocated-idle", NEAR_ZERO, _allocated_idle),
     Rule("waits-on-input", "input-bound", STALLED | {"read_share": 0.8, "cpu_iowait": 0.2, "cpu_busy": 0.9},
          _input_bound),
-    Rule("holds-back-its-job", "straggler", {"peers": 1, "activity": 0.6, "ratio_to_peers": 1.5}, _straggler),
+    Rule("holds-back-its-job", "straggler", STRAGGLER, _straggler),
     Rule("waits-on-peers-or-fabric", "communication-bound",
-         STALLED | {"ratio_to_busiest_peer": 0.6, "line_share": 0.8}, _communication_bound),
-    Rule("held-little-use", "allocated-idle", {"util": 20.0, "sm_active": 0.15}, _low_use),
+         STALLED | {"ratio_to_busiest_peer": round(1 / STRAGGLER_RATIO, 3), "ratio_to_far_peer": 0.6,
+                    "line_share": 0.8}, _communication_bound),
+    Rule("held-little-use", "allocated-idle", LITTLE_USE, _low_use),
 )
 
 
