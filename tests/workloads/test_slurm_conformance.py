@@ -32,6 +32,15 @@ def test_pmix_is_refused_while_no_node_package_brings_it():
                                   "(munge, slurmd, slurm-client, lbnl-nhc), which give pmi2, none")
 
 
-def test_gpus_are_in_slurm_accounting():
+def test_gpus_are_in_slurm_accounting_where_a_slurmdbd_keeps_it():
+    lines = render_slurm_conf(with_slurm_settings(demo_site(), accounting_storage_host="mgmt01")).splitlines()
+    assert [line for line in lines if line.startswith("AccountingStorage")] == [
+        "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=mgmt01",
+        "AccountingStorageTRES=gres/gpu"]
+    # Without slurmdbd, slurmctld refuses the GPU TRES ("slurmdbd is required to run with TRES gres/gpu"):
+    # none is rendered, and the file says where GPU-hours come from instead.
     lines = render_slurm_conf(demo_site()).splitlines()
-    assert [line for line in lines if line.startswith("AccountingStorage")] == ["AccountingStorageTRES=gres/gpu"]
+    assert [line for line in lines if "AccountingStorage" in line] == []
+    assert "# No slurmdbd (slurm.accounting_storage_host): GPU-hours per job come from the appliance's telemetry" in lines
+    with pytest.raises(RenderError, match="slurm.accounting_storage_host"):
+        render_slurm_conf(with_slurm_settings(demo_site(), accounting_storage_host="db host\nX=1"))

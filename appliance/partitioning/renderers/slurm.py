@@ -130,6 +130,20 @@ def mpi_default(slurm_settings: dict, packages=None) -> str:
     return asked
 
 
+def accounting_lines(slurm_settings: dict) -> list[str]:
+    """Slurm's job accounting. GPUs are a trackable resource of it (AccountingStorageTRES=gres/gpu: sacct and
+    jobstats-style tools see GPU-hours) only through slurmdbd: slurmctld refuses to start with that TRES and
+    no slurmdbd ("slurmdbd is required to run with TRES gres/gpu"). A site names its slurmdbd host in
+    `slurm.accounting_storage_host`; without one, the appliance's own telemetry is the job accounting."""
+    host = slurm_settings.get("accounting_storage_host")
+    if not host:
+        return ["# No slurmdbd (slurm.accounting_storage_host): GPU-hours per job come from the appliance's "
+                "telemetry"]
+    return ["AccountingStorageType=accounting_storage/slurmdbd",
+            f"AccountingStorageHost={slurm_value(host, 'slurm.accounting_storage_host')}",
+            "AccountingStorageTRES=gres/gpu"]
+
+
 def render_slurm_conf(site: SiteView, plan: PartitionPlan | None = None) -> str:
     pools = training_pools(site)
     if not pools:
@@ -159,8 +173,7 @@ def render_slurm_conf(site: SiteView, plan: PartitionPlan | None = None) -> str:
         "JobAcctGatherType=jobacct_gather/cgroup",
         "PrologFlags=Contain",
         f"MpiDefault={mpi_default(slurm_settings)}",
-        # GPUs as a trackable resource in Slurm's accounting: sacct and jobstats-style tools see GPU-hours.
-        "AccountingStorageTRES=gres/gpu",
+        *accounting_lines(slurm_settings),
         "ReturnToService=2",
         "HealthCheckProgram=/usr/sbin/nhc",
         f"HealthCheckInterval={int(slurm_settings.get('health_check_interval', 300))}",
