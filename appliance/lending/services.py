@@ -131,7 +131,7 @@ def propose(*, nodes: list[str], from_pool: str, to_pool: str, window_start, win
     if len(nodes) > MAX_NODES:
         raise LendingError(f"nodes: at most {MAX_NODES} nodes in one plan")
     for name in nodes:
-        if not isinstance(name, str) or not NODE_NAME.match(name):
+        if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
             raise LendingError(f"nodes: {str(name)[:70]!r} is not a node name")
     if len(set(nodes)) != len(nodes):
         raise LendingError("nodes: a node is named twice")

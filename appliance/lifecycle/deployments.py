@@ -104,7 +104,7 @@ def _check_inputs(version, runtime, name, context, concurrency, dtype) -> str:
             "value": repr(runtime)[:40], "known": ", ".join(Deployment.Runtime.values)}, "runtime")
     if name is None:
         name = service_name_for(version.model.name)
-    if not isinstance(name, str) or not SERVICE_NAME.match(name):
+    if not isinstance(name, str) or not SERVICE_NAME.fullmatch(name):
         raise LifecycleError(_("name: %(value)s is not a service name (a DNS label of at most 52 characters: "
                                "lowercase letters, digits and '-', starting with a letter)") % {
             "value": repr(name)[:80]}, "name")
@@ -384,7 +384,7 @@ def placed_on(appliance, *, nodes=(), gpus=()) -> list[tuple[Deployment, list[st
 
 def running(name) -> Deployment:
     """The newest running rollout (pending, rolling out or healthy) of the service of that name."""
-    if not isinstance(name, str) or not SERVICE_NAME.match(name):
+    if not isinstance(name, str) or not SERVICE_NAME.fullmatch(name):
         raise LifecycleError(_("name: %(value)s is not a service name") % {"value": repr(name)[:80]}, "name")
     current = (Deployment.objects.filter(name=name, state__in=ACTIVE)
                .select_related("version__model", "appliance").order_by("-created").first())

@@ -46,13 +46,13 @@ def image(runtime: str) -> str:
     """The image reference a runtime is pulled as: the appliance's registry, then the repository and tag."""
     registry = str(getattr(settings, "LIFECYCLE_IMAGE_REGISTRY", "") or DEFAULT_REGISTRY).rstrip("/")
     images = {**DEFAULT_IMAGES, **(getattr(settings, "LIFECYCLE_SERVING_IMAGES", None) or {})}
-    if not REGISTRY_PATTERN.match(registry):
+    if not REGISTRY_PATTERN.fullmatch(registry):
         raise LifecycleError(f"LIFECYCLE_IMAGE_REGISTRY: {registry!r} is not a registry host[:port][/path]",
                              "runtime")
     if runtime not in images:
         raise LifecycleError(f"runtime: no image for {runtime!r}", "runtime")
     reference = str(images[runtime])
-    if not IMAGE_PATTERN.match(reference):
+    if not IMAGE_PATTERN.fullmatch(reference):
         raise LifecycleError(f"LIFECYCLE_SERVING_IMAGES[{runtime}]: {reference!r} is not repository[:tag]", "runtime")
     return f"{registry}/{reference}"
 

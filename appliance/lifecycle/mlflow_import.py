@@ -155,7 +155,7 @@ def _all_pages(base: str, endpoint: str, key: str, token: str | None) -> list[di
 
 def fetch_rest(url: str, token: str | None) -> tuple[list[dict], list[dict]]:
     url = (url or "").strip().rstrip("/")
-    if not URL.match(url):
+    if not URL.fullmatch(url):
         raise LifecycleError("url: an http:// or https:// URL of an MLflow server expected (no query, no "
                              "credentials in it; the token goes in the environment variable)", "url")
     return (_all_pages(url, "registered-models/search", "registered_models", token),

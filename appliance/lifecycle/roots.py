@@ -29,8 +29,8 @@ def simulated_filesystem_dir(name: str) -> Path:
     return Path(settings.SIMULATION_DIR) / "filesystems" / name
 
 
-def artifact_roots() -> list[Path]:
-    """The directories model files may come from, resolved, in a stable order, without duplicates."""
+def _configured_roots() -> list[Path]:
+    """The roots as configured (absolute, not resolved: a root may itself be a link)."""
     if settings.LIFECYCLE_ARTIFACT_ROOTS:
         candidates = [Path(root) for root in settings.LIFECYCLE_ARTIFACT_ROOTS]
     else:
@@ -44,10 +44,13 @@ def artifact_roots() -> list[Path]:
                 candidates.append(directory)
             elif filesystem.mount_point:
                 candidates.append(Path(filesystem.mount_point))
+    return [candidate for candidate in candidates if candidate.is_absolute()]
+
+
+def artifact_roots() -> list[Path]:
+    """The directories model files may come from, resolved, in a stable order, without duplicates."""
     roots: list[Path] = []
-    for candidate in candidates:
-        if not candidate.is_absolute():
-            continue
+    for candidate in _configured_roots():
         resolved = Path(os.path.realpath(candidate))
         if resolved not in roots:
             roots.append(resolved)
@@ -101,16 +104,21 @@ def resolve_source(source: str) -> Path:
     if not roots:
         raise LifecycleError(_("source: no artifact root is configured (APPLIANCE_MODEL_ROOTS, or a shared "
                                "filesystem in the inventory)"), "source")
-    if not os.path.lexists(path):
-        raise LifecycleError(_("source: %(path)s does not exist") % {"path": path}, "source")
+    # Containment before anything touches the path: a path outside the roots gets one answer whether or not
+    # it exists (registration is no file-existence oracle), and the answer names no root's absolute path.
+    outside = LifecycleError(_("source: %(path)s is not inside an artifact root (the appliance's model storage: "
+                               "APPLIANCE_MODEL_ROOTS, or its shared filesystems)") % {"path": path}, "source")
+    lexical = Path(os.path.normpath(path))
+    written = [*roots, *(Path(os.path.normpath(root)) for root in _configured_roots())]
+    if not any(lexical.is_relative_to(root) for root in written):
+        raise outside
     resolved = Path(os.path.realpath(path))
-    if not any(resolved == root or resolved.is_relative_to(root) for root in roots):
-        raise LifecycleError(_("source: %(path)s is not inside an artifact root (%(roots)s)") % {
-            "path": path, "roots": ", ".join(str(root) for root in roots)}, "source")
+    if not any(resolved.is_relative_to(root) for root in roots):
+        raise outside  # a link inside a root that leads out of every root, to something or to nothing
     if resolved in roots:
         raise LifecycleError(_("source: %(path)s is an artifact root itself; give the model's own directory")
                              % {"path": path}, "source")
-    if not resolved.exists():
+    if not os.path.lexists(path) or not resolved.exists():
         raise LifecycleError(_("source: %(path)s does not exist") % {"path": path}, "source")
     if not (resolved.is_dir() or resolved.is_file()):
         raise LifecycleError(_("source: %(path)s is neither a directory nor a regular file") % {"path": path},

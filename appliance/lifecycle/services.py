@@ -132,7 +132,7 @@ def _tags(value, field: str = "tags") -> dict:
         raise LifecycleError(_("%(field)s: at most %(n)d tags") % {"field": field, "n": MAX_TAGS}, field)
     tags = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not TAG_KEY.match(key):
+        if not isinstance(key, str) or not TAG_KEY.fullmatch(key):
             raise LifecycleError(_("%(field)s: %(key)r is not a tag name (%(pattern)s)") % {
                 "field": field, "key": key, "pattern": TAG_KEY.pattern}, field)
         tags[key] = _line("" if item is None else str(item) if isinstance(item, int | float) else item,
@@ -141,7 +141,7 @@ def _tags(value, field: str = "tags") -> dict:
 
 
 def _check_name(name) -> str:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise LifecycleError(_("name: %(name)r is not a model name (%(pattern)s)") % {
             "name": name, "pattern": NAME.pattern}, "name")
     if name.lower() in RESERVED_NAMES:
@@ -154,7 +154,7 @@ def _check_job(job) -> str:
     job = (job or "").strip() if isinstance(job, str) else job
     if not job:
         return ""
-    if not isinstance(job, str) or not JOB.match(job):
+    if not isinstance(job, str) or not JOB.fullmatch(job):
         raise LifecycleError(_("job: %(job)r is not a Slurm job id (digits, e.g. 4211 or 4211_3)") % {"job": job},
                              "job")
     return job
@@ -175,7 +175,7 @@ def _metrics(value, field: str = "metrics") -> dict:
             "field": field, "n": MAX_JSON_KEYS}, field)
     result = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not TAG_KEY.match(key):
+        if not isinstance(key, str) or not TAG_KEY.fullmatch(key):
             raise LifecycleError(_("%(field)s: %(key)r is not a metric name (%(pattern)s)") % {
                 "field": field, "key": key, "pattern": TAG_KEY.pattern}, field)
         result[key] = _number(item, f"{field}.{key}")
@@ -191,7 +191,7 @@ def _hyperparameters(value) -> dict:
     result = {}
     for key, item in value.items():
         field = f"hyperparameters.{key}"
-        if not isinstance(key, str) or not TAG_KEY.match(key):
+        if not isinstance(key, str) or not TAG_KEY.fullmatch(key):
             raise LifecycleError(_("hyperparameters: %(key)r is not a parameter name") % {"key": key},
                                  "hyperparameters")
         if isinstance(item, bool) or item is None:
@@ -224,7 +224,7 @@ def _datasets(value, field: str = "datasets") -> list[dict]:
             raise LifecycleError(_("%(field)s.name: a name is needed") % {"field": where}, f"{where}.name")
         uri = _line(item.get("uri"), f"{where}.uri", 1000)
         digest = item.get("sha256") or ""
-        if not isinstance(digest, str) or (digest and not SHA256.match(digest.lower())):
+        if not isinstance(digest, str) or (digest and not SHA256.fullmatch(digest.lower())):
             raise LifecycleError(_("%(field)s.sha256: 64 hexadecimal digits expected") % {"field": where},
                                  f"{where}.sha256")
         result.append({"name": name, "uri": uri, "sha256": digest.lower()})
@@ -259,7 +259,7 @@ def _check_stage(stage) -> str:
 # -- lookups -------------------------------------------------------------------------------------------
 
 def get_model(name) -> RegisteredModel:
-    model = RegisteredModel.objects.filter(name=name).first() if isinstance(name, str) and NAME.match(name) else None
+    model = RegisteredModel.objects.filter(name=name).first() if isinstance(name, str) and NAME.fullmatch(name) else None
     if model is None:
         raise NotFound(_("model %(name)r does not exist") % {"name": name}, "name")
     return model
@@ -283,7 +283,7 @@ def _parent(parent) -> ModelVersion | None:
         return None
     if isinstance(parent, ModelVersion):
         return parent
-    match = PARENT.match(parent) if isinstance(parent, str) else None
+    match = PARENT.fullmatch(parent) if isinstance(parent, str) else None
     if not match:
         raise LifecycleError(_("parent: %(parent)r is not NAME/VERSION or models:/NAME/VERSION") % {"parent": parent},
                              "parent")
@@ -535,7 +535,7 @@ def register_version(model_name, *, source, user, job="", datasets=None, code_re
         "tags": _tags(tags),
         "run_id": _line(run_id, "run_id", 64),
     }
-    if not RUN_ID.match(checked["run_id"]):
+    if not RUN_ID.fullmatch(checked["run_id"]):
         raise LifecycleError(_("run_id: letters, digits, '.', '_' and '-' only"), "run_id")
     parent_version = _parent(parent)
     if not create_model:
@@ -668,7 +668,7 @@ def transition(version: ModelVersion, stage, *, user, reason="") -> ModelVersion
 
 
 def _check_alias_name(name) -> str:
-    if not isinstance(name, str) or not ALIAS.match(name):
+    if not isinstance(name, str) or not ALIAS.fullmatch(name):
         raise LifecycleError(_("alias: %(name)r is not an alias name (%(pattern)s)") % {
             "name": name, "pattern": ALIAS.pattern}, "alias")
     return name

@@ -78,6 +78,24 @@ def test_sources_outside_the_roots_are_refused_naming_the_field_and_leaving_noth
     assert not RegisteredModel.objects.exists() and not ModelVersion.objects.exists()
 
 
+def test_registration_is_no_file_existence_oracle_and_names_no_root(root, engineer, tmp_path):
+    """A path outside the roots gets the same answer whether it exists or not, and no root's absolute path."""
+    write_model(root / "llama-tiny" / "v1")
+    os.symlink(tmp_path / "nothing-there", root / "dangling-out")
+    os.symlink("/etc/hostname", root / "link-to-etc")
+    answers = {}
+    for source in ("/etc/shadow", "/etc/nonexistent", "/etc/hostname", "/nonexistent/deeper/path",
+                   f"file://{root}/dangling-out", f"{root}/link-to-etc"):
+        with pytest.raises(LifecycleError) as caught:
+            services.register_version("llama-tiny", source=source, user=engineer)
+        assert caught.value.field == "source"
+        answers[source] = str(caught.value)
+        assert str(root) not in answers[source].replace(source.removeprefix("file://"), "")
+    shown = {source: answer.replace(source.removeprefix("file://"), "PATH") for source, answer in answers.items()}
+    assert set(shown.values()) == {"source: PATH is not inside an artifact root (the appliance's model storage: "
+                                   "APPLIANCE_MODEL_ROOTS, or its shared filesystems)"}
+
+
 def test_a_symlinked_file_inside_the_model_that_leaves_the_root_is_refused(root, engineer, tmp_path):
     directory = write_model(root / "sneaky")
     (tmp_path / "secret.txt").write_text("not a model file")
@@ -214,3 +232,16 @@ def test_a_model_is_updated_and_deleted_only_without_versions(root, engineer):
     empty = services.register_model("empty", user=engineer)
     services.delete_model(empty, user=engineer)
     assert list(RegisteredModel.objects.values_list("name", flat=True)) == ["m"]
+
+
+def test_a_trailing_newline_does_not_spoof_a_reserved_alias_or_name(root, engineer):
+    version = services.register_version("llama-tiny", source=str(write_model(root / "llama-tiny" / "v1")),
+                                        user=engineer)
+    with pytest.raises(LifecycleError) as alias:
+        services.set_alias(version.model, "production\n", version, user=engineer)
+    assert alias.value.field == "alias"
+    with pytest.raises(LifecycleError) as name:
+        services.register_model("approvals\n", user=engineer)
+    assert name.value.field == "name"
+    assert not version.model.aliases.exists()
+    assert list(RegisteredModel.objects.values_list("name", flat=True)) == ["llama-tiny"]

@@ -66,7 +66,7 @@ version_number.__name__ = "version number"
 
 
 def request_id(text: str) -> int:
-    if not REQUEST_ID.match(text or ""):
+    if not REQUEST_ID.fullmatch(text or ""):
         raise ValueError(text)
     return int(text.lstrip("#"))
 
@@ -77,7 +77,7 @@ request_id.__name__ = "request number"
 def key_value(text: str) -> tuple[str, str]:
     """KEY=VALUE, the key a name (letters, digits, . _ / -)."""
     key, equals, value = (text or "").partition("=")
-    if not equals or not KEY.match(key):
+    if not equals or not KEY.fullmatch(key):
         raise ValueError(text)
     return key, value
 

@@ -26,7 +26,7 @@ VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 def _variable(text: str) -> str:
-    if not VARIABLE.match(text or ""):
+    if not VARIABLE.fullmatch(text or ""):
         raise ValueError(text)
     return text
 

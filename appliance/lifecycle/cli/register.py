@@ -88,7 +88,7 @@ def _appliance(name):
         return None
     from appliance.inventory.models import Appliance
 
-    if not APPLIANCE_NAME.match(name):
+    if not APPLIANCE_NAME.fullmatch(name):
         raise CommandError(_("--appliance: %(name)r is not an appliance name") % {"name": name})
     found = Appliance.objects.filter(name=name).first()
     if found is None:
@@ -140,7 +140,7 @@ def _refusal(body: bytes) -> str:
 
 
 def _post(command, url: str, payload: dict, options) -> int:
-    if not URL.match(url):
+    if not URL.fullmatch(url):
         raise CommandError(_("--url: %(url)r is not an http(s) URL of the appliance") % {"url": url[:200]})
     token = os.environ.get(TOKEN_VARIABLE, "").strip()
     if not token:
