@@ -103,6 +103,8 @@ _BASE = [
     EventType("simulation.account.remove", "simulation", "medium", "The simulation's service account was removed.", 3001, 6, _CHANGE),
     EventType("simulation.repository.start", "simulation", "low", "The simulated package repository server was started.", 1007, 1, _OPERATION),
     EventType("simulation.repository.stop", "simulation", "low", "The simulated package repository server was stopped.", 1007, 2, _OPERATION),
+    EventType("simulation.portal.start", "simulation", "low", "The demo appliance's portal (with its worker and beat) was started.", 1007, 1, _OPERATION),
+    EventType("simulation.portal.stop", "simulation", "low", "The demo appliance's portal (with its worker and beat) was stopped.", 1007, 2, _OPERATION),
     EventType("simulation.fault.inject", "simulation", "medium", "A fault was injected into a simulated node.", 3004, 3, _CHANGE),
     EventType("simulation.fault.clear", "simulation", "medium", "Injected faults were cleared from a simulated node.", 3004, 3, _CHANGE),
     EventType("simulation.slurm.start", "simulation", "low", "The simulated appliance's Slurm daemons were started.", 1007, 1, _OPERATION),

@@ -24,6 +24,7 @@ from . import (
     hardware,
     nvml,
     packages,
+    portal_server,
     ports,
     repository_server,
     slurm,
@@ -388,9 +389,20 @@ def start(appliance) -> dict:
 def stop(appliance) -> dict:
     # The collectors first (they drain what they hold), the workload (it cancels its Slurm jobs), then
     # Slurm, then what the nodes are reached by.
+    # The demo portal after the collectors (they send what they hold to it) and before what serves the nodes.
     stopped = {"collectors": stop_collectors(appliance), "workload": workload.stop(appliance),
-               "slurm": slurm.stop(appliance)}
+               "slurm": slurm.stop(appliance), "portal": portal_server.stop()}
     return stopped | {"ssh": stop_ssh(appliance), "bmc": stop_bmcs(appliance), "repository": repository_server.stop()}
+
+
+def start_portal() -> int:
+    """The demo's portal, worker and beat (portal_server.py): started at the end of a bootstrap of the
+    simulated appliance and by `simulation start`, never by a run's own start (a run's stages are not
+    served while they provision). Returns its pid."""
+    try:
+        return portal_server.start()
+    except portal_server.PortalServerError as exc:
+        raise SimulationError(str(exc)) from None
 
 
 def start_collectors(appliance) -> dict[str, int | str]:

@@ -161,7 +161,10 @@ def test_bootstrap_the_demo_appliance(demo):
     assert str(fresh_state / "keys" / "admin-password") in first.stdout
     # The demo's portal listens on this state directory's own port: the one its collectors send to.
     portal_port = json.loads((fresh_state / "simulation" / "ports.json").read_text())["portal"]["portal"]
-    assert f"http://127.0.0.1:{portal_port}/provisioning/" in first.stdout
+    # ... and it is running when the bootstrap ends: the last lines say where to log in and how to reach this
+    # state directory from another shell (the venv's own interpreter, not `python`).
+    assert f"Log in at http://127.0.0.1:{portal_port}/ as admin" in first.stdout
+    assert f"APPLIANCE_STATE_DIR={fresh_state} appliance simulation status" in first.stdout
     # Installing collected the portal's static files: a production server (DEBUG off) serves them from there.
     assert (fresh_state / "static" / "css" / "appliance.css").is_file()
     for stage in ("firmware", "os", "gpu", "fabric", "gpudirect", "storage", "workloads", "monitoring", "acceptance"):
@@ -210,71 +213,62 @@ def test_the_demo_runs_live(converged):
     assert all(c["deployed"] and c["pid"] and c["answering"] for c in live["collectors"].values()), live["collectors"]
     assert live["workload"]["running"] and live["workload"]["profile"] == "demo", live["workload"]
 
+    # The portal the bootstrap started, with no second command typed (`simulation status` shows it).
     port = json.loads((state / "simulation" / "ports.json").read_text())["portal"]["portal"]
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "APPLIANCE_STATE_DIR": str(state)}
-    env.pop("DATABASE_URL", None)
-    installed = INSTALLED["appliance"]
-    log = (state / "portal.log").open("w")
-    portal = subprocess.Popen([str(installed.command), "runserver", f"127.0.0.1:{port}", "--noreload"],
-                              cwd=installed.cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        started = time.monotonic()
-        session = requests.Session()
+    status = manage(state, "simulation", "status")
+    assert status.returncode == 0, status.stderr
+    assert f"portal             {base} pid " in status.stdout and " answering (gunicorn" in status.stdout, status.stdout
+    session = requests.Session()
 
-        def get(path):
-            try:
-                return session.get(base + path, timeout=20)
-            except requests.ConnectionError:
-                return None
+    def get(path):
+        try:
+            return session.get(base + path, timeout=20)
+        except requests.ConnectionError:
+            return None
 
-        while (answer := get("/health/")) is None or answer.status_code != 200:
-            assert portal.poll() is None and time.monotonic() - started < 120, (state / "portal.log").read_text()[-3000:]
-            time.sleep(1)
-        login = session.get(f"{base}/accounts/login/", timeout=20)
-        password = (state / "keys" / "admin-password").read_text().strip()
-        signed_in = session.post(f"{base}/accounts/login/", timeout=20, headers={"Referer": f"{base}/accounts/login/"},
-                                 data={"username": "admin", "password": password,
-                                       "csrfmiddlewaretoken": session.cookies["csrftoken"]})
-        assert login.status_code == 200 and signed_in.status_code == 200, signed_in.text[:500]
-        # Within a minute of the portal answering, every GPU of the demo shows live (the collectors' buffered
-        # minutes arrive at once, the next ones as they close).
-        answered = time.monotonic()
-        gpus = sum(int(node.get("gpus", 8)) for node in site["nodes"] if node["role"] == "gpu")
-        # Collectors of nodes without GPUs (storage, management) report on their own schedule: the GPU count can
-        # be complete a poll before the last of them is, so both are waited for within the same minute and a half.
-        while True:
-            summary = session.get(f"{base}/api/v1/telemetry/live/", timeout=20).json()
-            if summary["gpus_live"] == gpus and summary["collectors_live"] == len(site["nodes"]):
-                break
-            assert time.monotonic() - answered < 90, summary
-            time.sleep(3)
-        assert summary["util_mean"] is not None and summary["power_w"] > 0, summary
-        overview = session.get(f"{base}/", timeout=20)
-        assert overview.status_code == 200 and 'href="/telemetry/"' in overview.text
+    answer = get("/health/")
+    assert answer is not None and answer.status_code == 200, (state / "simulation" / "portal.log").read_text()[-3000:]
+    login = session.get(f"{base}/accounts/login/", timeout=20)
+    password = (state / "keys" / "admin-password").read_text().strip()
+    signed_in = session.post(f"{base}/accounts/login/", timeout=20, headers={"Referer": f"{base}/accounts/login/"},
+                             data={"username": "admin", "password": password,
+                                   "csrfmiddlewaretoken": session.cookies["csrftoken"]})
+    assert login.status_code == 200 and signed_in.status_code == 200, signed_in.text[:500]
+    # Within a minute of the portal answering, every GPU of the demo shows live (the collectors' buffered
+    # minutes arrive at once, the next ones as they close).
+    answered = time.monotonic()
+    gpus = sum(int(node.get("gpus", 8)) for node in site["nodes"] if node["role"] == "gpu")
+    # Collectors of nodes without GPUs (storage, management) report on their own schedule: the GPU count can
+    # be complete a poll before the last of them is, so both are waited for within the same minute and a half.
+    while True:
+        summary = session.get(f"{base}/api/v1/telemetry/live/", timeout=20).json()
+        if summary["gpus_live"] == gpus and summary["collectors_live"] == len(site["nodes"]):
+            break
+        assert time.monotonic() - answered < 90, summary
+        time.sleep(3)
+    assert summary["util_mean"] is not None and summary["power_w"] > 0, summary
+    overview = session.get(f"{base}/", timeout=20)
+    assert overview.status_code == 200 and 'href="/telemetry/"' in overview.text
 
-        # A job page shows a running Slurm job's GPUs: a job the workload submitted with sbatch.
-        submitted = [json.loads(line) for line in
-                     (state / "simulation" / "workload" / "jobs.jsonl").read_text().splitlines() if line.strip()]
-        slurm_jobs = {entry["job"]: entry for entry in submitted if entry["job"]}
-        while True:
-            held = [job for job in session.get(f"{base}/api/v1/telemetry/jobs/?range=1h", timeout=20).json()["jobs"]
-                    if job["job"] in slurm_jobs]
-            if held:
-                break
-            assert time.monotonic() - answered < 180, (slurm_jobs, submitted)
-            time.sleep(5)
-        job = held[0]
-        entry = slurm_jobs[job["job"]]
-        assert job["nodes"] == [entry["node"]]
-        page = session.get(f"{base}/telemetry/jobs/{job['job']}/", timeout=20)
-        assert page.status_code == 200 and entry["node"] in page.text
-        detail = session.get(f"{base}/api/v1/telemetry/jobs/{job['job']}/", timeout=20).json()
-        assert detail["gpus"], detail
-    finally:
-        portal.terminate()
-        portal.wait(timeout=30)
-        log.close()
+    # A job page shows a running Slurm job's GPUs: a job the workload submitted with sbatch.
+    submitted = [json.loads(line) for line in
+                 (state / "simulation" / "workload" / "jobs.jsonl").read_text().splitlines() if line.strip()]
+    slurm_jobs = {entry["job"]: entry for entry in submitted if entry["job"]}
+    while True:
+        held = [job for job in session.get(f"{base}/api/v1/telemetry/jobs/?range=1h", timeout=20).json()["jobs"]
+                if job["job"] in slurm_jobs]
+        if held:
+            break
+        assert time.monotonic() - answered < 180, (slurm_jobs, submitted)
+        time.sleep(5)
+    job = held[0]
+    entry = slurm_jobs[job["job"]]
+    assert job["nodes"] == [entry["node"]]
+    page = session.get(f"{base}/telemetry/jobs/{job['job']}/", timeout=20)
+    assert page.status_code == 200 and entry["node"] in page.text
+    detail = session.get(f"{base}/api/v1/telemetry/jobs/{job['job']}/", timeout=20).json()
+    assert detail["gpus"], detail
 
 
 NODES_AND_HEALTH = """

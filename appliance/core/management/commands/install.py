@@ -9,8 +9,9 @@ Writes, under --prefix (default /):
 - three systemd units (--unit-dir, default etc/systemd/system): appliance-portal (gunicorn serving TLS
   itself), appliance-worker and appliance-beat (Celery). With no CELERY_BROKER_URL the broker is the
   database queue (appliance.core.queue): no Redis or RabbitMQ needed.
-Then, with that environment: migrate, createcachetable, collectstatic, and `check --deploy`, which must
-pass. Running it again rewrites what changed and nothing else; one audit record per install.
+Then, with that environment: migrate, createcachetable, collectstatic, `docs build` (the site served at
+/docs/), and `check --deploy`, which must pass.
+Running it again rewrites what changed and nothing else; one audit record per install.
 """
 
 import datetime
@@ -34,7 +35,8 @@ from appliance.core import host, queue
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = ("appliance-portal.service", "appliance-worker.service", "appliance-beat.service")
 # The steps run with the production environment, in order; the last one must pass.
-STEPS = (("migrate", "--no-input"), ("createcachetable",), ("collectstatic", "--no-input"),
+# The documentation the portal serves at /docs/ is built here, from the installed docs/, air-gapped.
+STEPS = (("migrate", "--no-input"), ("createcachetable",), ("collectstatic", "--no-input"), ("docs", "build"),
          ("check", "--deploy", "--fail-level", "WARNING"))
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/:@+=%*[]")
 

@@ -4,8 +4,11 @@ With no --site it bootstraps the bundled demo site on the simulated appliance. A
 failure (or a kill -9) continues from the first unfinished stage of the last bootstrap.
 """
 
+import contextlib
 import io
 import os
+import shlex
+import sys
 from pathlib import Path
 
 from django.conf import settings
@@ -149,7 +152,7 @@ class Command(BaseCommand):
         self._report(run)
         if run.state != RunState.SUCCEEDED:
             raise CommandError(f"{terminal.run_title(run)} {run.state}: {run.message}", returncode=1)
-        self._how_to_open(appliance)
+        self._how_to_open(appliance, run)
 
     def _administrator(self):
         output = io.StringIO()
@@ -225,20 +228,44 @@ class Command(BaseCommand):
         for line in lines[1:]:
             self.console.print(line, markup=False)
 
-    def _how_to_open(self, appliance):
-        # An installed wheel's command is `appliance`; a checkout's, manage.py.
-        server = "appliance runserver" if resources.INSTALLED else "python manage.py runserver"
-        from appliance.simulation import ports
+    def _how_to_open(self, appliance, run):
+        say = self.console.print
+        command = _own_command()
+        state = f"APPLIANCE_STATE_DIR={shlex.quote(str(settings.STATE_DIR))}"
+        if not appliance.simulated:
+            say(f"The portal of a production controller runs as its services (`{command} install --production`); "
+                f"to look at it from this checkout: [bold]{state} {command} runserver[/bold].")
+            return
+        if run.dry_run or active_catalogue().names[-1] not in run.stages:
+            return  # a stage rerun or check mode: the portal stays as it was (`simulation start` starts it)
+        from appliance.simulation import portal_server
+        from appliance.simulation import services as simulation
 
-        # on a simulated appliance, the port its nodes' collectors send their rollups to (the ingest URL's)
         try:
-            address = terminal.portal_address(appliance)
-        except ports.PortError as exc:
-            raise CommandError(f"the demo portal's port: {exc}", returncode=1) from None
-        self.console.print(
-            f"Open the portal: [bold]{server} {address}[/bold], then "
-            f"http://{address}/provisioning/ (log in as the administrator above); "
-            f"the REST API is http://{address}/api/v1/.")
+            pid = simulation.start_portal()
+        except simulation.SimulationError as exc:
+            raise CommandError(f"the demo portal did not start: {exc}", returncode=1) from None
+        address = portal_server.url()
+        say(f"[bold]The demo appliance is running[/bold]: its portal, worker and beat (pid {pid}) at {address}/, "
+            "where its nodes' collectors send their telemetry.")
+        say(f"Log in at [bold]{address}/[/bold] as admin (the password above); the REST API is {address}/api/v1/, "
+            f"the documentation {address}/docs/.")
+        say(f"Commands from another shell name this appliance's state: [bold]{state} {command} simulation "
+            f"status[/bold] (and `simulation stop` stops it).")
+
+
+def _own_command() -> str:
+    """How to run this appliance's commands again: an installed wheel's `appliance`, or this checkout's
+    manage.py with the interpreter that runs it (on a clean machine `python` is not the venv's)."""
+    if resources.INSTALLED:
+        return "appliance"
+    interpreter = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        interpreter = interpreter.relative_to(Path.cwd())
+    manage = Path(settings.BASE_DIR) / "manage.py"
+    with contextlib.suppress(ValueError):
+        manage = manage.relative_to(Path.cwd())
+    return f"{shlex.quote(str(interpreter))} {shlex.quote(str(manage))}"
 
 
 def _has_diff(event: dict) -> bool:

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from appliance.core import context
 from appliance.inventory.models import Appliance, Node
-from appliance.simulation import repository_server, services, slurm, workload
+from appliance.simulation import portal_server, repository_server, services, slurm, workload
 from appliance.simulation import state as node_state
 from appliance.simulation.management.commands.simulation_workload import add_workload_arguments, run_workload
 
@@ -17,9 +17,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         commands = parser.add_subparsers(dest="action", required=True)
         for name, text in (("prepare", "create sysroots and state files (never resets an existing node)"),
-                           ("start", "start the BMC emulators and SSH servers that are not running"),
-                           ("stop", "stop the BMC emulators and SSH servers"),
-                           ("status", "show each node's BMC emulator, SSH server, collector and faults")):
+                           ("start", "start what is not running: the BMC emulators, SSH servers, Slurm, the "
+                                     "collectors and the demo portal (with its worker and beat)"),
+                           ("stop", "stop the collectors, workload, Slurm, the demo portal, SSH servers and BMC "
+                                    "emulators"),
+                           ("status", "show each node's BMC emulator, SSH server, collector and faults, and the "
+                                      "demo portal")):
             sub = commands.add_parser(name, help=text)
             sub.add_argument("--appliance", help="appliance name (default: every simulated appliance)")
         commands.add_parser("remove", help="stop every simulated appliance, remove the nodes' SSH servers' files "
@@ -87,6 +90,8 @@ class Command(BaseCommand):
         else:
             for node, pid in started["collectors"].items():
                 self.stdout.write(f"{node}: collector " + (f"running, pid {pid}" if isinstance(pid, int) else str(pid)))
+        pid = services.start_portal()
+        self.stdout.write(f"portal: {portal_server.url()} running, pid {pid} (with its worker and beat)")
 
     def _stop(self, appliance):
         stopped = services.stop(appliance)
@@ -97,6 +102,7 @@ class Command(BaseCommand):
         for node, pid in stopped["collectors"].items():
             if pid:
                 self.stdout.write(f"{node}: collector stopped (pid {pid})")
+        self.stdout.write(f"portal: {'stopped (pid ' + str(stopped['portal']) + ')' if stopped['portal'] else 'was not running'}")
         daemons = stopped["slurm"]["stopped"]
         self.stdout.write(f"Slurm: {'stopped ' + ', '.join(daemons) if daemons else 'was not running'}; workload: "
                           f"{'stopped' if stopped['workload']['pid'] else 'was not running'}")
@@ -140,6 +146,11 @@ class Command(BaseCommand):
         self.stdout.write(f"  package repository {served['url'] or '(no port yet)'} {served['directory']} "
                           + (f"pid {served['pid']} {'answering' if served['answering'] else 'NOT answering'}"
                              if served["running"] else "stopped"))
+        portal = portal_server.status()
+        self.stdout.write(f"  portal             {portal['url'] or '(no port yet)'} "
+                          + (f"pid {portal['pid']} {'answering' if portal['answering'] else 'NOT answering'} "
+                             "(gunicorn; with no broker also the worker and the beat)"
+                             if portal["running"] else "stopped (simulation start starts it)"))
         cluster = slurm.status(appliance)
         if not cluster["configured"]:
             self.stdout.write("  Slurm              not configured yet (the workloads stage has not run)")
