@@ -1,0 +1,101 @@
+"""Attribution graded on held-out telemetry (tests/analytics/heldout.py: written apart from the rules), sent
+to the ingest endpoint with each node's token as a collector sends it, read back and judged by the ledger's
+own path (frames or rows, the inventory's references), graded GPU-second by GPU-second."""
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from appliance.analytics import ledger, rules
+from appliance.inventory.models import GPU, Appliance, Node, Pool, PoolMembership
+from appliance.telemetry.models import GpuRollup, NodeCollector
+from tests.analytics import heldout
+
+pytestmark = pytest.mark.django_db
+
+URL = "/telemetry/ingest/api/v2/write?org=appliance&bucket=rollups&precision=ns"
+MINUTES = 60
+
+
+def appliance_of(telemetry: heldout.Telemetry) -> dict[str, str]:
+    """The nodes of the generated data in the inventory, each with its collector's token; the Lustre mount's
+    smoke-test figure where the storage stage measured it (not the NFS one)."""
+    appliance = Appliance.objects.create(name="graded", simulated=True)
+    pools = {kind: Pool.objects.create(appliance=appliance, name=kind, kind=kind) for kind in ("training", "inference")}
+    tokens = {}
+    for number, plan in enumerate(telemetry.nodes):
+        facts = {"storage": {"results": [{"mount_point": "/mnt/lustre", "read_mbps": 12000}]}} \
+            if plan.fstype == "lustre" else {}
+        node = Node.objects.create(appliance=appliance, name=plan.name, role=Node.Role.GPU,
+                                   management_address=f"10.0.1.{number + 1}", facts=facts)
+        PoolMembership.objects.create(pool=pools[plan.pool], node=node)
+        for index in range(8):
+            GPU.objects.create(node=node, index=index, model="H100-SXM5-80GB", memory_mib=81559, mig_capable=True)
+        token = f"tok-{plan.name}-graded-0123456789abcdefghij"
+        NodeCollector.objects.create(node=node, token=token, token_digest=hashlib.sha256(token.encode()).hexdigest(),
+                                     issued_at=timezone.now())
+        tokens[plan.name] = token
+    return tokens
+
+
+def send(telemetry: heldout.Telemetry, tokens: dict[str, str]) -> None:
+    client = Client()
+    for name, lines in telemetry.lines.items():
+        for first in range(0, len(lines), 2000):  # a forwarder's writes after an outage: a few thousand lines
+            body = "\n".join(lines[first:first + 2000]).encode()
+            response = client.generic("POST", URL, body, content_type="text/plain; charset=utf-8",
+                                      HTTP_AUTHORIZATION=f"Token {tokens[name]}")
+            assert response.status_code == 204, response.content[:500]
+
+
+def attributed(since: datetime, until: datetime) -> dict[tuple[str, int, int], str]:
+    window = ledger.attribute_window(since, until)
+    names = {pk: info.name for pk, info in window["info"].items()}
+    gpu = window["gpu"]
+    base = int(since.timestamp())
+    return {(names[int(n)], int(g), (int(t) - base) // 60): rules.LABELS[int(label)]
+            for n, g, t, label in zip(gpu["node_id"], gpu["gpu"], gpu["t"], gpu["label"], strict=True)}
+
+
+@pytest.fixture
+def graded():
+    since = (timezone.now() - timedelta(hours=3)).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    telemetry = heldout.generate(MINUTES, seed=7, start_ns=int(since.timestamp()) * 10**9)
+    send(telemetry, appliance_of(telemetry))
+    return telemetry, since, since + timedelta(minutes=MINUTES)
+
+
+def test_every_line_sent_is_stored(graded):
+    telemetry, since, until = graded
+    sent = sum(1 for lines in telemetry.lines.values() for line in lines if line.startswith("gpu_rollup"))
+    lost = sum(1 for parts in telemetry.truth.values() if parts == [(60.0, "no-data")])
+    assert GpuRollup.objects.filter(step=60, start__gte=since, start__lt=until).count() == sent
+    assert sent + lost == 4 * 8 * MINUTES
+    assert lost >= 8 * 7  # the inference node's collector outage, and the lines lost on the way
+
+
+def test_held_out_telemetry_is_attributed_as_far_as_the_rules_reach_today(graded):
+    """What holds now (seed 7, 1,920 GPU-minutes): every cause but input-bound at 90% or more of its
+    GPU-seconds, input-bound at 80%, 94% of the GPU-seconds received. A minute with no line is in no cause
+    of the ledger yet; here it is graded "no-data" by the grader itself."""
+    telemetry, since, until = graded
+    result = heldout.grade(telemetry, attributed(since, until))
+    print(heldout.table(result), f"\nreceived: {100 * result['received_accuracy']:.2f}%")
+    recall = result["recall"]
+    assert set(recall) == set(rules.LABELS) | {"no-data"}  # every cause is in the data
+    assert all(recall[cause] >= 0.9 for cause in rules.LABELS if cause != "input-bound"), heldout.table(result)
+    assert recall["input-bound"] >= 0.8
+    assert result["received_accuracy"] >= 0.94, result["received_accuracy"]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32's bar, not met yet: an NFS mount with no measured rate is judged "
+                   "on iowait alone (its loaders' iowait is often under 0.2), and the ranks of a job whose "
+                   "straggler's line was lost have no one to wait for")
+def test_each_cause_is_attributed_right_for_90_percent_and_all_for_97(graded):
+    telemetry, since, until = graded
+    result = heldout.grade(telemetry, attributed(since, until))
+    assert all(share >= 0.9 for share in result["recall"].values()), heldout.table(result)
+    assert result["received_accuracy"] >= 0.97
