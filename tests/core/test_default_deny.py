@@ -28,6 +28,7 @@ OPEN_ROUTES = {
                     "(tests/telemetry/test_ingest.py; a session is refused with 401)",
     "ingest-health": "InfluxDB's /health for the collectors' client: answers no data",
     "ingest-ping": "InfluxDB's /ping for the collectors' client: answers no data",
+    "ingest-ready": "InfluxDB's /ready, probed by its clients before they write: answers no data but its uptime",
     "unknown": "MLflow's ENDPOINT_NOT_FOUND for any other path under /api/2.0/mlflow/ (its client falls back "
                "on it): answers no data",
 }
