@@ -1,5 +1,9 @@
 """/docs/: the documentation site the appliance built (portal/docs.py), for every signed-in user. Only files
-inside the built site are served: a path that resolves outside it (`..`, a symbolic link) is a 404."""
+inside the built site are served: a path that resolves outside it (`..`, a symbolic link) is a 404.
+
+A page of the site carries the portal's Content-Security-Policy with one change: its script-src also allows
+the theme's inline scripts, each by the SHA-256 the build recorded (docs.script_hashes), never
+'unsafe-inline'. Every other response of the portal keeps the policy that allows no inline script."""
 
 import mimetypes
 from pathlib import Path
@@ -7,6 +11,7 @@ from pathlib import Path
 from django.http import FileResponse, Http404, HttpResponsePermanentRedirect
 from django.views import View
 
+from appliance.core import csp
 from appliance.core.permissions import CapabilityMixin
 
 from . import docs
@@ -22,9 +27,16 @@ def resolve(site: Path, path: str) -> Path:
         raise Http404("no such page")
     if candidate.is_dir():
         candidate = candidate / "index.html"
-    if not candidate.is_file() or candidate.name == docs.STAMP_NAME:
+    if not candidate.is_file() or candidate.name in docs.NOT_SERVED:
         raise Http404("no such page")
     return candidate
+
+
+def page_policy(nonce: str, hashes: list[str]) -> str:
+    """The portal's policy (core.csp) with `hashes` added to script-src, and nothing else changed."""
+    directives = dict(directive.split(" ", 1) for directive in csp.policy(nonce).split("; "))
+    directives["script-src"] = " ".join([directives["script-src"], *(f"'{value}'" for value in hashes)])
+    return "; ".join(f"{name} {value}" for name, value in directives.items())
 
 
 class DocsView(CapabilityMixin, View):
@@ -37,4 +49,8 @@ class DocsView(CapabilityMixin, View):
             # Relative links of a page resolve against its folder: /docs/operator -> /docs/operator/.
             return HttpResponsePermanentRedirect(request.path + "/")
         content_type, _ = mimetypes.guess_type(target.name)
-        return FileResponse(open(target, "rb"), content_type=content_type or "application/octet-stream")
+        response = FileResponse(open(target, "rb"), content_type=content_type or "application/octet-stream")
+        if content_type == "text/html":
+            response["Content-Security-Policy"] = page_policy(getattr(request, csp.NONCE_ATTRIBUTE, ""),
+                                                              docs.script_hashes(site))
+        return response

@@ -171,3 +171,51 @@ def test_the_portal_serves_the_documentation_to_a_signed_in_user(client, django_
     assert client.get("/docs/operator/").status_code == 200
     assert client.get("/docs/../../etc/passwd").status_code == 404
     assert client.get("/docs/%2e%2e/%2e%2e/etc/passwd").status_code == 404
+
+
+@pytest.mark.django_db
+def test_documentation_pages_allow_the_themes_inline_scripts_by_hash_and_nothing_else(client, django_user_model,
+                                                                                       settings, tmp_path):
+    """The site the appliance builds runs Material's inline scripts (its storage scope, the saved palette) under
+    a policy that names each by its SHA-256; no page of the site holds an inline script it does not name, no
+    'unsafe-inline' anywhere, and the rest of the portal keeps the policy without inline scripts."""
+    from appliance.core.roles import Role
+    from appliance.portal import docs
+
+    settings.STATE_DIR = tmp_path / "state"
+    site = docs.build()
+    recorded = docs.script_hashes(site)
+    assert recorded and docs.is_current()
+    scripts = {page: docs.inline_scripts(page.read_text()) for page in site.rglob("*.html")}
+    assert any('__md_get("__palette")' in script for found in scripts.values() for script in found)
+
+    user = django_user_model.objects.create_user("viewer-csp", password="x" * 16)
+    user.role = Role.VIEWER
+    user.save()
+    client.force_login(user)
+    for page in (site / "index.html", site / "audit" / "index.html", site / "ru" / "operator" / "index.html"):
+        path = page.parent.relative_to(site).as_posix()
+        answer = client.get("/docs/" + ("" if path == "." else path + "/"))
+        assert answer.status_code == 200
+        policy = dict(part.split(" ", 1) for part in answer["Content-Security-Policy"].split("; "))
+        allowed = policy["script-src"].split()
+        assert allowed[0] == "'self'" and "'unsafe-inline'" not in policy["script-src"]
+        assert {f"'{docs.csp_hash(script)}'" for script in scripts[page]} <= set(allowed), page
+        assert policy["default-src"] == "'self'" and policy["object-src"] == "'none'"
+        assert "'unsafe-inline'" not in policy["style-src"]
+    stylesheet = next(site.rglob("*.css")).relative_to(site).as_posix()
+    assert "sha256-" not in client.get("/docs/" + stylesheet)["Content-Security-Policy"]
+    assert client.get("/docs/" + docs.SCRIPT_HASHES_NAME).status_code == 404
+    portal = client.get("/")
+    assert dict(part.split(" ", 1) for part in portal["Content-Security-Policy"].split("; "))["script-src"] == "'self'"
+
+
+def test_a_changed_inline_script_is_not_allowed_by_the_recorded_hashes(tmp_path):
+    from appliance.portal import docs
+
+    (tmp_path / "index.html").write_text('<script>var a=1</script><script src="x.js"></script>'
+                                         '<script type="application/json">{"b": 2}</script>')
+    assert docs.record_script_hashes(tmp_path) == [docs.csp_hash("var a=1")]
+    assert docs.csp_hash("var a=2") not in docs.script_hashes(tmp_path)
+    # The standard's example: 'sha256-' and the base64 of the SHA-256 of the script's text.
+    assert docs.csp_hash("alert('Hello, world.');") == "sha256-qznLcsROx4GACP2dm0UCKCzCG+HiZ1guq6ZZDob/Tng="
