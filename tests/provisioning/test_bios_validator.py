@@ -97,5 +97,7 @@ def test_the_controller_and_the_module_run_one_validator():
     validator = Path(settings.COLLECTION_DIR) / "plugins" / "module_utils" / "appliance_bios_registry.py"
     controller = baseline.bios_rules()
     assert Path(controller.__file__) == validator
-    for name in ("validate_value", "validate_baseline"):
-        assert Path(getattr(appliance_bios, name).__code__.co_filename) == validator
+    module_validator = appliance_bios.validate_baseline
+    assert Path(module_validator.__code__.co_filename) == validator
+    # ...and the per-value check it calls is the same file's too.
+    assert Path(module_validator.__globals__["validate_value"].__code__.co_filename) == validator

@@ -15,7 +15,8 @@ import shutil
 import subprocess
 import time
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 try:
     from ansible_collections.appliance.hgx.plugins.module_utils.appliance_nvml import driver_record, gpu_records, nvml_session
@@ -282,8 +283,9 @@ def read_metrics(address, port, wait_s=30.0):
     url = f"http://{'[' + host + ']' if ':' in host else host}:{int(port)}/metrics"
     deadline = time.monotonic() + wait_s
     while True:
+        problem = None
         try:
-            with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (http to the node itself)
+            with open_url(url, method="GET", timeout=5, validate_certs=False) as response:
                 return response.read().decode("utf-8", "replace"), None
         except (OSError, urllib.error.URLError) as exc:
             problem = f"{url}: {getattr(exc, 'reason', exc)}"

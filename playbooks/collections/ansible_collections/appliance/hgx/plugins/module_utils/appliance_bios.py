@@ -10,15 +10,14 @@ from __future__ import annotations
 import time
 
 try:
-    from ansible_collections.appliance.hgx.plugins.module_utils.appliance_bios_registry import (  # noqa: F401  (validate_* are re-exported)
+    from ansible_collections.appliance.hgx.plugins.module_utils.appliance_bios_registry import (
         is_integer,
         validate_baseline,
-        validate_value,
         wire_baseline,
     )
     from ansible_collections.appliance.hgx.plugins.module_utils.appliance_redfish import RedfishError
 except ImportError:  # imported outside Ansible (unit tests put module_utils on sys.path)
-    from appliance_bios_registry import is_integer, validate_baseline, validate_value, wire_baseline  # noqa: F401
+    from appliance_bios_registry import is_integer, validate_baseline, wire_baseline
     from appliance_redfish import RedfishError
 
 SETTINGS_ANNOTATION = "@Redfish.Settings"
@@ -89,7 +88,7 @@ def read_settings(client, bios, current):
 
 def read_bios(client, system_id=None):
     """(system, bios resource, attributes in effect, attributes pending at next boot)."""
-    system, bios, current, pending, _ = _read_all(client, system_id)
+    system, bios, current, pending, _etag = _read_all(client, system_id)
     return system, bios, current, pending
 
 
@@ -144,7 +143,7 @@ def converge(client, baseline, registry, check_mode=False, system_id=None):
         body["@Redfish.SettingsApplyTime"] = {"ApplyTime": "OnReset"}
     client.patch(settings_target(bios), body, etag=etag)
 
-    _, _, current_after, pending_after, _ = _read_all(client, system_id)
+    current_after, pending_after = _read_all(client, system_id)[2:4]
     not_applied = []
     for change in changes:
         name = change["attribute"]
@@ -174,7 +173,7 @@ def apply_staged(client, expected, timeout, system_id=None, interval=2.0):
         now = client.get(where)
         if now.get("PowerState") != "On":
             return None
-        _, _, current, pending, _ = _read_all(client, system_id)
+        current, pending = _read_all(client, system_id)[2:4]
         if pending or differences(expected, current):
             return None
         return current

@@ -189,7 +189,7 @@ def dcgm_checks(ctx):
             return [_failure(ctx, check, expected, source, rc, out, err, f"dcgmi diag -r {level} -j")]
         return [ctx.record(check, expected, None, False, source, str(exc))]
     failed = [f"{name}: {result}" for name, result in rows if result.lower().startswith(("fail", "error"))]
-    passed_count = sum(1 for _, result in rows if result.lower().startswith("pass"))
+    passed_count = sum(1 for _name, result in rows if result.lower().startswith("pass"))
     measured = f"{passed_count} pass, {len(failed)} fail, {len(rows) - passed_count - len(failed)} skip"
     ok = not failed and rc == 0
     message = f"dcgmi diag -r {level} -j: {measured}" + (f" ({'; '.join(failed)})" if failed else "")

@@ -38,7 +38,7 @@ def parse_ibstat(text):
         if match:
             port = current["ports"].setdefault(int(match.group(1)), {})
             continue
-        key, _, value = line.partition(":")
+        key, _sep, value = line.partition(":")
         key, value = key.strip(), value.strip()
         if port is None:
             if key == "Node GUID":
@@ -133,9 +133,9 @@ def read_infiniband_sysfs(root):
         for name in numbers:
             port_dir = os.path.join(ports_dir, name)
             path = os.path.join(port_dir, "state")
-            _, state = parse_sysfs_coded(read(path), path)
+            state = parse_sysfs_coded(read(path), path)[1]
             path = os.path.join(port_dir, "phys_state")
-            _, physical = parse_sysfs_coded(read(path), path)
+            physical = parse_sysfs_coded(read(path), path)[1]
             path = os.path.join(port_dir, "rate")
             rate = parse_sysfs_rate(read(path), path)
             path = os.path.join(port_dir, "gids", "0")
@@ -233,7 +233,7 @@ def parse_cpuinfo(text):
                                      "'physical id' and 'core id'") from None
             current = {}
             continue
-        key, _, value = line.partition(":")
+        key, _sep, value = line.partition(":")
         current[key.strip()] = value.strip()
     if not cpus:
         raise ParseError("/proc/cpuinfo lists no processor: " + (text.strip()[:200] or "(empty)"))
@@ -271,8 +271,9 @@ def nearest_nics(row):
     ranked = [(CONNECTION_RANK[c], nic, c) for nic, c in row.items() if c in CONNECTION_RANK]
     if not ranked:
         return [], None
-    best = min(rank for rank, _, _ in ranked)
-    return sorted(nic for rank, nic, _ in ranked if rank == best), next(c for r, _, c in ranked if r == best)
+    best = min(rank for rank, _nic, _connection in ranked)
+    nics = sorted(nic for rank, nic, _connection in ranked if rank == best)
+    return nics, next(connection for rank, _nic, connection in ranked if rank == best)
 
 
 def affinity(matrix, expected):

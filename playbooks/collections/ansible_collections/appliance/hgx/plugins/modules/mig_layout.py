@@ -47,7 +47,9 @@ options:
     type: dict
     required: true
   time_slicing:
-    description: The node's time-slicing (C(replicas), C(gpus) and C(per_gpu), each GPU index to its own replica count), recorded as a fact (the device plugin applies it).
+    description:
+      - The node's time-slicing (C(replicas), C(gpus) and C(per_gpu), each GPU index to its own replica
+        count), recorded as a fact (the device plugin applies it).
     type: dict
 """
 
