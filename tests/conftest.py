@@ -1,5 +1,8 @@
+import ast
+import functools
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -151,13 +154,57 @@ def uses_the_database(item) -> bool:
             or not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
 
 
+# Where the code branches on the database vendor (or says PostgreSQL's name: its SQL, its COPY, its roles):
+# a test file that imports one of these modules proves something on PostgreSQL that SQLite cannot. Found by
+# reading the product's source at collection, so a new vendor branch brings its tests along.
+_VENDOR_BRANCH = re.compile(r"\.vendor\b|postgresql")
+# Fixtures whose tests reach the database from several connections at once (threads, a live server): the
+# backends' locking and isolation differ there.
+CONCURRENT_FIXTURES = frozenset({"transactional_db", "live_server"})
+
+
+@functools.cache
+def vendor_modules() -> frozenset[str]:
+    package = Path(__file__).resolve().parents[1] / "appliance"
+    found = set()
+    for path in package.rglob("*.py"):
+        if "migrations" in path.parts or path.name in ("settings.py", "host.py"):
+            continue
+        if _VENDOR_BRANCH.search(path.read_text()):
+            found.add(".".join(path.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"))
+    return frozenset(found)
+
+
+@functools.cache
+def imports_a_vendor_branch(path: str) -> bool:
+    tree = ast.parse(Path(path).read_text())
+    named = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            named.add(node.module)
+            named.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+    return not named.isdisjoint(vendor_modules())
+
+
 def _backend_independent_reason(item) -> str | None:
-    """Why `item` proves nothing more on PostgreSQL than on SQLite, or None when it depends on the backend."""
+    """Why `item` proves nothing more on PostgreSQL than on SQLite, or None when it depends on the backend:
+    marked postgres (the role matrices over a database, a PostgreSQL bootstrap), concurrent connections, or
+    a file that imports a module with a vendor branch (the triggers, the chain's locking, the binary COPY
+    paths, the ledger's SQL, the database roles)."""
     if item.get_closest_marker("sqlite_only"):
         return "sqlite_only (independent of DATABASE_URL, or runs manage.py on the embedded SQLite database)"
-    if item.get_closest_marker("postgres") or uses_the_database(item):
+    if item.get_closest_marker("postgres"):
         return None
-    return "uses no database"
+    if not uses_the_database(item):
+        return "uses no database"
+    marker = item.get_closest_marker("django_db")
+    concurrent = (not CONCURRENT_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+                  or bool(marker and marker.kwargs.get("transaction")))
+    if concurrent or imports_a_vendor_branch(str(item.path)):
+        return None
+    return "uses the database as SQLite does (no vendor branch imported, one connection)"
 
 
 def _costliest_files_first(items, tests_root: Path, pass_name: str) -> list:

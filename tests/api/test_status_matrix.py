@@ -18,7 +18,8 @@ from tests.api.conftest import fresh_users, make_role_users
 from tests.api.sites import site_body
 from tests.conftest import PASSWORD
 
-pytestmark = pytest.mark.django_db
+# A role x endpoint matrix over a database: run on PostgreSQL too, the production backend (tests/conftest.py).
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 ROLES_AND_ANONYMOUS = ("administrator", "operator", "ml_engineer", "auditor", "viewer", "anonymous")
 

@@ -1,6 +1,7 @@
-"""What each pass of `bash tests/run` runs (tests/conftest.py): the PostgreSQL pass keeps the tests that use
-the database, by mark or through a fixture, and those marked postgres; it deselects the sqlite_only ones
-and those that use no database, and says so in its summary. Both hand out the costliest files first."""
+"""What each pass of `bash tests/run` runs (tests/conftest.py): the PostgreSQL pass keeps the tests that depend
+on the backend (marked postgres, concurrent connections, or a file importing a module with a vendor branch);
+it deselects the sqlite_only ones, those that use no database and those that use it as SQLite does, and says
+so in its summary. Both hand out the costliest files first, by the last measurement."""
 
 import json
 import os
@@ -20,34 +21,33 @@ def collect_on_postgresql(tmp_path, *files) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_the_postgresql_pass_runs_what_uses_the_database_costliest_first_and_says_what_it_left_out(tmp_path):
+def test_the_postgresql_pass_runs_what_depends_on_the_backend_costliest_first_and_says_what_it_left_out(tmp_path):
     result = collect_on_postgresql(
         tmp_path,
-        "tests/accounts/test_sessions.py",  # the django_db mark
+        "tests/provisioning/test_events_no_log.py",  # imports provisioning.events, which branches on the vendor
+        "tests/accounts/test_sessions.py",  # the django_db mark, no vendor branch imported
         "tests/audit/test_merkle.py",  # no database
-        "tests/inventory/test_health_api.py",  # the database through a fixture, no mark
+        "tests/inventory/test_health_api.py",  # the database through a fixture, no vendor branch imported
         "tests/core/test_state_dir.py",  # sqlite_only
         "tests/provisioning/test_bootstrap_postgresql.py",  # postgres, a database of its own, no fixture
+        "tests/audit/test_concurrency.py",  # concurrent connections (and marked postgres)
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     collected = [line for line in result.stdout.splitlines() if line.startswith("tests/")]
     assert collected == [
-        # Listed last, run first: its file is among the costliest.
+        # Listed late, run first: its file is the costliest by the last measurement.
         "tests/provisioning/test_bootstrap_postgresql.py::"
         "test_bootstrap_killed_then_resumed_on_postgresql_and_the_log_verifies",
-        "tests/accounts/test_sessions.py::test_a_busy_session_ends_at_its_maximum_age",
-        "tests/accounts/test_sessions.py::test_the_idle_limit_counts_from_the_last_request_not_the_login",
-        "tests/accounts/test_sessions.py::test_a_session_without_a_login_time_is_ended",
-        "tests/inventory/test_health_api.py::test_a_node_with_nothing_failing_has_no_open_failure",
-        "tests/inventory/test_health_api.py::"
-        "test_failing_checks_are_short_reasons_and_a_writer_leaves_other_checks_alone",
-        "tests/inventory/test_health_api.py::test_many_failures_make_one_line_that_says_how_many_more",
+        "tests/provisioning/test_events_no_log.py::test_a_censored_result_is_changed_when_ansible_says_so",
+        "tests/audit/test_concurrency.py::test_eight_concurrent_writers_keep_the_chain_gapless_and_linear",
     ], result.stdout
-    assert "7/23 tests collected (16 deselected)" in result.stdout, result.stdout
-    assert "16 tests proving nothing that depends on the database backend:" in result.stdout
+    assert "3/25 tests collected (22 deselected)" in result.stdout, result.stdout
+    assert "22 tests proving nothing that depends on the database backend:" in result.stdout
     assert ("  3 sqlite_only (independent of DATABASE_URL, or runs manage.py on the embedded SQLite database): "
             "tests/core/test_state_dir.py (3)") in result.stdout
     assert "  13 uses no database: tests/audit/test_merkle.py (13)" in result.stdout
+    assert ("  6 uses the database as SQLite does (no vendor branch imported, one connection): "
+            "tests/accounts/test_sessions.py (3), tests/inventory/test_health_api.py (3)") in result.stdout
 
 
 def collect_in_order(tmp_path, durations: dict, *files) -> list[str]:

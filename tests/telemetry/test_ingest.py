@@ -15,7 +15,9 @@ from appliance.audit.models import AuditRecord
 from appliance.inventory.models import GPU, Appliance, Node
 from appliance.telemetry.models import GpuRollup, HardwareEvent, NodeCollector, NodeRollup
 
-pytestmark = pytest.mark.django_db
+# The ingest writes through the frames and their per-vendor SQL, and PostgreSQL refuses what SQLite keeps
+# (a NUL in text): run on PostgreSQL too (tests/conftest.py).
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 URL = "/telemetry/ingest/api/v2/write?org=appliance&bucket=rollups&precision=ns"
 TOKEN_1 = "tok-gpu01-Qx7r2LmN9vB3kP5sT8wY1zA4cD6fH0jK"

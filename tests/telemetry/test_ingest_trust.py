@@ -14,7 +14,9 @@ from appliance.inventory.models import GPU, Node
 from appliance.telemetry.models import GpuRollup, HardwareEvent, NodeCollector
 from tests.telemetry.test_ingest import TOKEN_1, nodes, post  # noqa: F401 (nodes: the fixture)
 
-pytestmark = pytest.mark.django_db
+# The ingest writes through the frames and their per-vendor SQL, and PostgreSQL refuses what SQLite keeps
+# (a NUL in text): run on PostgreSQL too (tests/conftest.py).
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 
 def minute_ns(ago_minutes: int = 2) -> int:
