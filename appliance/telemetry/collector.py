@@ -43,7 +43,7 @@ COUNTER_FIELDS = frozenset({
     "node_infiniband_port_packets_transmitted_total", "node_infiniband_port_packets_received_total",
     "node_infiniband_port_transmit_wait_total", "node_infiniband_symbol_error_total",
     "node_infiniband_link_downed_total", "node_infiniband_port_errors_received_total",
-    "node_filesystem_read_bytes_total", "node_filesystem_written_bytes_total",
+    "appliance_filesystem_read_bytes_total", "appliance_filesystem_written_bytes_total",
     "node_disk_read_bytes_total", "node_disk_written_bytes_total", "node_disk_io_time_seconds_total",
     "node_cpu_seconds_total",
 })
@@ -342,8 +342,8 @@ class Collector:
             for line in stats.read_text().splitlines():
                 parts = line.split()
                 if parts and parts[0] in ("read_bytes", "write_bytes") and len(parts) >= 7:
-                    name = "node_filesystem_read_bytes_total" if parts[0] == "read_bytes" else \
-                        "node_filesystem_written_bytes_total"
+                    name = "appliance_filesystem_read_bytes_total" if parts[0] == "read_bytes" else \
+                        "appliance_filesystem_written_bytes_total"
                     fields[name] = int(parts[6])
             if fields:
                 series.append(Series("fs", (host, ("fstype", "lustre"), ("mount", stats.parent.name)), fields))
@@ -359,8 +359,8 @@ class Collector:
             elif line.strip().startswith("bytes:") and target:
                 values = line.split()[1:]
                 series.append(Series("fs", (host, ("fstype", "nfs"), ("mount", target)), {
-                    "node_filesystem_read_bytes_total": int(values[0]) + int(values[2]),
-                    "node_filesystem_written_bytes_total": int(values[1]) + int(values[3])}))
+                    "appliance_filesystem_read_bytes_total": int(values[0]) + int(values[2]),
+                    "appliance_filesystem_written_bytes_total": int(values[1]) + int(values[3])}))
         try:
             text = self._path("/proc/diskstats").read_text()
         except OSError:

@@ -1,6 +1,7 @@
 """A collector's Prometheus endpoint: the last sweep as /metrics in the text exposition format (0.0.4), under
 dcgm-exporter's names and labels (gpu, UUID, device, modelName, Hostname, pci_bus_id, hpc_job; a MIG
-instance's GPU_I_ID and GPU_I_PROFILE) and node_exporter's for the rest. A field `name:mode` becomes
+instance's GPU_I_ID and GPU_I_PROFILE), node_exporter's for the rest, and the appliance's own (`host_`,
+`appliance_filesystem_`) where node_exporter has no such metric. A field `name:mode` becomes
 `name{mode="..."}` (node_cpu_seconds_total).
 
 Written here rather than through prometheus_client, for two reasons: its text output renames a counter's
@@ -49,6 +50,12 @@ HELP = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": "The rate of data received over NVLink, in bytes per second.",
     "host_cpu_busy_ratio": "Share of CPU time busy (not idle, not waiting for I/O) since the last sweep.",
     "host_cpu_iowait_ratio": "Share of CPU time waiting for I/O since the last sweep.",
+    # The appliance's own names: node_exporter has no Lustre client collector, and its NFS names
+    # (node_mountstats_nfs_{read,write}_bytes_total) count buffered I/O only, where these add direct I/O.
+    "appliance_filesystem_read_bytes_total":
+        "Bytes read through a parallel filesystem mount (Lustre llite stats; NFS mountstats, normal and direct).",
+    "appliance_filesystem_written_bytes_total":
+        "Bytes written through a parallel filesystem mount (Lustre llite stats; NFS mountstats, normal and direct).",
 }
 
 

@@ -262,8 +262,8 @@ class Rollup:
             s.mean("node_infiniband_rate_bytes_per_second") * (s.mean("node_infiniband_state_id") or 0)
             for s in ports if s.mean("node_infiniband_rate_bytes_per_second") is not None)
         fields["ib_errors"] = (_sum(s.rates.total(name) for s in ports for name in IB_ERRORS) or 0.0) if ports else None
-        fields["fs_read_bps"] = _sum(s.rates.rate("node_filesystem_read_bytes_total") for _, s in mounts)
-        fields["fs_write_bps"] = _sum(s.rates.rate("node_filesystem_written_bytes_total") for _, s in mounts)
+        fields["fs_read_bps"] = _sum(s.rates.rate("appliance_filesystem_read_bytes_total") for _, s in mounts)
+        fields["fs_write_bps"] = _sum(s.rates.rate("appliance_filesystem_written_bytes_total") for _, s in mounts)
         fields["disk_read_bps"] = _sum(s.rates.rate("node_disk_read_bytes_total") for s in disks)
         fields["disk_write_bps"] = _sum(s.rates.rate("node_disk_written_bytes_total") for s in disks)
         if host is not None:
@@ -275,8 +275,8 @@ class Rollup:
             out.append(line("mount_rollup", [("Hostname", self.hostname), ("mount", self.mount_of(fstype, name)),
                                              ("fstype", fstype)],
                             {"step": self.step_s,
-                             "read_bps": series.rates.rate("node_filesystem_read_bytes_total") or 0.0,
-                             "write_bps": series.rates.rate("node_filesystem_written_bytes_total") or 0.0}, start))
+                             "read_bps": series.rates.rate("appliance_filesystem_read_bytes_total") or 0.0,
+                             "write_bps": series.rates.rate("appliance_filesystem_written_bytes_total") or 0.0}, start))
         return out
 
     def _gpu_line(self, series: _Series, start: int) -> str:

@@ -83,7 +83,7 @@ def test_a_sweep_reads_gpus_fabric_filesystem_host_and_jobs_under_dcgm_names(nod
     assert ib["mlx5_0"]["node_infiniband_port_data_received_bytes_total"] > 10 * 19e9 / 8 * 0.9
     assert ib["mlx5_0"]["node_infiniband_rate_bytes_per_second"] == 50e9 and ib["mlx5_0"]["node_infiniband_state_id"] == 1
     [lustre] = [series for series in first.series if series.measurement == "fs"]
-    assert lustre.fields["node_filesystem_read_bytes_total"] > 10 * 19e9
+    assert lustre.fields["appliance_filesystem_read_bytes_total"] > 10 * 19e9
     [host] = [series.fields for series in second.series if series.measurement == "host"]
     assert host["host_cpu_iowait_ratio"] == 0.3 and host["host_cpu_busy_ratio"] == 0.3
     assert [(event["kind"], event.get("gpu"), event.get("xid"), event.get("device")) for event in second.events] == [

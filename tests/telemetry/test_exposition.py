@@ -83,7 +83,7 @@ def test_counters_and_gauges_are_typed_as_dcgm_exporter_and_node_exporter_type_t
     for counter in ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
                     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "node_infiniband_port_data_received_bytes_total",
                     "node_infiniband_port_transmit_wait_total", "node_cpu_seconds_total",
-                    "node_filesystem_read_bytes_total", "node_disk_written_bytes_total"):
+                    "appliance_filesystem_read_bytes_total", "node_disk_written_bytes_total"):
         assert f"\n# TYPE {counter} counter\n{counter}{{" in text, counter
     for gauge in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP",
                   "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_RX_BYTES",
@@ -105,8 +105,13 @@ def test_node_exporter_style_fabric_filesystem_and_cpu(scrape):
     rate = {sample.labels["device"]: (sample.labels["port"], sample.value)
             for sample in samples(scrape, "node_infiniband_rate_bytes_per_second")}
     assert rate == {f"mlx5_{index}": ("1", 50e9) for index in range(8)}
-    [lustre] = samples(scrape, "node_filesystem_read_bytes")
+    [lustre] = samples(scrape, "appliance_filesystem_read_bytes")
     assert lustre.labels == {"Hostname": "gpu01", "fstype": "lustre", "mount": lustre.labels["mount"]}
+    # Filesystem bytes under the appliance's own names: node_exporter has no such node_filesystem_* metric.
+    assert "node_filesystem_" not in scrape["text"]
+    assert ("\n# HELP appliance_filesystem_read_bytes_total Bytes read through a parallel filesystem mount "
+            "(Lustre llite stats; NFS mountstats, normal and direct).\n"
+            "# TYPE appliance_filesystem_read_bytes_total counter\n") in scrape["text"]
 
 
 def test_served_as_prometheus_expects_and_nothing_else(scrape):

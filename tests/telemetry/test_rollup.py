@@ -31,7 +31,7 @@ def port(device: str, tx: int, rx: int, wait: int, symbol: int, active: bool) ->
 
 def lustre(read: int, written: int) -> Series:
     return Series("fs", (("Hostname", "gpu01"), ("fstype", "lustre"), ("mount", "scratch-0b9a1ab6fff0e268")),
-                  {"node_filesystem_read_bytes_total": read, "node_filesystem_written_bytes_total": written})
+                  {"appliance_filesystem_read_bytes_total": read, "appliance_filesystem_written_bytes_total": written})
 
 
 def host(user: float, idle: float, iowait: float) -> Series:
