@@ -2,6 +2,11 @@
 
 Error body: {"error": {"status": 400, "code": "invalid", "message": "...", "fields": {...}},
              "request_id": "..."}
+
+A service's refusal that means "the object is in the wrong state" (a run already active or already ended,
+a plan already decided, a version in the wrong stage) is a StateConflict: every API answers it 409, here
+(refusal_status for the views that build their own error body, exception_handler for the rest); the
+schema's 409 says so for every operation that may answer it.
 """
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -10,6 +15,13 @@ from django.http import Http404
 from rest_framework import exceptions, pagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from .conflicts import StateConflict
+
+
+def refusal_status(exc: Exception, default: int = 400) -> int:
+    """The status of a service's refusal: 409 for a StateConflict, `default` otherwise."""
+    return 409 if isinstance(exc, StateConflict) else default
 
 
 class StrictPageSize:
@@ -72,6 +84,9 @@ def exception_handler(exc, context):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, StateConflict) and not isinstance(exc, exceptions.APIException):
+        response = error_response(409, "conflict", str(exc), context.get("request"))
+        return response
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

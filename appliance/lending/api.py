@@ -5,12 +5,12 @@ around appliance.lending.services; a refusal is one 4xx naming the field or the 
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from appliance.core.api import error_response
+from appliance.core.api import error_response, refusal_status
 from appliance.core.roles import can
 from appliance.inventory.models import Pool
 
@@ -26,6 +26,8 @@ from .serializers import (
 
 STATE = OpenApiParameter("state", str, enum=PlanState.values, description="only plans in this state")
 PLAN_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="the plan's id")
+PLAN_STATE_CONFLICT = OpenApiResponse(description="the plan's state does not allow this step (already decided, "
+                                                 "not moved or active, ended)")
 POOL_ID = OpenApiParameter("pool", int, OpenApiParameter.PATH, description="the pool's id")
 
 
@@ -33,9 +35,9 @@ def refusal(exc: services.LendingError, request) -> Response:
     message = str(exc)
     if isinstance(exc, services.LendingDenied):
         return error_response(403, "permission_denied", message, request)
-    field, _, _ = message.partition(":")
-    if field == "state":
+    if refusal_status(exc) == 409:
         return error_response(409, "conflict", message, request)
+    field, _, _ = message.partition(":")
     extra = {"fields": {field: [message]}} if field.isidentifier() else {}
     return error_response(400, "invalid", message, request, **extra)
 
@@ -123,7 +125,7 @@ class ApproveAPIView(_PlanAction):
     """Approve a proposed plan (not one's own, unless the lending pool's policy allows automatic approval)."""
 
     @extend_schema(operation_id="lending_plans_approve", request=None, parameters=[PLAN_ID],
-                   responses={200: LendingPlanDetailSerializer})
+                   responses={200: LendingPlanDetailSerializer, 409: PLAN_STATE_CONFLICT})
     def post(self, request, pk):
         return super().post(request, pk)
 
@@ -135,7 +137,7 @@ class RejectAPIView(_PlanAction):
     """Reject a proposed plan, with the reason."""
 
     @extend_schema(operation_id="lending_plans_reject", request=ReasonSerializer, parameters=[PLAN_ID],
-                   responses={200: LendingPlanDetailSerializer})
+                   responses={200: LendingPlanDetailSerializer, 409: PLAN_STATE_CONFLICT})
     def post(self, request, pk):
         return super().post(request, pk)
 
@@ -147,7 +149,7 @@ class RollbackAPIView(_PlanAction):
     """Roll a plan back: its nodes return to their pool and are resumed in Slurm."""
 
     @extend_schema(operation_id="lending_plans_rollback", request=ReasonSerializer, parameters=[PLAN_ID],
-                   responses={200: LendingPlanDetailSerializer})
+                   responses={200: LendingPlanDetailSerializer, 409: PLAN_STATE_CONFLICT})
     def post(self, request, pk):
         return super().post(request, pk)
 
@@ -162,7 +164,7 @@ class ReclaimAPIView(_PlanAction):
     write_capability = "analytics.change"
 
     @extend_schema(operation_id="lending_plans_reclaim", request=None, parameters=[PLAN_ID],
-                   responses={200: LendingPlanDetailSerializer})
+                   responses={200: LendingPlanDetailSerializer, 409: PLAN_STATE_CONFLICT})
     def post(self, request, pk):
         return super().post(request, pk)
 

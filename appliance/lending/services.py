@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from appliance import audit
 from appliance.accounts.services import ApproverNotIndependent, require_independent_approver
+from appliance.core.conflicts import StateConflict
 from appliance.core.roles import can
 from appliance.inventory.models import Pool, PoolMembership
 
@@ -50,6 +51,10 @@ class LendingError(Exception):
 
 class LendingDenied(LendingError):
     """The actor's role (or being the proposer) does not allow it."""
+
+
+class LendingConflict(LendingError, StateConflict):
+    """The plan's state does not allow the step (a plan already approved, rejected or ended): a 409."""
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
@@ -194,7 +199,7 @@ def _locked(plan: LendingPlan) -> LendingPlan:
 
 def _move(plan: LendingPlan, state: str) -> None:
     if state not in TRANSITIONS[plan.state]:
-        raise LendingError(f"state: a {plan.state} plan cannot become {state}")
+        raise LendingConflict(f"state: a {plan.state} plan cannot become {state}")
     plan.state = state
 
 
@@ -241,7 +246,7 @@ def request_reclaim(plan: LendingPlan, actor) -> LendingPlan:
     with transaction.atomic():
         plan = _locked(plan)
         if plan.state not in (PlanState.MOVED, PlanState.ACTIVE):
-            raise LendingError(f"state: only a moved or active plan is reclaimed; {plan} is {plan.state}")
+            raise LendingConflict(f"state: only a moved or active plan is reclaimed; {plan} is {plan.state}")
         plan.reclaim_requested = True
         plan.save(update_fields=["reclaim_requested", "updated"])
         _step(plan, "reclaim-request", Outcome.SUCCESS, f"reclaim asked by {actor.get_username()}", actor=actor)

@@ -1,6 +1,8 @@
 """The refusals of the model lifecycle: one message that names the field or the state, and the HTTP status
 the API and the MLflow-compatible API answer with."""
 
+from appliance.core.conflicts import StateConflict
+
 
 class LifecycleError(Exception):
     """Input the registry refuses: a 400 naming `field` ("source", "name", "datasets[2].sha256")."""
@@ -24,7 +26,7 @@ class Forbidden(LifecycleError):
     status = 403
 
 
-class Conflict(LifecycleError):
+class Conflict(LifecycleError, StateConflict):
     """The state forbids it (a transition the table does not allow, a request already decided, an approval
     by the requester): a 409."""
 

@@ -7,14 +7,14 @@ import json
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance import audit
-from appliance.core.api import error_response
+from appliance.core.api import error_response, refusal_status
 from appliance.inventory.models import Appliance
 
 from . import acceptance, progress, services
@@ -197,7 +197,9 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         # Progress is read per run (a few aggregate queries): on one run, not on every run of a list.
         return RunDetailSerializer if self.action == "retrieve" else RunSerializer
 
-    @extend_schema(request=RunRequestSerializer, responses={202: RunDetailSerializer})
+    @extend_schema(request=RunRequestSerializer, responses={
+        202: RunDetailSerializer,
+        409: OpenApiResponse(description="a run of the appliance is already pending or running")})
     def create(self, request):
         data = RunRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -210,15 +212,18 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
                                      from_stage=options["from_stage"] or None, nodes=options["nodes"] or None,
                                      dry_run=options["dry_run"], force=options["force"], user=request.user)
         except services.RunRefused as exc:
-            return error_response(400, "refused", str(exc), request, errors=exc.errors)
+            status_code = refusal_status(exc)
+            return error_response(status_code, "conflict" if status_code == 409 else "refused", str(exc), request,
+                                  errors=exc.errors)
         return Response(RunDetailSerializer(run, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses={200: RunDetailSerializer, 409: None})
+    @extend_schema(request=None, responses={
+        200: RunDetailSerializer, 409: OpenApiResponse(description="the run has already ended")})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         try:
             run = services.cancel_run(self.get_object(), user=request.user)
-        except services.RunRefused as exc:
+        except services.RunConflict as exc:
             return error_response(409, "finished", str(exc), request)
         return Response(RunDetailSerializer(run, context={"request": request}).data)
 

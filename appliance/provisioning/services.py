@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from appliance import audit
 from appliance.core import dispatch
+from appliance.core.conflicts import StateConflict
 from appliance.inventory import health
 from appliance.inventory.models import Appliance, Node
 from appliance.inventory.states import FAILED_TWIN as NODE_FAILED_TWIN
@@ -64,6 +65,10 @@ class RunRefused(ValueError):
     def __init__(self, errors: list[str]):
         self.errors = list(errors)
         super().__init__("\n".join(self.errors))
+
+
+class RunConflict(RunRefused, StateConflict):
+    """The appliance's or the run's state refuses it: a run is already active, or the run has ended (409)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,7 +150,7 @@ def create_run(appliance: Appliance, *, kind: str | None = None, stages: list[st
         Appliance.objects.select_for_update().filter(pk=appliance.pk).first()
         busy = active_run(appliance)
         if busy is not None:
-            raise RunRefused([f"appliance {appliance.name}: {busy} is {busy.state}; cancel it or wait for it"])
+            raise RunConflict([f"appliance {appliance.name}: {busy} is {busy.state}; cancel it or wait for it"])
         carried = {}
         previous = latest_bootstrap(appliance)
         if kind == Run.Kind.BOOTSTRAP and not dry_run and not force:
@@ -182,7 +187,7 @@ def cancel_run(run: Run, user=None) -> Run:
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if run.finished:
-            raise RunRefused([f"{run} has already ended ({run.state})"])
+            raise RunConflict([f"{run} has already ended ({run.state})"])
         who = user.get_username() if getattr(user, "is_authenticated", False) else ""
         run.cancel_requested, run.cancel_requested_by = True, who
         # The request's one record is provisioning.run.cancel, not a change-capture diff of the flag too.

@@ -63,6 +63,22 @@ def test_bad_input_is_one_clear_error(api_for, appliance):
     assert "ghost not in appliance lab" in response.json()["error"]["message"]
 
 
+def test_a_run_while_another_is_active_is_a_state_conflict_409_documented_in_the_schema(
+        api_for, appliance, catalogue, django_capture_on_commit_callbacks):
+    from drf_spectacular.generators import SchemaGenerator
+
+    first = services.create_run(appliance, kind=Run.Kind.STAGES, stages=["first"], catalogue=catalogue)
+    with django_capture_on_commit_callbacks(execute=False):
+        response = api_for(Role.OPERATOR).post("/api/v1/provisioning/runs/", {
+            "appliance": "lab", "stages": ["first"], "dry_run": True}, format="json")
+    assert response.status_code == 409, response.content
+    error = response.json()["error"]
+    assert (error["status"], error["code"]) == (409, "conflict")
+    assert error["message"] == f"appliance lab: {first} is pending; cancel it or wait for it"
+    operation = SchemaGenerator().get_schema(request=None, public=True)["paths"]["/api/v1/provisioning/runs/"]["post"]
+    assert operation["responses"]["409"]["description"] == "a run of the appliance is already pending or running"
+
+
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.AUDITOR, Role.ML_ENGINEER])
 def test_roles_without_provisioning_run_cannot_start_or_cancel(api_for, appliance, catalogue, role):
     run = services.create_run(appliance, kind=Run.Kind.STAGES, stages=["first"], catalogue=catalogue)
