@@ -5,7 +5,8 @@ need gathered from the rollups of the same bucket: its node's row and the rows o
 the node's name) and per-node references, so the benchmark grades it on records derived from the workload
 model without a database. `from_database` is the thin layer that reads one window of rollups and the
 inventory's references (smoke-test throughput per mount, the platform's NVLink bandwidth) in a constant
-number of queries.
+number of queries (and, for the nodes with a mount that has no measured rate, one more: that mount's
+own history, which its ceiling is learned from).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
+
+import numpy as np
 
 from . import rules
 
@@ -30,6 +34,7 @@ class NodeReferences:
     max_sm_clock: rules.Reference = rules.Context.max_sm_clock
     nvlink_line: rules.Reference = rules.Context.nvlink_line
     collective: bool = True
+    ceilings_until: dict[str, object] = field(default_factory=dict)  # mount: the moment its ceiling was learned up to
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,50 @@ def node_references(facts: Mapping | None, platform_spec: Mapping | None) -> Nod
     return refs
 
 
+def learn_ceilings(references: Mapping[int, NodeReferences], mounts: Mapping[int, Iterable[str]], until) -> None:
+    """Give the mounts named per node (node id: mount points) that have no measured rate their own ceiling
+    (rules.CEILING_QUANTILE of their per-minute reads on that node over the rules.CEILING_LOOKBACK_S before
+    `until`, where at least rules.CEILING_MIN_MINUTES were read), as a learned Reference in the node's
+    `storage`; a mount with less history gets none. One query for every node that has such a mount; a
+    mount learned up to `until` already is not read again."""
+    from appliance.telemetry.models import NodeRollup
+
+    wanted: dict[int, set[str]] = {}
+    for pk, names in mounts.items():
+        refs = references.get(pk)
+        if refs is None:
+            continue
+        for name in names:
+            current = refs.storage.get(name)
+            if (current is None or current.learned) and refs.ceilings_until.get(name) != until:
+                wanted.setdefault(pk, set()).add(name)
+    if not wanted:
+        return
+    since = until - timedelta(seconds=rules.CEILING_LOOKBACK_S)
+    reads: dict[tuple[int, str], list[float]] = defaultdict(list)
+    rows = NodeRollup.objects.filter(step=60, start__gte=since, start__lt=until, node_id__in=sorted(wanted))
+    for pk, figures in rows.values_list("node_id", "mounts").iterator(chunk_size=5000):
+        for name in wanted[pk].intersection(figures or {}):
+            value = (figures[name] or {}).get("read_bps") if isinstance(figures[name], Mapping) else None
+            if isinstance(value, int | float) and value >= 0:
+                reads[(pk, name)].append(float(value))
+    hours = rules.CEILING_LOOKBACK_S / 3600
+    for pk, names in wanted.items():
+        refs = references[pk]
+        for name in names:
+            refs.ceilings_until[name] = until
+            refs.storage.pop(name, None)
+            values = reads.get((pk, name), [])
+            if len(values) < rules.CEILING_MIN_MINUTES:
+                continue
+            ceiling = float(np.quantile(values, rules.CEILING_QUANTILE))
+            if ceiling > 0:
+                refs.storage[name] = rules.Reference(
+                    ceiling, f"ceiling learned from this mount's own reads: {100 * rules.CEILING_QUANTILE:g}th "
+                             f"percentile of {len(values)} minutes in the {hours:g} h before {until:%Y-%m-%d %H:%M}",
+                    learned=True)
+
+
 def nodes_info(node_ids: Iterable[int] | None = None) -> dict[int, NodeInfo]:
     """Name, pool and references of nodes, one query."""
     from appliance.inventory.models import Node
@@ -151,4 +200,8 @@ def from_database(since, until, *, step: int = 60, node_ids: Iterable[int] | Non
     for row in node_rows:
         row["node"] = row["node_id"]
     references = {pk: node.references for pk, node in info.items()}
+    mounts: dict[int, set[str]] = defaultdict(set)
+    for row in node_rows:
+        mounts[row["node_id"]].update(row["mounts"] or {})
+    learn_ceilings(references, mounts, until)
     return attribute(gpu_rows, node_rows, references, peer_rows), info

@@ -55,16 +55,30 @@ NOMINAL_NVLINK_BPS = 900e9               # NVLink 4, 18 links, both directions
 # A mount's reads are compared only with a figure measured for that mount (the storage stage's smoke test
 # of the node) or stated for its type by the platform: never with another filesystem's figure (a Lustre
 # benchmark of 21.4 GB/s made an NFS mount saturated at its own ~7 GB/s look a third used). A mount with
-# neither is judged on iowait and data-loader CPUs alone, and the evidence says "no measured rate".
+# neither is compared with its own ceiling: the rate it has sustained in its own recent history (below),
+# which counts only when the node's loaders also block in the kernel; a mount with no history either is
+# judged on iowait and data-loader CPUs alone, and the evidence says "no measured rate".
 NO_MEASURED_RATE = "no measured rate"
+# A mount's own ceiling: the CEILING_QUANTILE of its per-minute reads on the node over the CEILING_LOOKBACK_S
+# before the minutes judged, learned once it has CEILING_MIN_MINUTES minutes of reads. A mount at its limit
+# stays there for minutes on end (an NFS server's link, its disks), so a high quantile finds the plateau
+# while a one-minute burst served from the page cache stays above it. On its own a ceiling says only that
+# the mount gives no more than it used to, not that anyone waits for it (a mount read lightly all day reads
+# at its own ceiling too): the loaders' iowait must say so as well (`ceiling_iowait` of waits-on-input).
+CEILING_QUANTILE = 0.99
+CEILING_LOOKBACK_S = 24 * 3600
+CEILING_MIN_MINUTES = 30
 
 
 @dataclass(frozen=True)
 class Reference:
-    """A figure a measurement is compared with, and where it comes from (shown in the evidence)."""
+    """A figure a measurement is compared with, and where it comes from (shown in the evidence).
+    `learned`: the figure is a mount's ceiling learned from its own reads, not a measurement or a stated
+    figure (it counts only with the node's iowait)."""
 
     value: float
     source: str
+    learned: bool = False
 
 
 @dataclass
@@ -224,9 +238,10 @@ def _allocated_idle(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
 
 def _input_bound(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
     """The GPU stalls (low SM activity) while its node waits on input: a mount's reads at or near what
-    that node's smoke test measured on it (a mount with no measured rate is compared with nothing: it is
-    judged on the rest, and its evidence says "no measured rate"), or high iowait, or CPUs saturated by
-    data loaders."""
+    that node's smoke test measured on it; or, for a mount with no measured rate, at or near its own
+    ceiling (the rate it sustained in its recent history) while the node's iowait says its loaders block
+    (a mount with neither is judged on the rest, and its evidence says "no measured rate"); or high
+    iowait; or CPUs saturated by data loaders."""
     checks = _stalled(ctx, t)
     node = ctx.node or {}
     saturation: list[Check] = []
@@ -238,8 +253,15 @@ def _input_bound(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
             saturation.append(Check(f"read_share {mount}", None, ">=", t["read_share"], False,
                                     f"{read} B/s, {NO_MEASURED_RATE}"))
             continue
-        saturation.append(_compare(f"read_share {mount}", None if read is None else read / reference.value, ">=",
-                                   t["read_share"], f"{read} B/s of {reference.value:g} B/s ({reference.source})"))
+        share = _compare(f"read_share {mount}", None if read is None else read / reference.value, ">=",
+                         t["read_share"], f"{read} B/s of {reference.value:g} B/s ({reference.source})")
+        if reference.learned:
+            iowait = _num(node, "cpu_iowait")
+            blocked = iowait is not None and iowait >= t["ceiling_iowait"]
+            share = share._replace(held=share.held and blocked,
+                                   note=f"{share.note}; {NO_MEASURED_RATE}: a ceiling counts with cpu_iowait >= "
+                                        f"{t['ceiling_iowait']:g}, it was {iowait}")
+        saturation.append(share)
     if not mounts:
         saturation.append(Check("read_share", None, ">=", t["read_share"], False,
                                 f"{_num(node, 'fs_read_bps')} B/s, no per-mount figures, {NO_MEASURED_RATE}"))
@@ -329,6 +351,10 @@ def _low_use(ctx: Context, t: Mapping) -> tuple[bool, list[Check]]:
 STALLED = {"stalled_util": 75.0, "stalled_sm_active": 0.5}
 NEAR_ZERO = {"util": 10.0, "sm_active": 0.05}
 LITTLE_USE = {"util": 20.0, "sm_active": 0.15}
+# A node whose loaders block in the kernel a tenth of the time while a mount reads at its own ceiling waits on
+# that mount: the reads are the half of the evidence the 0.2 of iowait alone stands in for. The nodes of a
+# healthy training job sit at a few percent of iowait (prefetching loaders read ahead of the step).
+CEILING_IOWAIT = 0.1
 STRAGGLER_RATIO = 1.15
 # A straggler also leads the next busiest rank by 10%: the healthy ranks of a job spread a few percent
 # (and a model drawing each rank apart, up to 15%), a rank that holds the others back stands out.
@@ -339,7 +365,8 @@ RULES: tuple[Rule, ...] = (
     Rule("clocks-slowed", "throttled", {"throttled_share": 0.5, "clock_ratio": 0.85}, _throttled),
     Rule("memory-held-no-compute", "memory-only", NEAR_ZERO | {"memory_share": 0.25}, _memory_only),
     Rule("held-no-compute", "allocated-idle", NEAR_ZERO, _allocated_idle),
-    Rule("waits-on-input", "input-bound", STALLED | {"read_share": 0.8, "cpu_iowait": 0.2, "cpu_busy": 0.9},
+    Rule("waits-on-input", "input-bound", STALLED | {"read_share": 0.8, "cpu_iowait": 0.2, "cpu_busy": 0.9,
+                                                     "ceiling_iowait": CEILING_IOWAIT},
          _input_bound),
     Rule("holds-back-its-job", "straggler", STRAGGLER, _straggler),
     Rule("waits-on-peers-or-fabric", "communication-bound",

@@ -15,7 +15,9 @@ is missing (None in a record) is NaN:
   `throttle_reasons` (int), `throttled_share`, `nvlink_bps`; its references `max_sm_clock`, `nvlink_line`;
 - its node's row of the same bucket (NaN where there is none): `cpu_iowait`, `cpu_busy`, `ib_tx_bps`,
   `ib_rx_bps`, `ib_line_bps`, and `read_saturated` (bool: a mount's reads reached `read_share` of its
-  reference; a mount with no measured rate never is; `read_saturation` computes it from a node record).
+  measured rate; a mount with no measured rate never is; `read_saturation` computes it from a node record),
+  `read_at_ceiling` (bool, optional: a mount without a measured rate read at `read_share` of its learned
+  ceiling; it counts with the node's iowait).
 """
 
 from __future__ import annotations
@@ -36,14 +38,17 @@ GPU_COLUMNS = ("util", "sm_active", "fb_used_mib", "fb_total_mib", "sm_clock_mhz
 NODE_COLUMNS = ("cpu_iowait", "cpu_busy", "ib_tx_bps", "ib_rx_bps", "ib_line_bps")
 
 
-def read_saturation(node: Mapping | None, storage: Mapping[str, rules.Reference]) -> bool:
+def read_saturation(node: Mapping | None, storage: Mapping[str, rules.Reference], learned: bool = False) -> bool:
     """What rules' input-bound check says of a node's reads alone: a mount with a measured rate read at
-    `read_share` of it or more."""
+    `read_share` of it or more (`learned`: a mount without one, at `read_share` of its learned ceiling,
+    which counts only with the node's iowait: the `read_at_ceiling` column)."""
     threshold = _T["waits-on-input"]["read_share"]
     mounts = (node or {}).get("mounts") or {}
     for mount, figures in mounts.items():
         read = rules._num(figures, "read_bps")
-        if read is not None and mount in storage and read / storage[mount].value >= threshold:
+        reference = storage.get(mount)
+        if read is not None and reference is not None and reference.learned == learned \
+                and read / reference.value >= threshold:
             return True
     return False
 
@@ -71,12 +76,13 @@ def unique(values: np.ndarray, return_inverse: bool = False):
 
 def read_saturation_columns(node_ids: np.ndarray, fs_read_bps: np.ndarray,
                             mount_owner: np.ndarray, mount_code: np.ndarray, mount_names: np.ndarray,
-                            mount_read_bps: np.ndarray, storage_of) -> np.ndarray:
+                            mount_read_bps: np.ndarray, storage_of, learned: bool = False) -> np.ndarray:
     """`read_saturation` of many node rows at once: a node row each (its node id and fs_read_bps; a node
     with no row is one with neither mounts nor fs_read_bps, NaN), and its mounts end to end (`mount_owner`: the index of the node row; `mount_code`: the
     index of the mount's name in `mount_names`; its read_bps, NaN where not sent). `storage_of(node id)`
     gives the node's storage references (rules.Reference by mount), read once a node and mount; a mount
-    without one (no measured rate) is not saturated, nor a node row without mounts."""
+    without one (no measured rate) is not saturated, nor a node row without mounts. `learned`: the
+    mounts compared with their learned ceilings instead of their measured rates (read_saturation's)."""
     threshold = _T["waits-on-input"]["read_share"]
     count = len(node_ids)
     saturated = np.zeros(count, dtype=bool)
@@ -84,8 +90,9 @@ def read_saturation_columns(node_ids: np.ndarray, fs_read_bps: np.ndarray,
         names = len(mount_names)
         pair = node_ids[mount_owner] * names + mount_code
         distinct, inverse = np.unique(pair, return_inverse=True)
-        references = np.array([getattr(storage_of(int(key // names)).get(str(mount_names[key % names])), "value",
-                                       np.nan) for key in distinct.tolist()], dtype=np.float64)
+        found = [storage_of(int(key // names)).get(str(mount_names[key % names])) for key in distinct.tolist()]
+        references = np.array([reference.value if reference is not None and reference.learned == learned
+                               else np.nan for reference in found], dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             hit = _ge(mount_read_bps / references[inverse], threshold)
         saturated = np.bincount(mount_owner, hit, count) > 0
@@ -200,8 +207,9 @@ def classify(c: Mapping[str, np.ndarray]) -> np.ndarray:
 
         t = _T["waits-on-input"]
         stalled = below(t)
+        at_ceiling = np.asarray(c["read_at_ceiling"], dtype=bool) if "read_at_ceiling" in c else np.zeros(n, bool)
         waiting = (np.asarray(c["read_saturated"], dtype=bool) | _ge(c["cpu_iowait"], t["cpu_iowait"])
-                   | _ge(c["cpu_busy"], t["cpu_busy"]))
+                   | (at_ceiling & _ge(c["cpu_iowait"], t["ceiling_iowait"])) | _ge(c["cpu_busy"], t["cpu_busy"]))
         input_bound = stalled & waiting
 
         t = _T["holds-back-its-job"]
@@ -268,7 +276,8 @@ def columns(gpu_records: Iterable[Mapping], node_records: Iterable[Mapping] = ()
     nodes = {(r["node"], r.get("step", 60), r["start"]): r for r in node_records}
     groups: dict[tuple, int] = {}
     result: dict[str, list] = {name: [] for name in (*GPU_COLUMNS, *NODE_COLUMNS, "has_job", "group",
-                                                     "throttle_reasons", "read_saturated", "max_sm_clock",
+                                                     "throttle_reasons", "read_saturated", "read_at_ceiling",
+                                                     "max_sm_clock",
                                                      "nvlink_line", "collective")}
     saturated: dict[tuple, bool] = {}
     for record in gpu_records:
@@ -288,11 +297,13 @@ def columns(gpu_records: Iterable[Mapping], node_records: Iterable[Mapping] = ()
         for name in NODE_COLUMNS:
             result[name].append(_float((node or {}).get(name)))
         if key not in saturated:
-            saturated[key] = read_saturation(node, refs.storage)
-        result["read_saturated"].append(saturated[key])
+            saturated[key] = (read_saturation(node, refs.storage), read_saturation(node, refs.storage, learned=True))
+        result["read_saturated"].append(saturated[key][0])
+        result["read_at_ceiling"].append(saturated[key][1])
     arrays = {name: np.array(values) for name, values in result.items()}
     arrays["has_job"] = arrays["has_job"].astype(bool)
     arrays["read_saturated"] = arrays["read_saturated"].astype(bool)
+    arrays["read_at_ceiling"] = arrays["read_at_ceiling"].astype(bool)
     arrays["collective"] = arrays["collective"].astype(bool)
     arrays["group"] = arrays["group"].astype(np.int64)
     arrays["throttle_reasons"] = arrays["throttle_reasons"].astype(np.int64)

@@ -77,25 +77,14 @@ def test_every_line_sent_is_stored(graded):
     assert lost >= 8 * 7  # the inference node's collector outage, and the lines lost on the way
 
 
-def test_held_out_telemetry_is_attributed_as_far_as_the_rules_reach_today(graded):
-    """What holds now (seed 7, 1,920 GPU-minutes): every cause but input-bound at 90% or more of its
-    GPU-seconds, input-bound at 80%, 94% of the GPU-seconds received. A minute with no line is in no cause
-    of the ledger yet; here it is graded "no-data" by the grader itself."""
+def test_each_cause_is_attributed_right_for_90_percent_and_all_for_97(graded):
+    """Issue 32's bar (seed 7, 1,920 GPU-minutes): every cause right for 90% or more of its GPU-seconds, 97% of
+    the GPU-seconds received. The NFS mount nobody measured is judged against its own ceiling, learned from
+    its reads. A minute with no line is graded "no-data" by the grader itself."""
     telemetry, since, until = graded
     result = heldout.grade(telemetry, attributed(since, until))
     print(heldout.table(result), f"\nreceived: {100 * result['received_accuracy']:.2f}%")
     recall = result["recall"]
     assert set(recall) == set(rules.LABELS) | {"no-data"}  # every cause is in the data
-    assert all(recall[cause] >= 0.9 for cause in rules.LABELS if cause != "input-bound"), heldout.table(result)
-    assert recall["input-bound"] >= 0.8
-    assert result["received_accuracy"] >= 0.94, result["received_accuracy"]
-
-
-@pytest.mark.xfail(strict=True, reason="issue 32's bar, not met yet: an NFS mount with no measured rate is judged "
-                   "on iowait alone (its loaders' iowait is often under 0.2), and the ranks of a job whose "
-                   "straggler's line was lost have no one to wait for")
-def test_each_cause_is_attributed_right_for_90_percent_and_all_for_97(graded):
-    telemetry, since, until = graded
-    result = heldout.grade(telemetry, attributed(since, until))
-    assert all(share >= 0.9 for share in result["recall"].values()), heldout.table(result)
-    assert result["received_accuracy"] >= 0.97
+    assert all(share >= 0.9 for share in recall.values()), heldout.table(result)
+    assert result["received_accuracy"] >= 0.97, heldout.table(result)

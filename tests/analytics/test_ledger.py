@@ -479,3 +479,62 @@ def test_a_run_inside_a_transaction_reads_every_hour_itself(rows, monkeypatch):
     assert (result["minutes"], result["buckets"]) == (3 * 60 + 2, 33)
     assert [thread for _, thread in seen] == ["run"] * 4
     assert ledger_by_hour() == {T0: EXPECTED, T0 + timedelta(hours=1): EXPECTED, T0 + timedelta(hours=3): EXPECTED}
+
+
+def _nfs_history(iowait: float, read_now: float):
+    """gpu03 (training pool, /mnt/nfs measured by nothing): 30 minutes before T0 read at 0.1 to 3.0 GB/s,
+    a day earlier a 40 GB/s minute (outside the look-back), /home read 29 minutes only (1 to 29 MB/s); at T0
+    a stalled GPU while /mnt/nfs reads `read_now` with `iowait` (and /home 1 MB/s)."""
+    appliance = Appliance.objects.create(name="nfs")
+    pool = Pool.objects.create(appliance=appliance, name="train-nfs", kind=Pool.Kind.TRAINING)
+    gpu03 = Node.objects.create(appliance=appliance, name="gpu03", role=Node.Role.GPU, management_address="10.0.0.13")
+    PoolMembership.objects.create(pool=pool, node=gpu03)
+    history = [NodeRollup(node=gpu03, step=60, start=T0 - (30 - i) * MINUTE, samples=60, cpu_iowait=0.0,
+                          mounts={"/mnt/nfs": {"fstype": "nfs", "read_bps": (i + 1) * 0.1e9},
+                                  **({"/home": {"fstype": "nfs", "read_bps": i * 1e6}} if i else {})})
+               for i in range(30)]
+    history.append(NodeRollup(node=gpu03, step=60, start=T0 - timedelta(hours=24, minutes=1), samples=60,
+                              mounts={"/mnt/nfs": {"fstype": "nfs", "read_bps": 40e9}}))
+    history.append(NodeRollup(node=gpu03, step=60, start=T0, samples=60, cpu_iowait=iowait, cpu_busy=0.3,
+                              fs_read_bps=read_now, mounts={"/mnt/nfs": {"fstype": "nfs", "read_bps": read_now},
+                                                            "/home": {"fstype": "nfs", "read_bps": 1e6}}))
+    NodeRollup.objects.bulk_create(history)
+    GpuRollup.objects.create(node=gpu03, gpu=0, step=60, start=T0, samples=60, job="5102", util=40.0, sm_active=0.2,
+                             fb_used_mib=60 * GIB, fb_total_mib=80 * GIB, sm_clock_mhz=1980.0, throttled_share=0.0)
+    return gpu03
+
+
+def test_a_mounts_ceiling_is_learned_from_its_own_reads_before_the_window(db):
+    gpu03 = _nfs_history(0.12, 2.5e9)
+    info = attribution.nodes_info([gpu03.pk])
+    references = {gpu03.pk: info[gpu03.pk].references}
+    attribution.learn_ceilings(references, {gpu03.pk: {"/mnt/nfs", "/home"}}, T0)
+    # the 99th percentile of 0.1, 0.2, ... 3.0 GB/s (between the two highest); /home's 29 minutes learn nothing
+    assert list(references[gpu03.pk].storage) == ["/mnt/nfs"]
+    ceiling = references[gpu03.pk].storage["/mnt/nfs"]
+    assert ceiling.value == pytest.approx(2.971e9) and ceiling.learned
+    assert ceiling.source == "ceiling learned from this mount's own reads: 99th percentile of 30 minutes in the 24 h " \
+                             "before 2026-01-01 10:00"
+
+
+@pytest.mark.parametrize(("iowait", "read", "label"), [(0.12, 2.5e9, "input-bound"), (0.05, 2.5e9, "busy"),
+                                                       (0.12, 2.3e9, "busy")])
+def test_a_mount_without_a_measured_rate_at_its_own_ceiling_with_blocked_loaders_is_input_bound(db, iowait, read,
+                                                                                               label):
+    """Read as rows, from frames, and by the rules with their evidence: the same verdict. The look-back ends
+    with the window: its ceiling over 0.1, 0.2, ... 3.0 GB/s and this minute's reads is 2.97 GB/s (2.5 GB/s
+    is 0.84 of it, 2.3 is 0.77)."""
+    _nfs_history(iowait, read)
+    as_rows = ledger.attribute_window(T0, T0 + MINUTE)
+    assert [vector.RULE_NAMES[code] for code in as_rows["gpu"]["rule"]] == [
+        "waits-on-input" if label == "input-bound" else "computes"]
+    assert frames.build([T0]) == 1
+    from_frames = ledger.attribute_window(T0, T0 + MINUTE)
+    assert from_frames["gpu"]["rule"].tolist() == as_rows["gpu"]["rule"].tolist()
+    [verdict] = ledger.job_verdicts("5102", T0, T0 + MINUTE)
+    assert verdict["label"] == label
+    if label == "input-bound":
+        [share] = [c for c in verdict["evidence"] if c["metric"] == "read_share /mnt/nfs"]
+        assert share["value"] == round(2.5e9 / 2.97e9, 6) and share["held"]
+        assert "ceiling learned from this mount's own reads" in share["note"]
+        assert share["note"].endswith("no measured rate: a ceiling counts with cpu_iowait >= 0.1, it was 0.12")

@@ -122,6 +122,29 @@ def test_a_mount_without_a_measured_rate_is_compared_with_no_other_figure_and_sa
     assert total.note == "20000000000.0 B/s, no per-mount figures, no measured rate"
 
 
+CEILING = {"/mnt/nfs": Reference(7e9, "ceiling learned from this mount's own reads", learned=True)}
+
+
+@pytest.mark.parametrize(("read", "iowait", "label"), [
+    (5.6e9, 0.1, "input-bound"),  # 0.8 of its own ceiling, its loaders blocked a tenth of the time
+    (5.59e9, 0.1, "busy"),  # under the share
+    (5.6e9, 0.09, "busy"),  # at its ceiling with nobody waiting for it: a mount read as usual
+    (1e9, 0.19, "busy"),
+])
+def test_a_mount_without_a_measured_rate_is_compared_with_its_own_ceiling_when_its_loaders_block(read, iowait, label):
+    nfs = node(read, cpu_iowait=iowait, mounts={"/mnt/nfs": {"fstype": "nfs", "read_bps": read, "write_bps": 0.0}})
+    result = verdict(gpu(util=40.0, sm_active=0.2), nfs, storage=CEILING)
+    assert result.label == label
+    share = next(c for c in checked_by("waits-on-input", Context(gpu=gpu(util=40.0, sm_active=0.2), node=nfs,
+                                                                 storage=CEILING))
+                 if c.metric == "read_share /mnt/nfs")
+    assert share.held == (label == "input-bound")
+    if read == 5.6e9 and iowait == 0.1:
+        assert (share.value, share.threshold) == (0.8, 0.8)
+        assert share.note == ("5600000000.0 B/s of 7e+09 B/s (ceiling learned from this mount's own reads); "
+                              "no measured rate: a ceiling counts with cpu_iowait >= 0.1, it was 0.1")
+
+
 @pytest.mark.parametrize(("iowait", "cpu", "label"), [(0.2, 0.2, "input-bound"), (0.19, 0.2, "busy"),
                                                       (0.01, 0.9, "input-bound"), (0.01, 0.89, "busy")])
 def test_input_bound_by_iowait_or_data_loaders_saturating_the_cpus(iowait, cpu, label):

@@ -67,6 +67,8 @@ def gpu(**fields):
     return record | fields
 
 
+# gpu02's /x has no measured rate, only the ceiling learned from its own reads
+REFERENCES = {"gpu02": attribution.NodeReferences(storage={"/x": rules.Reference(7e9, "learned", learned=True)})}
 NODE = {"node": "gpu01", "step": 60, "start": 0, "cpu_busy": 0.2, "cpu_iowait": 0.01, "ib_tx_bps": 1e9,
         "ib_rx_bps": 1e9, "ib_line_bps": 4e11, "fs_read_bps": 1e9, "mounts": {}}
 
@@ -81,6 +83,13 @@ NODE = {"node": "gpu01", "step": 60, "start": 0, "cpu_busy": 0.2, "cpu_iowait": 
     ([gpu(util=50.0, sm_active=0.3)], NODE | {"mounts": {"/x": {"read_bps": 18e9}}}, "busy"),  # nor here
     ([gpu(util=50.0, sm_active=0.3)], NODE | {"mounts": {"/x": {"read_bps": 18e9}}, "cpu_iowait": 0.2},
      "input-bound"),  # judged on iowait
+    ([gpu(node="gpu02", util=50.0, sm_active=0.3)],
+     NODE | {"node": "gpu02", "mounts": {"/x": {"read_bps": 5.6e9}}, "cpu_iowait": 0.1},
+     "input-bound"),  # at its learned ceiling (REFERENCES) with its loaders blocked
+    ([gpu(node="gpu02", util=50.0, sm_active=0.3)],
+     NODE | {"node": "gpu02", "mounts": {"/x": {"read_bps": 5.6e9}}, "cpu_iowait": 0.09}, "busy"),
+    ([gpu(node="gpu02", util=50.0, sm_active=0.3)],
+     NODE | {"node": "gpu02", "mounts": {"/x": {"read_bps": 5.59e9}}, "cpu_iowait": 0.19}, "busy"),
     ([gpu(util=97.0, sm_active=0.3)], NODE | {"ib_tx_bps": 3.4e11}, "communication-bound"),  # NCCL's resident kernels
     ([gpu(gpu=0, sm_active=0.7), *(gpu(gpu=i, sm_active=0.56) for i in range(1, 8))], None, "straggler"),  # mild
     ([gpu(gpu=1, sm_active=0.56), gpu(gpu=0, sm_active=0.7), *(gpu(gpu=i, sm_active=0.56) for i in range(2, 8))],
@@ -98,7 +107,7 @@ NODE = {"node": "gpu01", "step": 60, "start": 0, "cpu_busy": 0.2, "cpu_iowait": 
      "memory-only"),  # a MIG instance is judged on its own memory
 ])
 def test_hand_written_cases(records, node, label):
-    want, got = both(records, [node] if node else [])
+    want, got = both(records, [node] if node else [], REFERENCES)
     assert want[0] == label
     assert got == want
 
@@ -140,11 +149,12 @@ def test_random_records_with_missing_and_boundary_values():
             for start in (0, 60):
                 if rng.random() < 0.8:
                     nodes.append({"node": f"n{node}", "step": 60, "start": start,
-                                  "cpu_busy": pick(None, 0.5, 0.9), "cpu_iowait": pick(None, 0.1, 0.2),
+                                  "cpu_busy": pick(None, 0.5, 0.9), "cpu_iowait": pick(None, 0.09, 0.1, 0.2),
                                   "ib_tx_bps": pick(None, 0.0, 3.2e11), "ib_rx_bps": pick(None, 1e9, 3.3e11),
                                   "ib_line_bps": pick(None, 0.0, 4e11), "fs_read_bps": pick(None, 1e9, 17.12e9),
                                   "mounts": pick({}, None, {"/m": {"read_bps": pick(None, 1e9, 1.68e9)}})})
-        references = {"n1": attribution.NodeReferences(storage={"/m": rules.Reference(2.1e9, "smoke test")}),
+        references = {"n0": attribution.NodeReferences(storage={"/m": rules.Reference(2.1e9, "ceiling", learned=True)}),
+                      "n1": attribution.NodeReferences(storage={"/m": rules.Reference(2.1e9, "smoke test")}),
                       "n2": attribution.NodeReferences(collective=trial % 2 == 0)}
         want, got = both(gpus, nodes, references)
         assert got == want, trial
@@ -172,7 +182,10 @@ def test_the_reads_of_many_node_rows_at_once_are_read_saturation_of_each():
                   for name in generator.sample(names[1:], generator.randint(0, 3))}
         rows.append((generator.choice([7, 8]), None if generator.random() < 0.1 else
                      {"mounts": mounts, "fs_read_bps": generator.choice([None, generator.uniform(0, 1.2) * nominal])}))
+    storage[9] = {"/mnt/scratch": rules.Reference(2.1e9, "ceiling", learned=True)}  # no measured rate, a ceiling
+    rows += [(9, record) for _, record in rows[:40]]
     expected = [vector.read_saturation(record, storage[node]) for node, record in rows]
+    at_ceiling = [vector.read_saturation(record, storage[node], learned=True) for node, record in rows]
     owner, code, reads = [], [], []
     for index, (_, record) in enumerate(rows):
         for name, figures in ((record or {}).get("mounts") or {}).items():
@@ -181,13 +194,18 @@ def test_the_reads_of_many_node_rows_at_once_are_read_saturation_of_each():
             reads.append(float("nan") if figures["read_bps"] is None else figures["read_bps"])
     fs_read = [float("nan") if not record or record.get("fs_read_bps") is None else record["fs_read_bps"]
                for _, record in rows]
-    actual = vector.read_saturation_columns(
-        np.array([node for node, _ in rows]), np.array(fs_read), np.array(owner, dtype=np.int64), np.array(code, dtype=np.int64),
-        np.array(names, dtype=object), np.array(reads), lambda pk: storage[pk])
+    arguments = (np.array([node for node, _ in rows]), np.array(fs_read), np.array(owner, dtype=np.int64),
+                 np.array(code, dtype=np.int64), np.array(names, dtype=object), np.array(reads), lambda pk: storage[pk])
+    actual = vector.read_saturation_columns(*arguments)
     assert actual.tolist()[:6] == [True, False, False, False, False, False]
     assert actual.tolist() == expected
     assert 30 < sum(expected) < 270  # both answers are well represented
-    assert not any(saturated for (node, _), saturated in zip(rows, expected, strict=True) if node == 8)
+    assert not any(saturated for (node, _), saturated in zip(rows, expected, strict=True) if node in (8, 9))
+    # the mounts compared with their learned ceilings: node 9's only, and its first rows as node 7's were
+    learned = vector.read_saturation_columns(*arguments, learned=True)
+    assert learned.tolist() == at_ceiling
+    assert learned.tolist()[-40:-34] == [True, False, False, False, False, False]
+    assert not any(learned[:-40])
 
 
 @pytest.mark.parametrize(("values", "distinct", "inverse"), [
