@@ -42,7 +42,7 @@ def users_of(jobs, node_ids) -> dict[str, str]:
     job ids not asked before, on the appliances of the nodes given."""
     from appliance.lending import slurmctl
 
-    jobs = {job for job in jobs if job and SLURM_JOB.match(job)}  # a service's name has no Slurm owner
+    jobs = {job for job in jobs if job and SLURM_JOB.fullmatch(job)}  # a service's name has no Slurm owner
     known = dict(JobOwner.objects.filter(job__in=sorted(jobs)).values_list("job", "user"))
     ask = sorted(jobs - set(known))
     if ask:

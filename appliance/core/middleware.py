@@ -25,7 +25,7 @@ class RequestContextMiddleware:
 
     def __call__(self, request):
         incoming = request.headers.get("X-Request-ID", "")
-        request.client_request_id = incoming if _CLIENT_REQUEST_ID.match(incoming) else ""
+        request.client_request_id = incoming if _CLIENT_REQUEST_ID.fullmatch(incoming) else ""
         request_id = str(uuid.uuid4())
         request.request_id = request_id
         channel = "api" if request.path.startswith("/api/") else "web"

@@ -63,7 +63,7 @@ def may_manage(user=None) -> bool:
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise CredentialError(f"{name!r} is not {NAME_WHAT}", "name")
     return name
 

@@ -77,7 +77,7 @@ def available_platforms() -> list[str]:
 
 def platform_path(slug: str) -> Path | None:
     """The file of platform `slug`, or None when no such platform exists."""
-    if not PLATFORM_ID.match(slug):
+    if not PLATFORM_ID.fullmatch(slug):
         return None
     path = platforms_dir() / f"{slug}.yaml"
     return path if path.is_file() else None

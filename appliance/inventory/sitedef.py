@@ -280,7 +280,7 @@ def _is_http_url(value: str) -> bool:
         ipaddress.ip_address(host)
         return True
     except ValueError:
-        return not host.replace(".", "").isdigit() and all(HOSTNAME_LABEL.match(label) for label in host.split("."))
+        return not host.replace(".", "").isdigit() and all(HOSTNAME_LABEL.fullmatch(label) for label in host.split("."))
 
 
 def load_yaml(text: str, collector: ErrorCollector) -> Cursor | None:
@@ -635,7 +635,7 @@ class _Parser:
             values["become_method"] = fields["become_method"].choice(BECOME_METHODS)
         if "python" in fields:
             python = fields["python"].text()
-            if python is not None and python not in ("auto_silent", "auto") and not ABSOLUTE_PATH.match(python):
+            if python is not None and python not in ("auto_silent", "auto") and not ABSOLUTE_PATH.fullmatch(python):
                 fields["python"].error(f"{python!r}: an absolute path to the nodes' Python, or auto_silent")
                 python = None
             values["python"] = python
@@ -777,7 +777,7 @@ class _Parser:
         value = cursor.value
         if isinstance(value, int) and not isinstance(value, bool):
             number = int(value)
-        elif isinstance(value, str) and PKEY.match(value.strip()):
+        elif isinstance(value, str) and PKEY.fullmatch(value.strip()):
             number = int(value.strip(), 16)
         else:
             cursor.error(f"{value!r} is not a partition key (expected hexadecimal like 0x7fff)")

@@ -38,7 +38,7 @@ def mount_point_problem(path) -> str | None:
         return f"{path!r} has an empty component ('//')"
     if any(segment in (".", "..") for segment in segments):
         return f"{path!r} is not normalized: '.' and '..' are not allowed in a mount point"
-    bad = next((s for s in segments if path != "/" and not PATH_SEGMENT.match(s)), None)
+    bad = next((s for s in segments if path != "/" and not PATH_SEGMENT.fullmatch(s)), None)
     if bad is not None:
         return (f"{path!r}: component {bad!r} has characters other than letters, digits and . _ @ + - "
                 "(or starts with '.')")
@@ -97,12 +97,12 @@ LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?
 
 
 def label_problem(key: str, value) -> str | None:
-    if not LABEL_KEY.match(key):
+    if not LABEL_KEY.fullmatch(key):
         return (f"label name {key!r} is not [prefix/]name (letters, digits, '-', '_', '.', at most 63 "
                 "characters, starting and ending with a letter or digit)")
     if isinstance(value, bool | int):
         return None
-    if not isinstance(value, str) or not LABEL_VALUE.match(value):
+    if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
         return (f"label value {value!r} is not a number, true/false or text of letters, digits, '-', '_', '.' "
                 "(at most 63 characters)")
     return None

@@ -180,7 +180,7 @@ def tunable_problem(fs_type: str, name: str, value) -> str | None:
 def mount_option_problem(fs_type: str, option: str) -> str | None:
     """Why `option` (`name` or `name=value`) is not a mount option of a `fs_type` filesystem, or None."""
     known = MOUNT_OPTIONS.get(fs_type, {})
-    match = _OPTION.match(option)
+    match = _OPTION.fullmatch(option)
     if match is None or match.group(1) not in known:
         return f"unknown {fs_type} mount option {option!r} (valid: {', '.join(sorted(known))})"
     name, value = match.group(1), match.group(2)

@@ -13,9 +13,9 @@ from .models import Deployment, Stage
 # The registry's patterns (services.NAME / services.ALIAS), repeated here so that a form refuses a bad value
 # before any service is called; the services check them again.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-ALIAS_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-SERVICE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-TAG_FILTER = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}(=[^\x00-\x1f]{0,200})?$")
+ALIAS_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")
+SERVICE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+TAG_FILTER = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}(=[^\x00-\x1f]{0,200})?\Z")
 REASON_MAX = 1000
 
 

@@ -32,7 +32,7 @@ class FormatError(ValueError):
 
 
 def split_gpu_id(gpu_id: str) -> tuple[str, int]:
-    match = GPU_ID.match(gpu_id) if isinstance(gpu_id, str) else None
+    match = GPU_ID.fullmatch(gpu_id) if isinstance(gpu_id, str) else None
     if not match:
         raise FormatError(f"GPU {gpu_id!r}: not a <node>/gpu<index> id (the formats are per node and GPU index)")
     return match["node"], int(match["index"])
@@ -55,7 +55,7 @@ def by_node(result: dict) -> dict[str, list[tuple[int, dict]]]:
 
 
 def _node_gpus(result: dict, node: str) -> list[tuple[int, dict]]:
-    if not isinstance(node, str) or not NODE.match(node):
+    if not isinstance(node, str) or not NODE.fullmatch(node):
         raise FormatError(f"node {node!r}: not a node name ({NODE.pattern})")
     gpus = by_node(result).get(node)
     if not gpus:

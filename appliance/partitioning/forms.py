@@ -11,8 +11,8 @@ from django.utils.translation import gettext_lazy
 
 from . import profiles
 
-REQUEST_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+REQUEST_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
+POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
 ISOLATIONS = [("soft", gettext_lazy("soft: MIG or time-slicing")), ("hard", gettext_lazy("hard: MIG only")),
               ("exclusive", gettext_lazy("exclusive: whole GPUs (training)"))]
 MAX_REQUESTS = 500

@@ -148,7 +148,7 @@ def read_model_dir(path: str, *, roots: list[str] | None = None) -> ModelShape:
 # -- the directory and its files ---------------------------------------------------------------------------
 
 def _checked_dir(path) -> str:
-    if not isinstance(path, str) or not PATH_PATTERN.match(path):
+    if not isinstance(path, str) or not PATH_PATTERN.fullmatch(path):
         raise ModelFileError(f"model directory {path!r}: expected an absolute path of letters, digits and "
                              "._/@+- (at most 4096 characters)")
     if any(part == ".." for part in path.split("/")):
@@ -195,7 +195,7 @@ def _shards_from_index(root: str, index_path: str) -> list[str]:
         raise ModelFileError(f"{index_path}: weight_map: expected an object of tensor name -> file")
     shards = set()
     for tensor, shard in weight_map.items():
-        if not isinstance(shard, str) or not SHARD_PATTERN.match(shard):
+        if not isinstance(shard, str) or not SHARD_PATTERN.fullmatch(shard):
             raise ModelFileError(f"{index_path}: weight_map[{tensor!r}]: {shard!r} is not a file name "
                                  "ending in .safetensors (letters, digits, ._-)")
         shards.add(shard)
@@ -216,7 +216,7 @@ def _count_tensors(root: str, shards: list[str], packed_bits: int | None = None)
     tensors = 0
     seen: dict[str, str] = {}
     for shard in shards:
-        if not SHARD_PATTERN.match(shard):
+        if not SHARD_PATTERN.fullmatch(shard):
             raise ModelFileError(f"{os.path.join(root, shard)}: file name not allowed (letters, digits, ._-)")
         path = _inside(root, shard)
         _check_header(path)

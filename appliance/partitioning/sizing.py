@@ -325,7 +325,7 @@ def request_for(result: dict, name: str, replicas: int = 1, isolation: str = "so
     GPU or MIG instance must have so the model's share fills at most 90 % of it. A model that needs
     more than one GPU becomes an exclusive request of whole GPUs, one per GPU of each replica (the
     planner does not keep a replica's GPUs on one node: place those with the TP group in mind)."""
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise SizingError(f"name: {name!r} does not match {NAME_PATTERN.pattern}")
     _integer("replicas", replicas, 1, 100_000)
     _choice("isolation", isolation, ISOLATIONS)

@@ -226,7 +226,7 @@ class PlatformPortRules:
         for name, threshold in _thresholds(self.spec).items():
             # perfquery's counter names are identifiers (SymbolErrorCounter); one holding the lookup
             # separator could not be a key here, and no counter read by the fabric stage is named so.
-            if COUNTER_NAME.match(name):
+            if COUNTER_NAME.fullmatch(name):
                 condition |= Q(**{f"counters__{name}__gt": threshold})
         return condition
 

@@ -29,7 +29,7 @@ def unit_of(expected) -> str:
     """The unit of a bound written as text; empty when it names none."""
     if not isinstance(expected, str):
         return ""
-    found = THRESHOLD.match(expected)
+    found = THRESHOLD.fullmatch(expected)
     return found.group(1) if found else ""
 
 RESULTS = ("passed", "failed")

@@ -113,7 +113,7 @@ def update(path: str | os.PathLike) -> Iterator[dict]:
 
 
 def _check_name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not OBJECT_NAME.match(name):
+    if not isinstance(name, str) or not OBJECT_NAME.fullmatch(name):
         raise KubernetesError(f"{what} {name!r}: not a DNS label ({OBJECT_NAME.pattern})")
     return name
 

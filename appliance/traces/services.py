@@ -77,7 +77,7 @@ def import_trace(path, *, name: str, value: str, time: str, entity: str, memory:
     "fraction" or "percent" (default: from the data). Raises TraceError."""
     started = clock.monotonic()
     path = Path(path)
-    if not NAME.match(name or ""):
+    if not NAME.fullmatch(name or ""):
         raise TraceError(_("--name %(name)r: expected 1 to 64 letters, digits, '.', '_' or '-', starting with a "
                            "letter or digit") % {"name": (name or "")[:80]})
     columns = {"value": value, "time": time, "entity": entity}

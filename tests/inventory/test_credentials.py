@@ -309,6 +309,10 @@ def test_the_command_refuses_with_one_clear_message(site_env, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal: no prompt possible
     with pytest.raises(CommandError, match="no terminal to prompt for the secret: give --secret-file FILE"):
         credential_command("create", "x-bmc", "--username", "root")
+    with pytest.raises(CommandError, match=r"^'x-bmc\\n' is not a name \(lower-case letters, digits and '-', at most 63 "
+                                           r"characters\)$"):
+        credential_command("create", "x-bmc\n", "--username", "root", "--secret-file", "-",  # `$` would match
+                           stdin="X-Bmc-Secret-42\n", monkeypatch=monkeypatch)  # before the newline
     with pytest.raises(CommandError, match="^no credential named 'nobody'$"):
         credential_command("bind", "nobody", "https://10.0.0.1")
     with pytest.raises(CommandError, match="^credential lab-bmc is not bound to https://10.7.7.7:443$"):

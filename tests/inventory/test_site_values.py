@@ -205,3 +205,17 @@ def test_the_cli_names_file_and_line_of_a_bomb(site_env, tmp_path, db):
     assert caught.value.returncode == 1
     assert err.getvalue().splitlines() == [f"{bomb}:5: alias *d expands the document beyond 50000 nodes "
                                            "(setting SITE_MAX_NODES): aliases may repeat a part, not multiply it"]
+
+
+def test_a_value_valid_but_for_a_trailing_newline_is_refused(site_env, demo_text):
+    """`$` matches before a final newline: the value patterns are called with fullmatch. A mount point stops at
+    the control-character check; a label's value fails its own pattern as well."""
+    text = demo_text.replace("mount_point: /mnt/scratch", 'mount_point: "/mnt/scratch\\n"', 1)
+    assert errors_for(text) == [f"site.yml:{line_of(text, 'mount_point: ')}: filesystems[0].mount_point: control "
+                                "character U+000A (line feed) is not allowed in text"]
+    text = demo_text.replace("labels: {rack: r01, slot: 1}", 'labels: {rack: "r01\\n", slot: 1}', 1)
+    line = line_of(text, "r01\\n")
+    assert errors_for(text, "nodes[0].labels") == [
+        f"site.yml:{line}: nodes[0].labels.rack: control character U+000A (line feed) is not allowed in text",
+        f"site.yml:{line}: nodes[0].labels.rack: label value 'r01\\n' is not a number, true/false or text of "
+        "letters, digits, '-', '_', '.' (at most 63 characters)"]

@@ -60,6 +60,11 @@ def test_the_job_comes_from_slurm_job_id_checked_like_any_input(root, monkeypatc
         models("register", "m", "--source", str(directory))
     with pytest.raises(CommandError, match="--job: 'abc' is not a Slurm job id"):
         models("register", "m", "--source", str(directory), "--job", "abc")
+    with pytest.raises(CommandError, match=r"^--job: '12\\n' is not a Slurm job id$"):
+        models("register", "m", "--source", str(directory), "--job", "12\n")
+    monkeypatch.setenv("SLURM_JOB_ID", "12\n")
+    with pytest.raises(CommandError, match=r"^SLURM_JOB_ID: '12\\n' is not a Slurm job id$"):
+        models("register", "m", "--source", str(directory))
     assert not ModelVersion.objects.exists()
 
 

@@ -163,6 +163,7 @@ def test_moe_active_parameters(tmp_path):
     ("/tmp/a b", "expected an absolute path"),
     ("/tmp/$(reboot)", "expected an absolute path"),
     ("/tmp/../etc", "'..' is not allowed"),
+    ("/tmp/tiny\n", "expected an absolute path"),  # `$` would match before the newline
     (None, "expected an absolute path"),
 ])
 def test_bad_paths(path, message):

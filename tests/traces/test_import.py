@@ -150,6 +150,7 @@ def add_file(tar, name: str, data: bytes):
     ("ts,gpu,util\n0,g1,0.5,7\n", {}, "bad.csv: not readable as CSV"),
     ("ts,gpu,util\n0,g1,0.5\n", {"format": "parquet"}, "bad.csv: not a Parquet file"),
     ("ts,gpu,util\n0,g1,0.5\n", {"name": "../etc"}, "--name '../etc': expected 1 to 64 letters"),
+    ("ts,gpu,util\n0,g1,0.5\n", {"name": "kept\n"}, "--name 'kept\\\\n': expected 1 to 64 letters"),
 ])
 def test_bad_input_is_one_error_naming_the_column_and_row_and_leaves_the_old_trace_whole(tmp_path, text, options,
                                                                                             message):

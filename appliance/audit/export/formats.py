@@ -266,7 +266,7 @@ def _drop_empty(mapping: dict) -> dict:
 
 def _ocsf_host(host: str) -> dict:
     """The appliance host as an endpoint: by hostname when it is one, else by name."""
-    return {"hostname": host} if _OCSF_HOSTNAME.match(host) else {"name": host}
+    return {"hostname": host} if _OCSF_HOSTNAME.fullmatch(host) else {"name": host}
 
 
 def _ocsf_actor_user(actor: dict) -> dict:

@@ -57,7 +57,7 @@ def acting(user):
 
 
 def version_number(text: str) -> int:
-    if not VERSION_NUMBER.match(text or ""):
+    if not VERSION_NUMBER.fullmatch(text or ""):
         raise ValueError(text)
     return int(text)
 

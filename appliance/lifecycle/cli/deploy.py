@@ -76,7 +76,7 @@ def _list(command, options) -> int:
     """The services and their rollouts, newest first, as the last health check saw them."""
     rows = Deployment.objects.select_related("version__model").order_by("name", "-created")
     if options["service"]:
-        if not deployments.SERVICE_NAME.match(options["service"]):
+        if not deployments.SERVICE_NAME.fullmatch(options["service"]):
             command.stderr.write(f"error: name: {options['service'][:80]!r} is not a service name")
             return 1
         rows = rows.filter(name=options["service"])

@@ -66,11 +66,11 @@ def job_from(options) -> str:
     if options["no_job"]:
         return ""
     if options["job"] is not None:
-        if not JOB.match(options["job"]):
+        if not JOB.fullmatch(options["job"]):
             raise CommandError(_("--job: %(job)r is not a Slurm job id") % {"job": options["job"]})
         return options["job"]
     value = os.environ.get(JOB_VARIABLE, "")
-    if value and not JOB.match(value):
+    if value and not JOB.fullmatch(value):
         raise CommandError(_("%(variable)s: %(value)r is not a Slurm job id") % {"variable": JOB_VARIABLE,
                                                                                    "value": value[:40]})
     return value

@@ -36,7 +36,7 @@ def _appliance(name: str | None):
     from appliance.inventory.models import Appliance
 
     if name is not None:
-        if not APPLIANCE_NAME.match(name):
+        if not APPLIANCE_NAME.fullmatch(name):
             raise CommandError(_("--appliance: %(name)r is not an appliance name") % {"name": name})
         found = Appliance.objects.filter(name=name).first()
         if found is None:
@@ -50,7 +50,7 @@ def _appliance(name: str | None):
 
 
 def _plan(argument: str, appliance) -> Plan:
-    if PLAN_NUMBER.match(argument):
+    if PLAN_NUMBER.fullmatch(argument):
         plan = Plan.objects.filter(appliance=appliance, number=int(argument)).first()
         if plan is None:
             raise CommandError(_("PLAN: appliance %(appliance)s has no plan %(number)s") % {

@@ -59,7 +59,7 @@ _EXEC_PLAIN = re.compile(r"^[A-Za-z0-9_.,:=/*@+-]+$")
 
 def systemd_exec_argument(value, where: str) -> str:
     rendered = text(value, where)
-    if _EXEC_PLAIN.match(rendered):
+    if _EXEC_PLAIN.fullmatch(rendered):
         return rendered
     quoted = rendered.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return f'"{quoted}"'

@@ -235,7 +235,7 @@ def gpu_cores(node: NodeView) -> dict[int, str]:
     for index, ids in found.items():
         if not str(index).isdigit() or int(index) >= node.gpu_count:
             raise RenderError(f"{where}: GPU {index!r} is not one of the node's {node.gpu_count} GPUs")
-        if not isinstance(ids, str) or not _ID_LIST.match(ids):
+        if not isinstance(ids, str) or not _ID_LIST.fullmatch(ids):
             raise RenderError(f"{where}: GPU {index}: {ids!r} is not a list of core ids like 0-55")
         highest = max(int(part.rsplit("-", 1)[-1]) for part in ids.split(","))
         if total and highest >= total:

@@ -136,7 +136,7 @@ class Command(BaseCommand):
         from appliance.inventory.models import Node
         from appliance.telemetry import tokens
 
-        if not NODE_NAME.match(name):
+        if not NODE_NAME.fullmatch(name):
             raise CommandError(f"--node {name[:80]!r}: expected a node name (letters, digits, '-' and '.', "
                                "at most 63 characters)")
         node = Node.objects.filter(name=name).first()
