@@ -3,7 +3,8 @@
 
 The roots are settings.LIFECYCLE_ARTIFACT_ROOTS when the site sets them (APPLIANCE_MODEL_ROOTS), otherwise
 the appliances' shared filesystems: a real appliance's mount points, and on a simulated appliance the
-directory that stands for each filesystem (SIMULATION_DIR/filesystems/<name>, made here on first use).
+directory that stands for each filesystem (SIMULATION_DIR/filesystems/<name>, made here on first use), which a
+source names by the filesystem's mount point as on a real appliance (/mnt/scratch/...) or by that directory.
 A source is resolved (symlinks followed) before it is compared with the roots, so a link inside a root that
 points elsewhere is refused like the path it points to.
 """
@@ -27,6 +28,22 @@ MLFLOW_URI = re.compile(r"^(models|runs):/", re.IGNORECASE)
 def simulated_filesystem_dir(name: str) -> Path:
     """The directory that stands for shared filesystem `name` of a simulated appliance."""
     return Path(settings.SIMULATION_DIR) / "filesystems" / name
+
+
+def _simulated_mount(path: str) -> str:
+    """On a simulated appliance, a path under a shared filesystem's mount point (what its site declares and
+    what a user of a real appliance types: /mnt/scratch/models/llm) is the same path under the directory that
+    stands for that filesystem; any other path is returned as it is."""
+    if settings.LIFECYCLE_ARTIFACT_ROOTS:
+        return path
+    from appliance.inventory.models import Filesystem
+
+    lexical = Path(os.path.normpath(path))
+    for filesystem in Filesystem.objects.filter(appliance__simulated=True).order_by("appliance__name", "name"):
+        mount = Path(os.path.normpath(filesystem.mount_point or "/"))
+        if mount != Path("/") and lexical.is_relative_to(mount):
+            return str(simulated_filesystem_dir(filesystem.name) / lexical.relative_to(mount))
+    return path
 
 
 def _configured_roots() -> list[Path]:
@@ -100,6 +117,8 @@ def resolve_source(source: str) -> Path:
                              "source")
     if ".." in path.split("/"):
         raise LifecycleError(_("source: '..' is not allowed in %(source)r") % {"source": source}, "source")
+    shown = path  # the messages name the path as the user gave it
+    path = _simulated_mount(path)
     roots = artifact_roots()
     if not roots:
         raise LifecycleError(_("source: no artifact root is configured (APPLIANCE_MODEL_ROOTS, or a shared "
@@ -107,7 +126,7 @@ def resolve_source(source: str) -> Path:
     # Containment before anything touches the path: a path outside the roots gets one answer whether or not
     # it exists (registration is no file-existence oracle), and the answer names no root's absolute path.
     outside = LifecycleError(_("source: %(path)s is not inside an artifact root (the appliance's model storage: "
-                               "APPLIANCE_MODEL_ROOTS, or its shared filesystems)") % {"path": path}, "source")
+                               "APPLIANCE_MODEL_ROOTS, or its shared filesystems)") % {"path": shown}, "source")
     lexical = Path(os.path.normpath(path))
     written = [*roots, *(Path(os.path.normpath(root)) for root in _configured_roots())]
     if not any(lexical.is_relative_to(root) for root in written):
@@ -117,10 +136,10 @@ def resolve_source(source: str) -> Path:
         raise outside  # a link inside a root that leads out of every root, to something or to nothing
     if resolved in roots:
         raise LifecycleError(_("source: %(path)s is an artifact root itself; give the model's own directory")
-                             % {"path": path}, "source")
+                             % {"path": shown}, "source")
     if not os.path.lexists(path) or not resolved.exists():
-        raise LifecycleError(_("source: %(path)s does not exist") % {"path": path}, "source")
+        raise LifecycleError(_("source: %(path)s does not exist") % {"path": shown}, "source")
     if not (resolved.is_dir() or resolved.is_file()):
-        raise LifecycleError(_("source: %(path)s is neither a directory nor a regular file") % {"path": path},
+        raise LifecycleError(_("source: %(path)s is neither a directory nor a regular file") % {"path": shown},
                              "source")
     return resolved
