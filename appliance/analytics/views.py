@@ -14,6 +14,7 @@ from django.views.generic import TemplateView
 
 from appliance.core.permissions import CapabilityMixin
 from appliance.inventory.models import Pool
+from appliance.telemetry import jobinfo, queries
 
 from . import services
 
@@ -114,13 +115,25 @@ class JobView(AnalyticsPage):
     template_name = "analytics/job.html"
 
     def get(self, request, *args, **kwargs):
-        self.span = services.job_span(self.kwargs["job"])
+        job = self.kwargs["job"]
+        self.span = services.job_span(job)
+        self.seen = queries.job_bounds(job)  # (first minute, last minute, nodes) the telemetry saw, or None
         if self.span is None:
-            self.figures = {"job_id": self.kwargs["job"], "known": False}
+            # A job the telemetry knows is not attributed yet: the page says when it will be. Else a 404
+            # that still says why.
+            self.figures = {"job_id": job, "known": False, "seen": self.seen is not None,
+                            "related": self.related()}
             response = super(AnalyticsPage, self).get(request, *args, **kwargs)
-            response.status_code = 404  # the page still says why
+            if self.seen is None:
+                response.status_code = 404
             return response
         return super().get(request, *args, **kwargs)
+
+    def related(self) -> dict:
+        first, _last, nodes = self.seen or (None, None, [])
+        related = jobinfo.about(self.kwargs["job"], nodes, first, self.request.user)
+        related["telemetry"] = self.seen is not None
+        return related
 
     def compute(self):
         job = self.kwargs["job"]
@@ -132,7 +145,7 @@ class JobView(AnalyticsPage):
             entry["cause"] = CAUSE_NAMES.get(entry["label"], entry["label"])
         return {"job_id": job, "known": True, "first": self.span[0], "end": self.span[1], "since": since,
                 "until": until, "total": bar({"key": job} | gpus["total"]), "gpus": [bar(g) for g in gpus["groups"]],
-                "skew": skew[0] if skew else None, "intervals": intervals,
+                "skew": skew[0] if skew else None, "intervals": intervals, "related": self.related(),
                 "api_url": reverse("analytics-api-job-verdicts", args=[job])}
 
 

@@ -7,3 +7,11 @@ class LendingConfig(AppConfig):
     name = "appliance.lending"
     label = "lending"
     verbose_name = "Lending"
+
+    def ready(self):
+        # The telemetry's job pages show what Slurm says about a job; telemetry may not import this app.
+        from appliance.telemetry import jobinfo
+
+        from .jobinfo import scheduler_facts
+
+        jobinfo.register(jobinfo.SCHEDULER, scheduler_facts)

@@ -20,8 +20,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
+from appliance.analytics.services import job_span
 from appliance.core.permissions import ROLE_REFUSED, CapabilityMixin
 from appliance.core.roles import can
+from appliance.telemetry.queries import job_bounds
 
 from . import lineage
 from .errors import LifecycleError, NotFound
@@ -254,7 +256,21 @@ def _version_context(request, name: str, number: int, **forms) -> dict:
         "evaluation_form": (forms.get("evaluation_form") or EvaluationForm()) if can_change else None,
         "pending_request": any(r.state == PromotionRequest.State.PENDING for r in requests),
         "card_formats": list(CARD_FORMATS),
+        "job_pages": _job_pages(request.user, version.training_job),
     }
+
+
+def _job_pages(user, job: str) -> dict:
+    """The training job's telemetry and efficiency pages, each where it has something to show and the
+    user may read it (lineage, both ways: those pages link back here)."""
+    if not job:
+        return {}
+    pages = {}
+    if can(user, "telemetry.view") and job_bounds(job) is not None:
+        pages["telemetry"] = reverse("telemetry:job", args=[job])
+    if can(user, "analytics.view") and job_span(job) is not None:
+        pages["efficiency"] = reverse("analytics:job", args=[job])
+    return pages
 
 
 def _architecture(shape: dict) -> list[tuple[str, str]]:

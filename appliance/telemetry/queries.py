@@ -877,6 +877,16 @@ class UnknownJob(LookupError):
     pass
 
 
+def job_bounds(job_id: str) -> tuple[datetime, datetime, list[str]] | None:
+    """The first and last minute a rollup names the job, and its nodes; None when none does. Two queries."""
+    held = GpuRollup.objects.filter(job=job_id, instance=WHOLE_GPU)
+    bounds = held.aggregate(first=Min("start"), last=Max("start"))
+    if bounds["first"] is None:
+        return None
+    nodes = sorted(set(held.values_list("node__name", flat=True).distinct()))
+    return bounds["first"], bounds["last"], nodes
+
+
 def job(job_id: str) -> dict:
     """A job's GPUs (from the rollups that name it), their use over the job's span, and the fabric and
     filesystem I/O of its nodes over that span. Per-minute rows for a job of a day or less while they are

@@ -6,6 +6,7 @@ the fleet and the API is the one source of every number. Tables that are read, n
 are rendered here from the same query functions the API answers with.
 """
 
+import re
 from datetime import datetime
 
 from django.contrib import messages
@@ -20,7 +21,7 @@ from appliance.core.permissions import CapabilityMixin
 from appliance.core.roles import can
 from appliance.inventory.models import Node
 
-from . import queries
+from . import jobinfo, queries
 from .api import ACKNOWLEDGE_CAPABILITY
 from .models import HardwareEvent
 
@@ -88,8 +89,23 @@ class JobListView(RangeMixin, TemplateView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        context["jobs"] = queries.jobs(self.range.name)
+        jobs = sorted(queries.jobs(self.range.name), key=job_order)
+        scheduler = jobinfo.ask(jobinfo.SCHEDULER, [job["job"] for job in jobs],
+                                sorted({name for job in jobs for name in job["nodes"]}), self.request.user)
+        for job in jobs:
+            job["slurm"] = scheduler["jobs"].get(job["job"])
+            job["slurm_job"] = job["job"][:1].isdigit()
+        context.update(jobs=jobs, slurm_error=scheduler["error"])
         return context
+
+
+def job_order(job: dict) -> tuple:
+    """Slurm jobs first, the newest (highest id) first, ids compared as numbers (11 before 9, an array's 7_10
+    before 7_9); then the inference services by name."""
+    numbers = [int(part) for part in re.split(r"[_+]", job["job"]) if part.isdigit()]
+    if job["job"][:1].isdigit() and numbers:
+        return (0, [-number for number in numbers], "")
+    return (1, [], job["job"])
 
 
 class JobView(CapabilityMixin, TemplateView):
@@ -113,6 +129,7 @@ class JobView(CapabilityMixin, TemplateView):
                        energy_kwh=job["energy_j"] / 3.6e6, minutes=job["duration_s"] // 60)
             for gpu in job["gpus"]:
                 gpu["fb_used_gib"] = None if gpu["fb_used_mib"] is None else gpu["fb_used_mib"] / 1024
+            context["related"] = jobinfo.about(self.kwargs["job"], job["nodes"], job["first_at"], self.request.user)
         context["job"] = job
         context.update(job_id=self.kwargs["job"], api_url=reverse("telemetry-api-job", args=[self.kwargs["job"]]))
         return context
