@@ -16,6 +16,8 @@ from django.conf import settings
 from django.db import router, transaction
 from django.utils import timezone
 
+from appliance.core import resources
+
 from . import chain, merkle, signing, witness
 from .models import AuditCheckpoint, AuditRecord, AuditTombstone, ChainHead
 
@@ -38,12 +40,12 @@ def prefix_frontier(size: int, using: str | None = None) -> list[tuple[int, byte
     result = merkle.frontier_from_json(frontier)
     if anchor is not None and merkle.frontier_root(result).hex() != anchor.root_hash:
         raise IncompleteLog(f"the stored frontier of {anchor} does not match its signed root: "
-                            "run `manage.py audit verify --database`")
+                            f"run `{resources.program()} audit verify --database`")
     hashes = list(AuditRecord.objects.using(using).filter(sequence__gt=start, sequence__lte=size)
                   .order_by("sequence").values_list("hash", flat=True))
     if len(hashes) != size - start:
         raise IncompleteLog(f"records #{start + 1}..#{size} are incomplete in the database: "
-                            "run `manage.py audit verify --database`")
+                            f"run `{resources.program()} audit verify --database`")
     merkle.frontier_extend(result, [chain.merkle_leaf(h) for h in hashes])
     return result
 

@@ -11,7 +11,7 @@ from django.core import checks
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
-from appliance.core import database
+from appliance.core import database, resources
 
 TRIGGERS_MIGRATION = ("audit", "0007_head_guarded_cadence_from_checkpoints")
 
@@ -33,6 +33,6 @@ def audit_triggers_in_place(app_configs=None, **kwargs):
         # a test without database access too): Django's own checks and `migrate` say more.
         return []
     return [checks.Error(problem, hint="the audit log is not protected in the database: run "
-                         "`manage.py audit verify --database`, then put the triggers back with "
-                         "`manage.py audit install-triggers` as the tables' owner", id="audit.E001")
+                         f"`{resources.program()} audit verify --database`, then put the triggers back with "
+                         f"`{resources.program()} audit install-triggers` as the tables' owner", id="audit.E001")
             for problem in problems]

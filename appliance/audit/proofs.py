@@ -9,6 +9,8 @@ at most the records between two checkpoints, not the whole log.
 
 from dataclasses import dataclass, field
 
+from appliance.core import resources
+
 from . import chain, merkle, signing
 from .checkpoints import covering_checkpoint, make_checkpoint
 from .models import AuditCheckpoint, AuditRecord, AuditTombstone
@@ -32,7 +34,7 @@ def _tree_for(min_leaf_index: int, tree_size: int) -> merkle.PrunedTree:
                   .order_by("sequence").values_list("hash", flat=True))
     if len(hashes) != tree_size - start:
         raise merkle.ProofError(f"records #{start + 1}..#{tree_size} should be {tree_size - start}, "
-                                f"the database holds {len(hashes)}: run `manage.py audit verify --database`")
+                                f"the database holds {len(hashes)}: run `{resources.program()} audit verify --database`")
     prefix = merkle.frontier_from_json(frontier)
     if anchor is not None and merkle.frontier_root(prefix).hex() != anchor.root_hash:
         raise merkle.ProofError(f"the stored frontier of {anchor} does not match its signed root")

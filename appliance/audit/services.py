@@ -20,7 +20,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 
-from appliance.core import context
+from appliance.core import context, resources
 
 from . import catalogue, chain, merkle
 
@@ -277,13 +277,13 @@ def append(entry) -> None:
                 if moved:
                     cursor.execute(sql.move_head, head_move)
                     if cursor.rowcount != 1:
-                        raise RuntimeError("the audit chain head moved under its own lock: run `manage.py "
+                        raise RuntimeError(f"the audit chain head moved under its own lock: run `{resources.program()} "
                                            "audit verify --database`")
             if moved:
                 break
             tip, missed = None, True
         else:
-            raise RuntimeError("the audit chain head did not move under its own lock: run `manage.py audit verify "
+            raise RuntimeError(f"the audit chain head did not move under its own lock: run `{resources.program()} audit verify "
                                "--database`")
         checkpoint_sequence, checkpoint_at = tip.checkpoint_sequence, tip.checkpoint_at
         if _checkpoint_due(entry.sequence, checkpoint_sequence, checkpoint_at, entry.timestamp):
@@ -385,7 +385,7 @@ def _append_many(connection, entries: list) -> None:
             cursor.executemany(sql.insert, rows)
         cursor.execute(sql.move_head, [sequence, prev_hash, tip.sequence, tip.hash])
         if cursor.rowcount != 1:
-            raise RuntimeError("the audit chain head moved under its own lock: run `manage.py audit verify "
+            raise RuntimeError(f"the audit chain head moved under its own lock: run `{resources.program()} audit verify "
                                "--database`")
         if due:
             frontier, folded = prefix_frontier(tip.sequence, using=using), tip.sequence
@@ -423,6 +423,6 @@ def _create_head(cursor, sql: _Statements):
     row = cursor.fetchone()
     # Under the head's lock: a fresh head (sequence 0) over existing records means the head was lost.
     if row[0] == 0 and (audit_models.AuditRecord.objects.exists() or audit_models.AuditTombstone.objects.exists()):
-        raise RuntimeError("the audit chain head is missing while records exist: run `manage.py audit verify "
+        raise RuntimeError(f"the audit chain head is missing while records exist: run `{resources.program()} audit verify "
                            "--database` and restore the head from the last record")
     return row

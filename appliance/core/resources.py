@@ -37,3 +37,9 @@ def default_state_dir() -> Path:
     # The XDG specification: a relative path in the variable is invalid and is ignored.
     base = Path(xdg_state) if os.path.isabs(xdg_state) else Path.home() / ".local" / "state"
     return base / "appliance"
+
+
+def program() -> str:
+    """How a message names the appliance's command line: an installed wheel's `appliance`, a checkout's
+    `manage.py` (messages that tell the operator what to run next)."""
+    return "appliance" if INSTALLED else "manage.py"

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils.translation import gettext as _
 
-from appliance.core import context
+from appliance.core import context, resources
 from appliance.core.roles import can
 
 from .endpoints import endpoint_of
@@ -257,7 +257,7 @@ def login_for_run(bmc: BMC) -> BMCLogin:
     if endpoint not in credential.endpoints:
         raise CredentialRefused(f"credential {credential.name} is not bound to {endpoint}, the BMC of "
                                 f"{node.name}: it is not sent there (an Administrator binds it: "
-                                f"manage.py credential bind {credential.name} {endpoint})")
+                                f"{resources.program()} credential bind {credential.name} {endpoint})")
     if not node.appliance.simulated:
         if not endpoint.startswith("https://"):
             raise CredentialRefused(f"the BMC of {node.name} is not reached over https: its credential is not sent")
@@ -266,7 +266,7 @@ def login_for_run(bmc: BMC) -> BMCLogin:
                                     "its credential is not sent")
     if not credential.secret:
         raise CredentialRefused(f"credential {credential.name} has no secret (an Administrator sets it: "
-                                f"manage.py credential set-secret {credential.name})")
+                                f"{resources.program()} credential set-secret {credential.name})")
     return BMCLogin(credential.username, credential.secret, credential.ca_file)
 
 
@@ -306,8 +306,8 @@ def ingest_url_refusal(url: str) -> str:
     if endpoint in ingest_endpoints():
         return ""
     return (f"{endpoint} is not an ingest endpoint an Administrator allowed: the nodes' tokens are not sent there "
-            f"(an Administrator allows it: manage.py credential create NAME --kind ingest --endpoint {endpoint}, "
-            f"or manage.py credential bind NAME {endpoint})")
+            f"(an Administrator allows it: {resources.program()} credential create NAME --kind ingest --endpoint {endpoint}, "
+            f"or {resources.program()} credential bind NAME {endpoint})")
 
 
 def check_ingest_url(url: str) -> None:
@@ -323,13 +323,13 @@ def influxdb_token_refusal(name: str, url: str) -> tuple[str, str]:
     credential = Credential.objects.filter(name=name).only("kind", "endpoints").first()
     if credential is None or credential.kind != Kind.INFLUXDB:
         return "token_credential", (f"{name!r} is not an InfluxDB token credential (an Administrator creates it: "
-                                    f"manage.py credential create {name} --kind influxdb --endpoint URL)")
+                                    f"{resources.program()} credential create {name} --kind influxdb --endpoint URL)")
     endpoint = _endpoint_or_none(url)
     if endpoint is None:
         return "url", f"{url!r} names no endpoint"
     if endpoint not in credential.endpoints:
         return "url", (f"credential {name} is not bound to {endpoint}: its token is not sent there (an "
-                       f"Administrator binds it: manage.py credential bind {name} {endpoint})")
+                       f"Administrator binds it: {resources.program()} credential bind {name} {endpoint})")
     return "", ""
 
 
@@ -350,5 +350,5 @@ def influxdb_token_for_run(appliance) -> str:
     secret = Credential.objects.get(name=name).secret
     if not secret:
         raise CredentialRefused(f"credential {name} has no secret (an Administrator sets it: "
-                                f"manage.py credential set-secret {name})")
+                                f"{resources.program()} credential set-secret {name})")
     return secret

@@ -20,6 +20,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.reader import ReaderError
 
+from appliance.core import resources
+
 from . import sitevalues, tunables, yamllimits
 from .choices import (
     DEFAULT_OPENSM_PRIORITY,
@@ -332,12 +334,12 @@ SUBNET_MANAGERS = tuple(SubnetManagerKind.values)
 # its value, so that no error tells anything about a file or a variable (see README, "Credentials").
 RETIRED_BMC_KEYS = {
     "password": "a site definition holds no password and names no file or variable to read one from: "
-                "an Administrator creates a credential (manage.py credential create NAME) bound to this "
+                f"an Administrator creates a credential ({resources.program()} credential create NAME) bound to this "
                 "BMC's URL, and the site names it (credential: NAME)",
-    "username": "the BMC user name belongs to the credential (manage.py credential create NAME --username USER); "
+    "username": f"the BMC user name belongs to the credential ({resources.program()} credential create NAME --username USER); "
                 "name the credential here (credential: NAME)",
     "ca_file": "the CA that verifies a BMC's certificate belongs to its credential "
-               "(manage.py credential create NAME --ca-file FILE); remove it here",
+               f"({resources.program()} credential create NAME --ca-file FILE); remove it here",
 }
 
 
@@ -685,7 +687,7 @@ class _Parser:
                 elif site_influxdb.get("url") is not None and "token_credential" not in influxdb:
                     influxdb["url"].error(f"{site_influxdb['url']}: the collectors write to an InfluxDB only with "
                                           "a token an Administrator bound to its endpoint: name that credential in "
-                                          "token_credential (manage.py credential create NAME --kind influxdb "
+                                          f"token_credential ({resources.program()} credential create NAME --kind influxdb "
                                           "--endpoint URL)")
                     site_influxdb["url"] = None
                 if all(value is not None for value in site_influxdb.values()):
@@ -738,7 +740,7 @@ class _Parser:
             self.credential_endpoints[name] = (Credential.objects.filter(name=name, kind=Credential.Kind.BMC)
                                                .values_list("endpoints", flat=True).first())
         if self.credential_endpoints[name] is None:
-            cursor.error(f"unknown credential {name!r} (an Administrator creates it: manage.py credential create)")
+            cursor.error(f"unknown credential {name!r} (an Administrator creates it: {resources.program()} credential create)")
             return None
         return name
 
@@ -893,7 +895,7 @@ class _Parser:
         url, credential = values["url"], values["credential"]
         if endpoint_of(url) not in self.credential_endpoints[credential]:
             fields["url"].error(f"credential {credential} is not bound to {endpoint_of(url)} (an Administrator "
-                                f"binds it: manage.py credential bind {credential} {endpoint_of(url)})")
+                                f"binds it: {resources.program()} credential bind {credential} {endpoint_of(url)})")
             return None
         return BMCDef(url=url, credential=credential, verify_tls=values.get("verify_tls", True), line=fields["url"].line)
 

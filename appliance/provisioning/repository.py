@@ -47,6 +47,7 @@ from pathlib import Path
 from django.conf import settings
 
 from appliance import audit
+from appliance.core import resources
 
 # The NVML binding the nodes' Python imports (modules nvml_facts, appliance_acceptance): the version the
 # controller is tested with, and the SHA-256 of its wheel as PyPI publishes it. Pinned here, as a lock file
@@ -170,7 +171,7 @@ def simulated_deb(package: DebianPackage) -> bytes:
     control = (f"Package: {package.name}\nVersion: {package.version}\nArchitecture: {ARCHITECTURE}\n"
                "Maintainer: Appliance simulation <root@localhost>\nSection: misc\nPriority: optional\n"
                f"Description: {package.name} for the simulated appliance\n"
-               " Built from appliance/simulation/packages.py by `manage.py repository build`.\n").encode()
+               f" Built from appliance/simulation/packages.py by `{resources.program()} repository build`.\n").encode()
     return (b"!<arch>\n" + _ar_member("debian-binary", b"2.0\n")
             + _ar_member("control.tar.gz", _tar_gz({"./control": control}))
             + _ar_member("data.tar.gz", _tar_gz({})))
@@ -458,7 +459,7 @@ def manifest() -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise RepositoryError(f"{root()}: no package repository built here (run `manage.py repository build`)") \
+        raise RepositoryError(f"{root()}: no package repository built here (run `{resources.program()} repository build`)") \
             from None
     except (OSError, json.JSONDecodeError) as exc:
         raise RepositoryError(f"{path}: unreadable ({exc})") from None

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from django.conf import settings
 
+from appliance.core import resources
 from appliance.core.files import write_private
 
 from . import ports
@@ -210,7 +211,7 @@ def _log_tail(node_name: str, lines: int = 15) -> str:
 
 def _spawn(node) -> tuple[subprocess.Popen, int]:
     if not node.sysroot or not node_state.exists(node.sysroot):
-        raise BMCError(f"{node.name}: no simulated node state (run `manage.py simulation prepare` first)")
+        raise BMCError(f"{node.name}: no simulated node state (run `{resources.program()} simulation prepare` first)")
     current = node_state.load(node.sysroot)
     if node_state.has_fault(current, "bmc_down"):
         raise BMCError(f"{node.name}: the BMC is down (injected fault bmc_down)")

@@ -22,6 +22,7 @@ from pathlib import Path
 from django.conf import settings
 
 from appliance import audit
+from appliance.core import resources
 
 from . import ports
 
@@ -89,7 +90,7 @@ def start() -> int:
         return existing
     if not (Path(settings.REPOSITORY_DIR) / "manifest.json").is_file():
         raise RepositoryServerError(f"no package repository at {settings.REPOSITORY_DIR}: build it first "
-                                    "(`manage.py repository build`)")
+                                    f"(`{resources.program()} repository build`)")
     number = port()
     if ports.server_listening(number):
         raise RepositoryServerError(f"port {number} of the package repository is in use by another process")

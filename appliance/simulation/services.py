@@ -16,6 +16,7 @@ from django.db import transaction
 from ruamel.yaml import YAML
 
 from appliance import audit
+from appliance.core import resources
 
 from . import (
     bmc,
@@ -486,7 +487,7 @@ def _fault(kind: str, params: dict, node) -> dict:
 
 def _require_state(node) -> Path:
     if not node.sysroot or not node_state.exists(node.sysroot):
-        raise SimulationError(f"{node.name}: not a prepared simulated node (run `manage.py simulation prepare`)")
+        raise SimulationError(f"{node.name}: not a prepared simulated node (run `{resources.program()} simulation prepare`)")
     return Path(node.sysroot)
 
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from django.conf import settings
 
 from appliance import audit
-from appliance.core import host
+from appliance.core import host, resources
 
 from . import ports
 from . import state as sim_state
@@ -131,7 +131,7 @@ def generated_files(appliance) -> tuple[str, dict[str, str]]:
     found = [(node, path) for node, path in zip(controllers, paths, strict=True) if path.is_file()]
     if not found:
         raise SlurmUnavailable(f"appliance {appliance.name}: the workloads stage has not run yet ({paths[0]} does not "
-                         "exist): run it first (manage.py bootstrap, or a run of the workloads stage)")
+                         f"exist): run it first ({resources.program()} bootstrap, or a run of the workloads stage)")
     node, path = found[0]
     files = {}
     for name in ("slurm.conf", "gres.conf", "cgroup.conf"):

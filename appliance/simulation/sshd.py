@@ -48,7 +48,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from appliance.core import host
+from appliance.core import host, resources
 
 from . import ports
 
@@ -111,7 +111,7 @@ def account(create: bool = False) -> Account:
     if entry is None:
         if not create:
             raise SSHError(f"the simulation's service account {service_account()} does not exist "
-                           "(run `manage.py simulation prepare`)")
+                           f"(run `{resources.program()} simulation prepare`)")
         entry = _create_service_account()
     _ensure_sudoers()
     return Account(entry.pw_name, entry.pw_uid, entry.pw_gid, service=True)
@@ -171,7 +171,7 @@ def remove_account() -> bool:
         running = [entry.name for entry in Path("/proc").iterdir() if entry.name.isdigit() and _owned_by(entry)]
         if running:
             raise SSHError(f"the service account {service_account()} still runs processes ({', '.join(running[:5])}): "
-                           "stop every simulated appliance first (manage.py simulation stop)")
+                           f"stop every simulated appliance first ({resources.program()} simulation stop)")
         _run([USERDEL, service_account()], f"removing the service account {service_account()}")
         removed = True
     if removed:
@@ -244,7 +244,7 @@ def address_of(name: str) -> str:
     path = node_dir(name) / "address"
     with contextlib.suppress(OSError):
         return path.read_text().strip()
-    raise SSHError(f"{name}: no SSH address yet (run `manage.py simulation prepare`)")
+    raise SSHError(f"{name}: no SSH address yet (run `{resources.program()} simulation prepare`)")
 
 
 def _assign_address(name: str) -> str:
@@ -266,7 +266,7 @@ def _assign_address(name: str) -> str:
 def port_of(name: str) -> int:
     allocation = ports.allocated(settings.SIMULATION_DIR, PORT_KIND)
     if name not in allocation:
-        raise SSHError(f"{name}: no SSH port yet (run `manage.py simulation prepare`)")
+        raise SSHError(f"{name}: no SSH port yet (run `{resources.program()} simulation prepare`)")
     return allocation[name]
 
 
@@ -473,7 +473,7 @@ def start_many(names: list[str]) -> dict[str, int]:
             continue
         config = node_dir(name) / "sshd_config"
         if not config.exists():
-            raise SSHError(f"{name}: no SSH server configuration {config} (run `manage.py simulation prepare`)")
+            raise SSHError(f"{name}: no SSH server configuration {config} (run `{resources.program()} simulation prepare`)")
         log = node_dir(name) / "sshd.log"
         process = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)

@@ -37,6 +37,8 @@ from django.db import transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
+from appliance.core import resources
+
 from ...core.files import sha256_file
 from .. import catalogue, chain, merkle, signing
 from ..checkpoints import IncompleteLog, covering_checkpoint, make_checkpoint, prefix_frontier
@@ -153,7 +155,7 @@ def export_bundle(out_dir, fmt: str, since: datetime | None = None, until: datet
     disagreement = witness_disagreement()
     if disagreement:
         raise ExportError(f"the audit log disagrees with its witness ({disagreement}): nothing is exported or "
-                          "signed; run `manage.py audit verify --database`")
+                          f"signed; run `{resources.program()} audit verify --database`")
     anchor = covering_checkpoint(last) or make_checkpoint()
     staging = _prepare_directory(out)
     try:
@@ -207,7 +209,7 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
             record_hash = row[-1]
             if payload["sequence"] != expected:
                 raise ExportError(f"record #{expected} is missing from the database: "
-                                  "run `manage.py audit verify --database`")
+                                  f"run `{resources.program()} audit verify --database`")
             payload_bytes = chain.canonical_payload(payload)
             records_file.write(chain.export_line(payload_bytes, record_hash))
             if separate_display:
@@ -221,7 +223,7 @@ def _write(staging: Path, formatter, first: int, last: int, anchor: AuditCheckpo
             expected += 1
     if expected != last + 1:
         raise ExportError(f"records #{expected}..#{last} are missing from the database: "
-                          "run `manage.py audit verify --database`")
+                          f"run `{resources.program()} audit verify --database`")
     leaves = [hashlib.sha256(b"\x00" + d).digest() for d in digests]
     frontier = list(prefix)
     merkle.frontier_extend(frontier, leaves)

@@ -14,6 +14,8 @@ from django.contrib.auth import authenticate
 from django.core.management.base import BaseCommand, CommandError
 from django.http import HttpRequest
 
+from appliance.core import resources
+
 
 def parse_moment(text: str) -> datetime:
     """ISO 8601 date or date-time; without an offset it is UTC."""
@@ -202,7 +204,7 @@ class Command(BaseCommand):
         if left:
             raise CommandError("still wrong after installing: " + "; ".join(left))
         self.stdout.write(f"audit triggers installed ({len(before)} problem(s) found before); "
-                          "now run `manage.py audit verify --database`")
+                          f"now run `{resources.program()} audit verify --database`")
 
     def handle_rotate_key(self, **options):
         from appliance.audit.keys import rotate_signing_key

@@ -30,7 +30,7 @@ from string import Template
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from appliance.core import host, queue
+from appliance.core import host, queue, resources
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = ("appliance-portal.service", "appliance-worker.service", "appliance-beat.service")
@@ -125,7 +125,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if not options["production"]:
             raise CommandError("--production: required (the production install is the only install; "
-                               "developers run `manage.py runserver` instead)")
+                               f"developers run `{resources.program()} runserver` instead)")
         try:  # the host's own programs first (appliance/core/host.py): nothing is written without them
             host.require("runtime")
         except host.HostNotReady as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from appliance.core import resources
 from appliance.inventory import credentials
 from appliance.inventory.models import Credential
 
@@ -107,7 +108,7 @@ class Command(BaseCommand):
     def _list(self, options):
         rows = list(Credential.objects.order_by("name"))
         if not rows:
-            self.stdout.write("no credentials (manage.py credential create NAME --username USER --endpoint URL)")
+            self.stdout.write(f"no credentials ({resources.program()} credential create NAME --username USER --endpoint URL)")
             return
         for credential in rows:
             used = sorted(credential.bmcs.values_list("node__name", flat=True))

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from appliance.core import context
+from appliance.core import context, resources
 from appliance.inventory.models import Appliance, Node
 from appliance.simulation import portal_server, repository_server, services, slurm, workload
 from appliance.simulation import state as node_state
@@ -65,7 +65,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no simulated appliance named {name!r}")
         appliances = list(queryset)
         if not appliances:
-            raise CommandError("no simulated appliance in the inventory: import a site first (manage.py site import)")
+            raise CommandError(f"no simulated appliance in the inventory: import a site first ({resources.program()} site import)")
         return appliances
 
     def _prepare(self, appliance):

@@ -3,7 +3,7 @@ model of the simulated appliance (appliance/simulation/workload.py) from the she
 
 from django.core.management.base import BaseCommand, CommandError
 
-from appliance.core import context
+from appliance.core import context, resources
 from appliance.inventory.models import Appliance
 from appliance.simulation import slurm, workload
 
@@ -32,7 +32,7 @@ def run_workload(command: BaseCommand, options: dict) -> None:
     appliances = list(appliances)
     if len(appliances) != 1:
         raise CommandError("name the simulated appliance with --appliance" if appliances else
-                           "no simulated appliance in the inventory: import a site first (manage.py site import)")
+                           f"no simulated appliance in the inventory: import a site first ({resources.program()} site import)")
     appliance, action = appliances[0], options["workload_action"]
     with context.acting_as(channel="cli"):
         try:
