@@ -443,7 +443,7 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
 def _upsert(rows: list[tuple]) -> None:
     table = CauseHour._meta.db_table
     names = ["hour", "node_id", "gpu", "instance", "job", "pool", "user", "gpu_seconds", "used_seconds",
-             *CAUSE_COLUMNS, "memory_held_mib_s", "memory_used_mib_s"]
+             *CAUSE_COLUMNS, "memory_held_mib_s", "memory_used_mib_s", "no_data_s"]
     added = names[7:]
     quoted = [connection.ops.quote_name(name) for name in names]
     one = f"({', '.join(['%s'] * len(names))})"
@@ -535,9 +535,62 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
                instance[positions].tolist(), gpu["jobs"][gpu["job_code"][positions]].tolist(), strict=True)
     figures = np.column_stack([sums[name] for name in ("gpu_seconds", "used_seconds", *CAUSE_COLUMNS,
                                                        "memory_held_mib_s", "memory_used_mib_s")]).tolist()
-    rows = [(hours[h], n, g, i, job, pools.get(n, ""), users.get(job, ""), *values)
+    rows = [(hours[h], n, g, i, job, pools.get(n, ""), users.get(job, ""), *values, 0.0)
             for (h, n, g, i, job), values in zip(keys, figures, strict=True)]
     return rows, float(sums["gpu_seconds"].sum())
+
+
+def _listed_gpus() -> np.ndarray:
+    """The inventory's GPUs as (node id, index, epoch seconds it was listed), one row each."""
+    from appliance.inventory.models import GPU
+
+    rows = [(node_id, index, int(created.timestamp()))
+            for node_id, index, created in GPU.objects.values_list("node_id", "index", "created")]
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def _no_data_rows(since: datetime, until: datetime, window: dict | None, listed: np.ndarray,
+                  known: dict) -> tuple[list[tuple], float]:
+    """The seconds of [since, until) in which a GPU the inventory lists sent no line, whole GPU or MIG
+    instance ("no data": the collector silent, the line lost), per hour and GPU, as ledger rows with no
+    holder. A GPU is expected where it was listed before the span, or where its node sent a line in it (a
+    collector that ran before the inventory knew its GPUs); a minute is 60 s of its GPU."""
+    base, end = int(since.timestamp()), int(until.timestamp())
+    width = (end - base) // STEP
+    if not len(listed) or width <= 0:
+        return [], 0.0
+    sent_nodes = np.unique(window["gpu"]["node_id"]) if window else np.zeros(0, dtype=np.int64)
+    expected = listed[(listed[:, 2] <= base) | np.isin(listed[:, 0], sent_nodes)]
+    if not len(expected):
+        return [], 0.0
+    missing = np.ones((len(expected), width), dtype=bool)
+    if window:
+        gpu = window["gpu"]
+        span = int(max(expected[:, 1].max(), gpu["gpu"].max())) + 1
+        keys = expected[:, 0] * span + expected[:, 1]
+        order = np.argsort(keys)
+        row_keys = gpu["node_id"] * span + gpu["gpu"]
+        position = np.minimum(np.searchsorted(keys[order], row_keys), len(order) - 1)
+        hit = keys[order][position] == row_keys
+        minute = (gpu["t"] - base) // STEP
+        inside = hit & (minute >= 0) & (minute < width)
+        missing[order[position[inside]], minute[inside]] = False
+    hours = (base + np.arange(width) * STEP) // 3600 * 3600
+    distinct_hours = np.unique(hours)
+    counts = np.stack([missing[:, hours == hour].sum(axis=1) for hour in distinct_hours], axis=1)
+    new_nodes = set(expected[:, 0].tolist()) - set(known)
+    if new_nodes:
+        known.update(attribution.nodes_info(sorted(new_nodes)))
+    rows = []
+    zeros = [0.0] * (1 + len(CAUSE_COLUMNS) + 2)  # used, the rules' causes, memory held and used
+    for (node_id, index, _), per_hour in zip(expected.tolist(), counts.tolist(), strict=True):
+        pool = known[node_id].pool if node_id in known else ""
+        for hour, count in zip(distinct_hours.tolist(), per_hour, strict=True):
+            if count:
+                seconds = float(count * STEP)
+                rows.append((_param(datetime.fromtimestamp(hour, UTC)), node_id, index, -1, "", pool, "", seconds,
+                             *zeros, seconds))
+    return rows, float(counts.sum() * STEP)
 
 
 def _first_minute(condition: str = "", params: list | None = None) -> datetime | None:
@@ -646,6 +699,7 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
         since = first  # nothing before the oldest per-minute row (pruned, or never sent)
     totals = {"minutes": 0, "buckets": 0, "seconds": 0.0}
     known: dict = {}  # the nodes' name, pool and references, read once a run
+    listed = None  # the inventory's GPUs, read once a run (where a chunk is written)
     if since is not None and max_minutes is not None:
         until = min(until, since + timedelta(minutes=max_minutes))
     chunk = timedelta(minutes=CHUNK_MINUTES)
@@ -667,7 +721,11 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
                 if window is None:  # an empty chunk: skip every empty minute up to the next row (or the end)
                     end = _next_start(end, until) or until
                 rows, seconds = _ledger_rows(window) if window else ([], 0.0)
-                _upsert(rows)
+                if listed is None:
+                    listed = _listed_gpus()
+                silent, silent_seconds = _no_data_rows(since, end, window, listed, known)
+                _upsert(rows + silent)
+                seconds += silent_seconds
                 buckets = len(window["gpu"]["t"]) if window else 0
                 current.attributed_until = end
                 current.last_run_buckets = buckets

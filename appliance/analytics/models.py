@@ -3,8 +3,9 @@ read these, never the per-minute verdicts again), how far attribution has come, 
 (recommendations) it made.
 
 `CauseHour` is the ledger of "where did the GPU-hours go": one row per hour, GPU (or MIG instance) and the
-job that held it (blank: none), with the GPU-seconds of each cause (rules.LABELS) weighted by the share of
-the GPU the row measures (a 1g.10gb instance counts 1/7). Pool and user are copied in when the row is
+job that held it (blank: none), with the GPU-seconds of each cause (rules.LABELS, and "no data": a minute
+of a listed GPU with no line) weighted by the share of the GPU the row measures (a 1g.10gb instance counts
+1/7); gpu_seconds includes the seconds with no data, so the causes add up to it. Pool and user are copied in when the row is
 written, so a node lent to another pool later does not rewrite history. Attribution is incremental
 (`AttributionCursor`): each run judges the minutes after the last one it finished and adds them in.
 
@@ -26,7 +27,11 @@ CAUSE_FIELDS = {
     "straggler": "straggler_s",
     "throttled": "throttled_s",
     "memory-only": "memory_only_s",
+    "no-data": "no_data_s",
 }
+# "no data" is a cause of the ledger, not of the rules: a minute of a GPU the inventory lists for which no
+# line came (the collector silent, the line lost). With it every GPU-second of the range has one cause.
+NO_DATA = "no-data"
 
 
 class CauseHour(models.Model):
@@ -49,6 +54,7 @@ class CauseHour(models.Model):
     straggler_s = models.FloatField(default=0.0)
     throttled_s = models.FloatField(default=0.0)
     memory_only_s = models.FloatField(default=0.0)
+    no_data_s = models.FloatField(default=0.0, help_text="seconds of a listed GPU with no line (no data)")
     memory_held_mib_s = models.FloatField(default=0.0, help_text="GPU memory of the holder, MiB x seconds")
     memory_used_mib_s = models.FloatField(default=0.0, help_text="GPU memory it filled, MiB x seconds")
 
@@ -137,6 +143,7 @@ class _Sums(models.Model):
     straggler_s = models.FloatField(default=0.0)
     throttled_s = models.FloatField(default=0.0)
     memory_only_s = models.FloatField(default=0.0)
+    no_data_s = models.FloatField(default=0.0)
     memory_held_mib_s = models.FloatField(default=0.0)
     memory_used_mib_s = models.FloatField(default=0.0)
 

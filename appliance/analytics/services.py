@@ -2,10 +2,12 @@
 user, hour or day, computed by the database (one GROUP BY over the window's rows, whatever their number).
 
 Figures of a group (hours are GPU-hours: a MIG slice counts its share of the GPU, as the ledger weighs it):
-- gpu_hours: what the GPUs of the group were measured for; allocated_hours: the part a job or service held;
-  used_hours: weighted by utilization (what the GPUs computed).
-- by_cause: GPU-hours of each cause (rules.LABELS); idle_share_by_cause: each cause other than busy over
-  all GPU-hours of the group (the "where did the GPU-hours go" bar).
+- gpu_hours: the GPU-hours of the group's GPUs over the window, wall time, measured or not (the hours with
+  no line are "no data"); allocated_hours: the part a job or service held; used_hours: weighted by
+  utilization (what the GPUs computed).
+- by_cause: GPU-hours of each cause (rules.LABELS and "no-data"; they add up to gpu_hours);
+  idle_share_by_cause: each cause other than busy over all GPU-hours of the group (the "where did the
+  GPU-hours go" bar); idle_share: the causes but busy and no data; no_data_hours and no_data_share.
 - memory held vs used: GiB-hours of GPU memory the holders were given and what they filled.
 - skew (per job): the utilization of each of its GPUs over the window, their spread, coefficient of variation
   and the least used GPU.
@@ -211,7 +213,9 @@ class _Tally:
                 "by_cause": by_cause,
                 "idle_share_by_cause": {label: share(s[f"cause_{column}"], s["gpu_s"])
                                         for label, column in CAUSE_FIELDS.items() if label != "busy"},
-                "idle_share": share(s["gpu_s"] - s["cause_busy_s"], s["gpu_s"]),
+                "idle_share": share(s["gpu_s"] - s["cause_busy_s"] - s["cause_no_data_s"], s["gpu_s"]),
+                "no_data_hours": round(s["cause_no_data_s"] / HOUR_S, 4),
+                "no_data_share": share(s["cause_no_data_s"], s["gpu_s"]),
                 "memory_held_gib_hours": round(s["held_mib_s"] / MIB_PER_GIB / HOUR_S, 4),
                 "memory_used_gib_hours": round(s["filled_mib_s"] / MIB_PER_GIB / HOUR_S, 4),
                 "memory_used_share": share(s["filled_mib_s"], s["held_mib_s"])}

@@ -24,7 +24,7 @@ DEFAULT_RANGE = "7d"
 CAUSE_NAMES = {"busy": _("Busy"), "idle-unallocated": _("Idle, not allocated"),
                "allocated-idle": _("Allocated but idle"), "input-bound": _("Input-bound"),
                "communication-bound": _("Communication-bound"), "straggler": _("Straggler"),
-               "throttled": _("Throttled"), "memory-only": _("Memory only")}
+               "throttled": _("Throttled"), "memory-only": _("Memory only"), "no-data": _("No data")}
 MAX_USERS = 20
 
 

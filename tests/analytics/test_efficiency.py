@@ -69,10 +69,10 @@ def test_the_appliance_gpu_hours_by_cause_allocated_used_and_memory(rows, django
     assert (total["allocated_share"], total["used_share"]) == (0.8056, 0.3911)
     assert total["by_cause"] == {"busy": 1.9762, "idle-unallocated": 1.0, "allocated-idle": 0.0, "input-bound": 0.5,
                                  "communication-bound": 0.5, "straggler": 0.1667, "throttled": 0.0,
-                                 "memory-only": 1.0}
+                                 "memory-only": 1.0, "no-data": 0.0}
     assert total["idle_share_by_cause"] == {"idle-unallocated": 0.1944, "allocated-idle": 0.0, "input-bound": 0.0972,
                                             "communication-bound": 0.0972, "straggler": 0.0324, "throttled": 0.0,
-                                            "memory-only": 0.1944}
+                                            "memory-only": 0.1944, "no-data": 0.0}
     assert total["idle_share"] == 0.6157
     assert (total["memory_held_gib_hours"], total["memory_used_gib_hours"], total["memory_used_share"]) == \
         (321.4286, 265.2857, 0.8253)

@@ -10,6 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from appliance.analytics import ledger, rules
+from appliance.analytics.models import CAUSE_FIELDS, CauseHour
 from appliance.inventory.models import GPU, Appliance, Node, Pool, PoolMembership
 from appliance.telemetry.models import GpuRollup, NodeCollector
 from tests.analytics import heldout
@@ -88,3 +89,21 @@ def test_each_cause_is_attributed_right_for_90_percent_and_all_for_97(graded):
     assert set(recall) == set(rules.LABELS) | {"no-data"}  # every cause is in the data
     assert all(share >= 0.9 for share in recall.values()), heldout.table(result)
     assert result["received_accuracy"] >= 0.97, heldout.table(result)
+
+
+def test_the_ledger_adds_up_to_wall_time_times_gpus_with_the_lost_minutes_as_no_data(graded):
+    """Every GPU-second of the hour has one cause: 32 GPUs x 60 minutes, the minutes with no line (the
+    collector outage, the lines lost on the way) as "no data", each in its own GPU's row."""
+    telemetry, since, until = graded
+    ledger.run_incremental(until=until)
+    rows = list(CauseHour.objects.filter(hour__gte=since, hour__lt=until).values())
+    assert sum(row["gpu_seconds"] for row in rows) == pytest.approx(32 * 60 * 60)
+    lost = {(node, gpu): 0 for node, gpu, _ in telemetry.truth}
+    for (node, gpu, _), parts in telemetry.truth.items():
+        lost[(node, gpu)] += 60 * (parts == [(60.0, "no-data")])
+    names = dict(Node.objects.values_list("pk", "name"))
+    no_data = {(names[row["node_id"]], row["gpu"]): row["no_data_s"] for row in rows if row["no_data_s"]}
+    assert no_data == {key: float(seconds) for key, seconds in lost.items() if seconds}
+    assert sum(no_data.values()) >= 8 * 7 * 60  # the inference node's outage at least
+    for row in rows:
+        assert sum(row[column] for column in CAUSE_FIELDS.values()) == pytest.approx(row["gpu_seconds"])

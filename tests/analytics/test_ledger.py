@@ -7,13 +7,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from appliance.analytics import attribution, ledger, vector
-from appliance.analytics.models import AttributionCursor, CauseHour
+from appliance.analytics.models import CAUSE_FIELDS, AttributionCursor, CauseHour
 from appliance.audit.models import AuditRecord
 from appliance.inventory.models import Appliance, Node, Pool, PoolMembership
 from appliance.telemetry import frames
 from appliance.telemetry.models import GpuRollup, NodeRollup
 
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
+CAUSE_COLUMNS = tuple(CAUSE_FIELDS.values())
 MINUTE = timedelta(minutes=1)
 GIB = 1024  # MiB
 
@@ -538,3 +539,60 @@ def test_a_mount_without_a_measured_rate_at_its_own_ceiling_with_blocked_loaders
         assert share["value"] == round(2.5e9 / 2.97e9, 6) and share["held"]
         assert "ceiling learned from this mount's own reads" in share["note"]
         assert share["note"].endswith("no measured rate: a ceiling counts with cpu_iowait >= 0.1, it was 0.12")
+
+
+def _three_minutes_with_silent_gpus(t0: datetime) -> None:
+    """Three minutes from t0: gpu01 sends GPU 0 every minute, GPU 1 the first only, GPU 2 (listed) never;
+    gpu04's two GPUs, listed the day before, send nothing (a collector silent); gpu05's GPU, listed after the
+    minutes, is not expected in them. Attributed into the ledger."""
+    from appliance.inventory.models import GPU
+
+    appliance = Appliance.objects.create(name="silent")
+    pool = Pool.objects.create(appliance=appliance, name="training", kind=Pool.Kind.TRAINING)
+    nodes = {}
+    for number, name in ((1, "gpu01"), (4, "gpu04"), (5, "gpu05")):
+        nodes[name] = Node.objects.create(appliance=appliance, name=name, role=Node.Role.GPU,
+                                          management_address=f"10.0.0.{number}")
+        PoolMembership.objects.create(pool=pool, node=nodes[name])
+    for name, count in (("gpu01", 3), ("gpu04", 2), ("gpu05", 1)):
+        for index in range(count):
+            GPU.objects.create(node=nodes[name], index=index, model="H100-SXM5-80GB", memory_mib=81559)
+    GPU.objects.filter(node__name__in=["gpu01", "gpu04"]).update(created=t0 - timedelta(days=1))
+    GPU.objects.filter(node__name="gpu05").update(created=t0 + timedelta(hours=2))
+    rows = [row(nodes["gpu01"], 0, minute, "4182", 98.0, 0.85, 64) for minute in range(3)]
+    rows.append(row(nodes["gpu01"], 1, 0, "4182", 96.0, 0.84, 64))
+    for record in rows:
+        record.start += t0 - T0
+    GpuRollup.objects.bulk_create(rows)
+    assert ledger.run_incremental(until=t0 + 3 * MINUTE)["seconds"] == 3 * 5 * 60
+
+
+def test_every_listed_gpu_second_has_one_cause_no_data_included(db):
+    """The ledger adds to 3 minutes x 5 GPUs, as the summaries do."""
+    from appliance.analytics import services
+
+    _three_minutes_with_silent_gpus(T0)
+    no_data = {(r.node.name, r.gpu, r.job): (r.gpu_seconds, r.no_data_s, r.busy_s, r.pool)
+               for r in CauseHour.objects.select_related("node") if r.no_data_s}
+    assert no_data == {("gpu01", 1, ""): (120.0, 120.0, 0.0, "training"), ("gpu01", 2, ""): (180.0, 180.0, 0.0, "training"),
+                       ("gpu04", 0, ""): (180.0, 180.0, 0.0, "training"), ("gpu04", 1, ""): (180.0, 180.0, 0.0, "training")}
+    for figures in CauseHour.objects.values():
+        causes = sum(figures[column] for column in CAUSE_COLUMNS)
+        assert causes == pytest.approx(figures["gpu_seconds"])  # each second in exactly one cause
+    total = services.efficiency(since=T0, until=T0 + timedelta(hours=1), group="node")["total"]
+    assert total["gpu_hours"] == round(900 / 3600, 4)
+    assert total["by_cause"]["no-data"] == round(660 / 3600, 4) and total["no_data_share"] == round(660 / 900, 4)
+    assert total["by_cause"]["busy"] == round(240 / 3600, 4)
+    assert total["idle_share"] == 0.0  # no GPU that sent a line was idle: the silent ones are no data, not idle
+
+
+def test_the_efficiency_page_shows_the_gpu_hours_with_no_data(db, client_for):
+    from django.utils import timezone
+
+    from appliance.analytics import services
+
+    _three_minutes_with_silent_gpus(timezone.now().replace(second=0, microsecond=0) - timedelta(hours=2))
+    services.refresh_summary()
+    text = client_for("viewer").get("/analytics/", {"range": "24h"}).content.decode()
+    assert '<dd data-part="no-data">0.2 GPU-hours</dd>' in text  # 660 s of 900
+    assert "cause-no-data" in text  # its segment of the bar and the legend's chip

@@ -14,7 +14,7 @@ HOUR = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
 JOB = 'svc "a", café – 東京 \\ {x}\t'  # a quote, a comma, non-ASCII, a backslash, braces, a tab
 FIGURES = ("gpu_seconds", "used_seconds", "busy_s", "idle_unallocated_s", "allocated_idle_s", "input_bound_s",
            "communication_bound_s", "straggler_s", "throttled_s", "memory_only_s", "memory_held_mib_s",
-           "memory_used_mib_s")
+           "memory_used_mib_s", "no_data_s")
 
 
 @pytest.fixture
@@ -37,26 +37,29 @@ def test_rows_are_added_and_a_key_already_there_is_added_to(nodes):
     gpu01, gpu02 = nodes
     assert ledger.CAUSE_COLUMNS == FIGURES[2:10]
     first = [ledger_row(gpu01, 0, -1, JOB, "training", "alice", 60.0, 0.1 + 0.2, 1 / 3, 0.0, 0.0, 0.0, 0.0, 0.0,
-                        0.0, 0.0, 4893540.0, 3600000.0),
+                        0.0, 0.0, 4893540.0, 3600000.0, 0.0),
              ledger_row(gpu02, 2, 1, "", "inference", "", 8.571428571428571, 0.0, 0.0, 8.571428571428571, 0.0,
-                        0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)]
+                        0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)]
     ledger._upsert(first)
     assert stored() == {
         ("gpu01", 0, -1, JOB): (HOUR, "training", "alice", 60.0, 0.30000000000000004, 0.3333333333333333, 0.0, 0.0,
-                                0.0, 0.0, 0.0, 0.0, 0.0, 4893540.0, 3600000.0),
+                                0.0, 0.0, 0.0, 0.0, 0.0, 4893540.0, 3600000.0, 0.0),
         ("gpu02", 2, 1, ""): (HOUR, "inference", "", 8.571428571428571, 0.0, 0.0, 8.571428571428571, 0.0, 0.0, 0.0,
-                              0.0, 0.0, 0.0, 0.0, 0.0)}
+                              0.0, 0.0, 0.0, 0.0, 0.0, 0.0)}
     ledger._upsert([])  # nothing
     # The next chunk of the same hour: the two keys again (their figures added; pool and user kept) and one new.
     ledger._upsert([*first, ledger_row(gpu02, 3, -1, "embed", "inference", "bob", 60.0, 30.0, 30.0, 0.0, 0.0,
-                                       0.0, 0.0, 30.0, 0.0, 0.0, 600.0, 300.0)])
+                                       0.0, 0.0, 30.0, 0.0, 0.0, 600.0, 300.0, 0.0),
+                    ledger_row(gpu02, 4, -1, "", "inference", "", 120.0, 0.0, *[0.0] * 10, 120.0)])  # no data
     assert stored() == {
         ("gpu01", 0, -1, JOB): (HOUR, "training", "alice", 120.0, 0.6000000000000001, 0.6666666666666666, 0.0, 0.0,
-                                0.0, 0.0, 0.0, 0.0, 0.0, 9787080.0, 7200000.0),
+                                0.0, 0.0, 0.0, 0.0, 0.0, 9787080.0, 7200000.0, 0.0),
         ("gpu02", 2, 1, ""): (HOUR, "inference", "", 17.142857142857142, 0.0, 0.0, 17.142857142857142, 0.0, 0.0,
-                              0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+                              0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
         ("gpu02", 3, -1, "embed"): (HOUR, "inference", "bob", 60.0, 30.0, 30.0, 0.0, 0.0, 0.0, 0.0, 30.0, 0.0, 0.0,
-                                    600.0, 300.0)}
+                                    600.0, 300.0, 0.0),
+        ("gpu02", 4, -1, ""): (HOUR, "inference", "", 120.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                               120.0)}
 
 
 @pytest.mark.postgres
