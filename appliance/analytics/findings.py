@@ -144,20 +144,63 @@ def _user(rows) -> str:
     return next((r["user"] for r in rows if r["user"]), "")
 
 
-def _node_io(node_ids, hours) -> dict:
-    """Per node, over the given hours: mean reads per mount, mean CPU busy and iowait (NodeRollup, the
-    per-minute rows where there are, else the per-hour ones)."""
+@dataclass
+class JobMinutes:
+    """A job's per-minute verdicts over some hours (the rules of rules.py on its own rows, its GPUs each
+    other's peers, with the references the ledger uses): `judged` every bucket of the job, `minutes` per node
+    the minutes in which one of its GPUs there got the cause asked for (where none did, judged again today:
+    every minute the job held a GPU there, `of_cause` False), `references` per node."""
+
+    judged: list
+    minutes: dict[int, set[datetime]]
+    references: dict
+    of_cause: bool = True
+
+
+def _job_minutes(job: str, hours, label: str) -> JobMinutes | None:
+    """The job's own minutes of `label` in `hours`, judged again from its per-minute rows; None where it has
+    none there (kept per hour only: the figures are then the hours')."""
+    from . import attribution
+
+    hours = set(hours)
+    if not hours:
+        return None
+    judged, info = attribution.from_database(min(hours), max(hours) + timedelta(hours=1), job=job)
+    judged = [a for a in judged if a.record["start"].replace(minute=0, second=0, microsecond=0) in hours]
+    if not judged:
+        return None
+    minutes: dict[int, set[datetime]] = defaultdict(set)
+    held: dict[int, set[datetime]] = defaultdict(set)
+    for attributed in judged:
+        held[attributed.record["node_id"]].add(attributed.record["start"])
+        if attributed.label == label:
+            minutes[attributed.record["node_id"]].add(attributed.record["start"])
+    return JobMinutes(judged, dict(minutes or held), {pk: entry.references for pk, entry in info.items()},
+                      of_cause=bool(minutes))
+
+
+def _node_rows(node_ids, hours, minutes: dict[int, set[datetime]] | None, fields: tuple[str, ...]) -> tuple[list, int]:
+    """The node rows of the given hours (the per-minute ones where there are, else the per-hour ones), or, with
+    `minutes`, the per-minute rows of exactly those minutes of each node (a job's own). Returns (rows, step)."""
     from appliance.telemetry.models import NodeRollup
 
+    first, last = min(hours), max(hours) + timedelta(hours=1)
+    steps = (60,) if minutes is not None else (60, 3600)
+    # the per-minute and per-hour rows only (the coarser levels the Overview reads are not needed here)
+    query = NodeRollup.objects.filter(node_id__in=node_ids, step__in=steps, start__gte=first, start__lt=last)
+    rows = [r for r in query.values("node_id", "step", "start", *fields)
+            if r["start"].replace(minute=0, second=0, microsecond=0) in hours
+            and (minutes is None or r["start"] in minutes.get(r["node_id"], ()))]
+    return rows, 60 if any(r["step"] == 60 for r in rows) else 3600
+
+
+def _node_io(node_ids, hours, minutes: dict[int, set[datetime]] | None = None) -> dict:
+    """Per node, over the given hours (or, with `minutes`, over those minutes of each node only): mean reads
+    per mount, mean CPU busy and iowait (NodeRollup, the per-minute rows where there are, else the per-hour
+    ones)."""
     if not node_ids or not hours:
         return {}
-    first, last = min(hours), max(hours) + timedelta(hours=1)
-    # the per-minute and per-hour rows only (the coarser levels the Overview reads are not needed here)
-    query = NodeRollup.objects.filter(node_id__in=node_ids, step__in=(60, 3600), start__gte=first, start__lt=last)
-    rows = [r for r in query.values("node_id", "step", "start", "mounts", "fs_read_bps", "cpu_busy", "cpu_iowait")
-            if r["start"].replace(minute=0, second=0, microsecond=0) in hours]
-    steps = {r["step"] for r in rows}
-    step = 60 if 60 in steps else 3600
+    rows, step = _node_rows(node_ids, hours, minutes, ("mounts", "fs_read_bps", "cpu_busy", "cpu_iowait"))
     result: dict[int, dict] = {}
     for node_id in node_ids:
         mine = [r for r in rows if r["node_id"] == node_id and r["step"] == step]
@@ -197,10 +240,22 @@ def _gds_verified(node) -> bool:
     return bool(((node.facts or {}).get("gds") or {}).get("verified"))
 
 
+def _over(own: JobMinutes | None, minutes: dict[int, set[datetime]] | None, label: str) -> dict:
+    """What a finding's node figures were averaged over, for its evidence."""
+    if own is None:
+        return {"over": "hours", "minutes": None}
+    what = f"the job's own {label} minutes" if own.of_cause else "the job's own minutes"
+    return {"over": what, "minutes": sum(len(m) for m in (minutes or {}).values())}
+
+
 def detect_input_bound(rows) -> Result:
-    """A job whose GPUs waited on input for INPUT_BOUND_MIN_SHARE of its GPU-seconds or more. Evidence: the
-    reads on each mount of its nodes in the hours it waited against what that mount delivered in the
-    node's storage smoke test, CPU busy and iowait, whether gdscheck passed on its nodes."""
+    """A job whose GPUs waited on input for INPUT_BOUND_MIN_SHARE of its GPU-seconds or more. Evidence, over
+    the job's own input-bound minutes (its per-minute rows judged again; the hours it waited where only
+    hours are kept): the reads on each mount of its nodes against what that mount delivered in the node's
+    storage smoke test, or, with no measured rate, its own ceiling learned from its reads (never another
+    mount's figure); CPU busy and iowait; whether gdscheck passed on its nodes. The proposal follows:
+    reads at the mount's rate, stage the data or read it with GPUDirect Storage (more loaders cannot help);
+    CPUs saturated, move preprocessing off them; neither, more loaders and prefetching."""
     result = Result()
     for job, mine in _by_job(rows).items():
         result.measured.add(f"{Finding.Kind.INPUT_BOUND}:{job}")
@@ -212,22 +267,30 @@ def detect_input_bound(rows) -> Result:
             continue
         node_ids = sorted({r["node_id"] for r in mine})
         hours = {r["hour"] for r in mine if r["input_bound_s"]}
-        io = _node_io(node_ids, hours)
+        own = _job_minutes(job, hours, "input-bound")
+        minutes = own.minutes if own is not None and own.minutes else None
+        io = _node_io(node_ids, hours, minutes)
         nodes = _nodes(node_ids)
         mounts, cpu_busy, iowait, gds = [], [], [], []
         for node_id in node_ids:
             node, figures = nodes.get(node_id), io.get(node_id) or {}
             measured = _measured_mounts(node) if node else {}
+            learned = {mount: reference for mount, reference in
+                       (own.references.get(node_id).storage.items() if own and node_id in own.references else ())
+                       if reference.learned}
             for mount, read in sorted((figures.get("reads") or {}).items()):
-                reference = measured.get(mount)
-                if not reference:  # nothing measured on it: no share to state (never another mount's figure)
-                    mounts.append({"node": node.name if node else str(node_id), "mount": mount,
-                                   "read_bps": round(read), "measured_bps": None, "reference": rules.NO_MEASURED_RATE,
-                                   "share": None})
-                    continue
-                mounts.append({"node": node.name if node else str(node_id), "mount": mount, "read_bps": round(read),
-                               "measured_bps": round(reference), "reference": "smoke test",
-                               "share": round(read / reference, 4)})
+                name = node.name if node else str(node_id)
+                if measured.get(mount):
+                    mounts.append({"node": name, "mount": mount, "read_bps": round(read),
+                                   "measured_bps": round(measured[mount]), "reference": "smoke test",
+                                   "share": round(read / measured[mount], 4)})
+                elif mount in learned:  # no measured rate: its own ceiling, said to be one
+                    mounts.append({"node": name, "mount": mount, "read_bps": round(read), "measured_bps": None,
+                                   "ceiling_bps": round(learned[mount].value), "reference": "learned ceiling",
+                                   "share": round(read / learned[mount].value, 4)})
+                else:  # nothing measured on it: no share to state (never another mount's figure)
+                    mounts.append({"node": name, "mount": mount, "read_bps": round(read), "measured_bps": None,
+                                   "reference": rules.NO_MEASURED_RATE, "share": None})
             if figures.get("cpu_busy") is not None:
                 cpu_busy.append(figures["cpu_busy"])
             if figures.get("cpu_iowait") is not None:
@@ -240,10 +303,14 @@ def detect_input_bound(rows) -> Result:
         summary = _("job %(job)s was input-bound %(share)s of its time (%(hours)s of %(total)s GPU-hours)") % {
             "job": job, "share": _pct(share), "hours": _hours(totals["input_bound_s"]),
             "total": _hours(totals["gpu_seconds"])}
-        if busiest:
+        if busiest and busiest["reference"] == "smoke test":
             summary += _(": reads on %(mount)s at %(read_share)s of the mount's measured %(measured)s") % {
                 "mount": busiest["mount"], "read_share": _pct(busiest["share"]),
                 "measured": _gbps(busiest["measured_bps"])}
+        elif busiest:
+            summary += _(": reads on %(mount)s at %(read_share)s of the %(ceiling)s it sustains at most (no measured "
+                         "rate: its own ceiling, learned from its reads)") % {
+                "mount": busiest["mount"], "read_share": _pct(busiest["share"]), "ceiling": _gbps(busiest["ceiling_bps"])}
         if busy is not None:
             summary += _(", CPU at %(busy)s, iowait %(wait)s") % {"busy": _pct(busy),
                                                                   "wait": _pct(wait or 0.0)}
@@ -251,16 +318,19 @@ def detect_input_bound(rows) -> Result:
         if user:
             summary += _(" (user %(user)s)") % {"user": user}
         proposals = []
-        if busiest and busiest["share"] >= MOUNT_SATURATED_SHARE:
+        saturated = bool(busiest and busiest["share"] >= MOUNT_SATURATED_SHARE)
+        cpu_bound = busy is not None and busy >= CPU_SATURATED
+        if saturated:
             proposals.append(_("stage the dataset to local NVMe (%(mount)s delivers no more)") % {
                 "mount": busiest["mount"]})
-        if busy is not None and busy >= CPU_SATURATED:
+        if cpu_bound:
             proposals.append(_("move preprocessing off the CPUs or pre-process the dataset once (CPU was at "
                                "%(busy)s: more data-loader workers cannot help)") % {"busy": _pct(busy)})
-        elif busy is not None or (wait is not None and wait >= IOWAIT_HIGH):
+        elif not saturated and (busy is not None or (wait is not None and wait >= IOWAIT_HIGH)):
+            # the mount has more to give and the CPUs are free: more loaders in flight read more
             proposals.append(_("raise data-loader workers and prefetching (CPU at %(busy)s, iowait %(wait)s)") % {
                 "busy": _pct(busy or 0.0), "wait": _pct(wait or 0.0)})
-        if gds:
+        if gds and (saturated or cpu_bound):  # reads straight to the GPUs: no CPU bounce buffer, fewer copies
             proposals.append(_("enable GPUDirect Storage (gdscheck passes on %(nodes)s)") % {"nodes": ", ".join(gds)})
         if not proposals:
             proposals.append(_("profile the input pipeline (the GPUs waited, no mount or CPU figure explains it)"))
@@ -269,24 +339,18 @@ def detect_input_bound(rows) -> Result:
             {"share": round(share, 4), "input_bound_gpu_hours": _hours(totals["input_bound_s"]),
              "gpu_hours": _hours(totals["gpu_seconds"]), "mounts": mounts,
              "cpu_busy": None if busy is None else round(busy, 4), "cpu_iowait": None if wait is None else round(wait, 4),
-             "gds_verified_nodes": gds, "nodes": [nodes[n].name for n in node_ids if n in nodes], "user": user},
+             "gds_verified_nodes": gds, "nodes": [nodes[n].name for n in node_ids if n in nodes], "user": user}
+            | _over(own, minutes, "input-bound"),
             job=job, pool=mine[0]["pool"], node_id=node_ids[0] if len(node_ids) == 1 else None))
     return result
 
 
-def _fabric(node_ids, hours) -> dict:
-    """Per node, over the given hours: mean InfiniBand traffic (the larger direction) as a share of its
-    ports' line rate, and mean port_xmit_wait per second."""
-    from appliance.telemetry.models import NodeRollup
-
+def _fabric(node_ids, hours, minutes: dict[int, set[datetime]] | None = None) -> dict:
+    """Per node, over the given hours (or, with `minutes`, those minutes of each node only): mean InfiniBand
+    traffic (the larger direction) as a share of its ports' line rate, and mean port_xmit_wait per second."""
     if not node_ids or not hours:
         return {}
-    first, last = min(hours), max(hours) + timedelta(hours=1)
-    rows = [r for r in NodeRollup.objects.filter(node_id__in=node_ids, step__in=(60, 3600), start__gte=first,
-                                                 start__lt=last).values(
-        "node_id", "step", "start", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "ib_xmit_wait")
-        if r["start"].replace(minute=0, second=0, microsecond=0) in hours]
-    step = 60 if any(r["step"] == 60 for r in rows) else 3600
+    rows, step = _node_rows(node_ids, hours, minutes, ("ib_tx_bps", "ib_rx_bps", "ib_line_bps", "ib_xmit_wait"))
     result = {}
     for node_id in node_ids:
         shares = [max(r["ib_tx_bps"] or 0.0, r["ib_rx_bps"] or 0.0) / r["ib_line_bps"] for r in rows
@@ -318,7 +382,10 @@ def detect_communication_bound(rows) -> Result:
         culprit = max(sorted(per_gpu), key=lambda gpu: per_gpu[gpu]) if any(per_gpu.values()) else ""
         node_ids = sorted({r["node_id"] for r in mine})
         names = {r["node_id"]: r["node__name"] for r in mine}
-        fabric = _fabric(node_ids, {r["hour"] for r in mine if r["communication_bound_s"]})
+        hours = {r["hour"] for r in mine if r["communication_bound_s"]}
+        own = _job_minutes(job, hours, "communication-bound")
+        minutes = own.minutes if own is not None and own.minutes else None
+        fabric = _fabric(node_ids, hours, minutes)
         line = max((f["line_share"] for f in fabric.values() if f["line_share"] is not None), default=None)
         summary = _("job %(job)s waited on communication %(share)s of its time (%(hours)s of %(total)s GPU-hours)") % {
             "job": job, "share": _pct(share), "hours": _hours(totals["communication_bound_s"]),
@@ -333,16 +400,21 @@ def detect_communication_bound(rows) -> Result:
             proposal = _("its GPUs wait for GPU %(gpu)s of %(node)s in every collective: fix that straggler first "
                          "(see its finding)") % {"gpu": gpu[1], "node": gpu[0]}
         elif line is not None and line >= FABRIC_SATURATED_SHARE:
-            proposal = _("the fabric is the limit: place the job on nodes under fewer leaf switches, overlap "
-                         "communication with compute (gradient bucketing), or use a larger batch per step")
-        else:
+            proposal = _("the fabric is the limit: place the job on nodes under fewer leaf switches (topology-aware "
+                         "placement), overlap communication with compute (gradient bucketing), or compress "
+                         "gradients")
+        elif line is not None:
             proposal = _("the fabric is not saturated: check NCCL's transport (GPUDirect RDMA, NCCL_IB_HCA on the "
                          "rail HCAs) and the job's collective sizes")
+        else:  # nothing says whether the fabric is the limit: say nothing about it
+            proposal = _("the fabric's load was not measured in these minutes: check the collectors' InfiniBand "
+                         "counters, then NCCL's transport")
         result.candidates.append(Candidate(
             Finding.Kind.COMMUNICATION_BOUND, job, summary, proposal, _hours(totals["communication_bound_s"]),
             {"share": round(share, 4), "communication_bound_gpu_hours": _hours(totals["communication_bound_s"]),
              "gpu_hours": _hours(totals["gpu_seconds"]), "straggler": culprit, "ib_line_share": line,
-             "fabric": {names[k]: v for k, v in fabric.items()}, "user": user}, job=job, pool=mine[0]["pool"]))
+             "fabric": {names[k]: v for k, v in fabric.items()}, "user": user}
+            | _over(own, minutes, "communication-bound"), job=job, pool=mine[0]["pool"]))
     return result
 
 
@@ -423,6 +495,34 @@ def _worst_straggled_job(rows) -> tuple[str, float] | None:
     return job, share
 
 
+def _straggled_activity(key: tuple, jobs, hours) -> tuple[str, float, float] | None:
+    """The GPU's SM activity (the field its verdicts compared; utilization where it reports none) and its
+    peers' over the minutes it was judged straggler, from its jobs' per-minute rows; None where they are
+    kept per hour only."""
+    own: list[float] = []
+    peers: list[float] = []
+    metric = "sm_active"
+    for job in jobs:
+        found = _job_minutes(job, hours, "straggler")
+        if found is None:
+            continue
+        mine = {a.record["start"] for a in found.judged if a.label == "straggler"
+                and (a.record["node_id"], a.record["gpu"], a.record["instance"]) == key}
+        for attributed in found.judged:
+            record = attributed.record
+            if record["start"] not in mine:
+                continue
+            value = record.get("sm_active")
+            if value is None:
+                metric = "utilization"
+                value = None if record.get("util") is None else record["util"] / 100
+            if value is not None:
+                (own if (record["node_id"], record["gpu"], record["instance"]) == key else peers).append(value)
+    if not own or not peers:
+        return None
+    return metric, sum(own) / len(own), sum(peers) / len(peers)
+
+
 def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks: dict | None = None) -> Result:
     """A GPU judged a straggler for STRAGGLER_MIN_SHARE or more of the seconds it held for its jobs, or for
     one of them (_worst_straggled_job): how much slower than its peers over the hours it straggled (the share
@@ -462,6 +562,10 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
                     peers_seconds += peer["gpu_seconds"]
         own = own_used / own_seconds if own_seconds else None
         peers = peers_used / peers_seconds if peers_seconds else None
+        metric = "utilization"
+        activity = _straggled_activity((node_id, gpu, instance), straggled, hours)
+        if activity is not None:  # the field the verdicts used, over the minutes it straggled
+            metric, own, peers = activity
         slower = 1 - peers / own if peers is not None and own else None
         if slower is not None and slower < STRAGGLER_MIN_SLOWER:
             continue  # a slowdown too small to act on
@@ -477,10 +581,16 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
                         "time, %(job_share)s of its time in job %(job)s)") % (
                 figures | {"job_share": _pct(worst[1]), "job": worst[0]})
         if slower is not None:
-            summary += _(": in the %(hours)s hour(s) it straggled (%(span)s) it ran %(slower)s slower than its peers "
-                         "(utilization %(own)s vs %(peers)s)") % {
-                "hours": len(hours), "span": _local_span(hours), "slower": _pct(slower), "own": _pct(own),
-                "peers": _pct(peers)}
+            if metric == "sm_active":
+                summary += _(": in the %(hours)s hour(s) it straggled (%(span)s) it ran %(slower)s slower than its "
+                             "peers (SM activity %(own)s vs %(peers)s in the minutes it straggled)") % {
+                    "hours": len(hours), "span": _local_span(hours), "slower": _pct(slower), "own": _pct(own),
+                    "peers": _pct(peers)}
+            else:
+                summary += _(": in the %(hours)s hour(s) it straggled (%(span)s) it ran %(slower)s slower than its "
+                             "peers (utilization %(own)s vs %(peers)s)") % {
+                    "hours": len(hours), "span": _local_span(hours), "slower": _pct(slower), "own": _pct(own),
+                    "peers": _pct(peers)}
         summary += _(" (throttled: %(cause)s)") % {"cause": cause}
         result.candidates.append(Candidate(
             Finding.Kind.STRAGGLER, subject, summary, _cause_proposal(measured_clocks["reasons"]),
@@ -488,7 +598,7 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
             {"share": round(share, 4), "straggler_gpu_hours": _hours(totals["straggler_s"]), "jobs": jobs,
              "jobs_held_back": straggled, "hours_straggled": [h.isoformat() for h in hours],
              "worst_job": None if worst is None else {"job": worst[0], "share": round(worst[1], 4)},
-             "utilization": None if own is None else round(own, 4),
+             "metric": metric, "utilization": None if own is None else round(own, 4),
              "peers_utilization": None if peers is None else round(peers, 4),
              "slower": None if slower is None else round(slower, 4)} | measured_clocks,
             node_id=node_id, pool=mine[0]["pool"]))
@@ -554,6 +664,14 @@ def detect_allocated_idle(rows) -> Result:
     return result
 
 
+def _is_service(rows) -> bool:
+    """Whether a holder's rows are an inference pool's (a service), not a training pool's job."""
+    from appliance.inventory.models import Pool
+
+    pools = {r["pool"] for r in rows}
+    return Pool.objects.filter(name__in=pools, kind=Pool.Kind.INFERENCE).exists()
+
+
 def detect_memory_only(rows) -> Result:
     """A job or service holding memory while computing near zero MEMORY_ONLY_MIN_SHARE or more of its time:
     the memory it fills against the GPU's, its compute share, the smallest MIG profile that fits it and the
@@ -577,10 +695,14 @@ def detect_memory_only(rows) -> Result:
         gpu_mib = max(sizes) if sizes else held_mib
         compute = totals["used_seconds"] / totals["gpu_seconds"]
         fit = profiling.mig_fit(used_mib, gpu_mib)
-        summary = _("service %(job)s uses %(used)s GB and %(compute)s of a %(total)s GB GPU (memory only "
-                    "%(share)s of its time)") % {"job": job, "used": round(used_mib / 1024, 1),
-                                                 "compute": _pct(compute), "total": round(gpu_mib / 1024),
-                                                 "share": _pct(share)}
+        figures = {"job": job, "used": round(used_mib / 1024, 1), "compute": _pct(compute),
+                   "total": round(gpu_mib / 1024), "share": _pct(share)}
+        if _is_service(mine):
+            summary = _("service %(job)s uses %(used)s GB and %(compute)s of a %(total)s GB GPU (memory only "
+                        "%(share)s of its time)") % figures
+        else:  # a training pool's (Slurm) job is not a service
+            summary = _("job %(job)s uses %(used)s GB and %(compute)s of a %(total)s GB GPU (memory only "
+                        "%(share)s of its time)") % figures
         if fit:
             proposal = _("a %(profile)s MIG slice would serve it, freeing %(freed)s slices") % {
                 "profile": fit["profile"], "freed": fit["freed_slices"] * len(whole)}

@@ -400,3 +400,131 @@ def test_the_command_names_a_bad_argument_and_changes_nothing(site, args, messag
         _findings_command(*args)
     assert not Finding.objects.exists()
     assert not AuditRecord.objects.filter(event="analytics.findings.refresh").exists()
+
+
+# ---- a finding's figures are its own job's minutes, and its proposal follows from them ---------------------
+
+SHARED_HOUR = DAY0 + timedelta(days=2, hours=14)
+
+
+def shared_gpus(db, *, first: dict, second: dict, job_kind="input", pool_kind=Pool.Kind.TRAINING, gds=True,
+                peers_sm=None):
+    """gpu05 (its smoke test: /mnt/scratch at 2,100 MB/s) in one hour: job "A" holds GPUs 0 and 1 for the first 30
+    minutes, job "B" for the last 30. `first` and `second` are the node's figures in each half; A's GPUs stall
+    (SM activity 0.15) where `job_kind` is "input" or "nccl", B's compute (0.9). With `peers_sm`, A runs on
+    GPUs 0-3 at full utilization, GPU 0 at SM activity 0.9 and the others at `peers_sm`."""
+    appliance = Appliance.objects.create(name="shared")
+    pool = Pool.objects.create(appliance=appliance, name="pool-a", kind=pool_kind)
+    facts = {"storage": {"results": [{"mount_point": "/mnt/scratch", "read_mbps": 2100}]}} | (
+        {"gds": {"verified": True}} if gds else {})
+    node = Node.objects.create(appliance=appliance, name="gpu05", role=Node.Role.GPU, management_address="10.0.0.15",
+                               facts=facts)
+    PoolMembership.objects.create(pool=pool, node=node)
+    gpus = (0, 1, 2, 3) if peers_sm is not None else (0, 1)
+    rollups, nodes = [], []
+    for minute in range(60):
+        start = SHARED_HOUR + timedelta(minutes=minute)
+        mine = minute < 30
+        figures = first if mine else second
+        nodes.append(NodeRollup(node=node, step=60, start=start, samples=60, cpu_busy=figures.get("cpu", 0.3),
+                                cpu_iowait=figures.get("iowait", 0.01), fs_read_bps=figures.get("read", 0.1e9),
+                                ib_tx_bps=figures.get("ib", 0.0), ib_rx_bps=figures.get("ib", 0.0),
+                                ib_line_bps=figures.get("line", 400e9),
+                                mounts={"/mnt/scratch": {"fstype": "lustre", "read_bps": figures.get("read", 0.1e9)}}))
+        for gpu in gpus:
+            if mine and peers_sm is not None:
+                sm, util = (0.9 if gpu == 0 else peers_sm), 100.0
+            elif mine:
+                sm, util = 0.15, (30.0 if job_kind == "input" else 90.0)
+            else:
+                sm, util = 0.9, 98.0
+            rollups.append(GpuRollup(node=node, gpu=gpu, step=60, start=start, samples=60, job="A" if mine else "B",
+                                     util=util, sm_active=sm, fb_used_mib=60 * GIB, fb_total_mib=80 * GIB,
+                                     sm_clock_mhz=1980.0, throttled_share=0.0))
+    GpuRollup.objects.bulk_create(rollups)
+    NodeRollup.objects.bulk_create(nodes)
+    half = HOUR / 2
+    cause_of_a = {"input": "input_bound_s", "nccl": "communication_bound_s", "memory": "memory_only_s"}[job_kind]
+    rows = []
+    for gpu in gpus:
+        if peers_sm is not None:
+            rows.append(cause(node, gpu, SHARED_HOUR, "A", pool="pool-a", gpu_seconds=half, used_seconds=half,
+                              **({"straggler_s": half} if gpu == 0 else {"communication_bound_s": half})))
+        else:
+            rows.append(cause(node, gpu, SHARED_HOUR, "A", pool="pool-a", gpu_seconds=half, used_seconds=0.1 * half,
+                              **{cause_of_a: half}))
+        rows.append(cause(node, gpu, SHARED_HOUR, "B", pool="pool-a", gpu_seconds=half, used_seconds=0.9 * half,
+                          busy_s=half))
+    CauseHour.objects.bulk_create(rows)
+    return node
+
+
+def found(kind, subject="A"):
+    return by_kind(findings.detect(SINCE, UNTIL).candidates).get((kind, subject))
+
+
+def test_an_input_bound_jobs_reads_are_its_own_minutes_not_the_hours_it_shared(db):
+    """A read /mnt/scratch at 1.9 of its 2.1 GB/s while it waited; B, on the same GPUs the next half hour,
+    read 0.1 GB/s: over the hour, 48%; over A's own minutes, 90%. The mount is the limit: stage the data or
+    read it with GPUDirect Storage, not more loaders."""
+    shared_gpus(db, first={"read": 1.9e9, "iowait": 0.3, "cpu": 0.5}, second={"read": 0.1e9})
+    finding = found("input-bound")
+    assert finding.evidence["mounts"] == [{"node": "gpu05", "mount": "/mnt/scratch", "read_bps": 1900000000,
+                                           "measured_bps": 2100000000, "reference": "smoke test", "share": 0.9048}]
+    assert (finding.evidence["over"], finding.evidence["minutes"]) == ("the job's own input-bound minutes", 30)
+    assert (finding.evidence["cpu_busy"], finding.evidence["cpu_iowait"]) == (0.5, 0.3)
+    assert finding.summary == ("job A was input-bound 100% of its time (1.0 of 1.0 GPU-hours): reads on /mnt/scratch "
+                               "at 90% of the mount's measured 2.1 GB/s, CPU at 50%, iowait 30%")
+    assert finding.proposal == ("stage the dataset to local NVMe (/mnt/scratch delivers no more); enable GPUDirect "
+                                "Storage (gdscheck passes on gpu05)")
+
+
+def test_an_input_bound_job_on_a_mount_with_room_and_free_cpus_gets_more_loaders_not_staging(db):
+    shared_gpus(db, first={"read": 0.6e9, "iowait": 0.3, "cpu": 0.5}, second={"read": 2.0e9})
+    finding = found("input-bound")
+    assert finding.evidence["mounts"][0]["share"] == 0.2857  # 0.6 of 2.1 GB/s (B's reads were 95%)
+    assert finding.proposal == "raise data-loader workers and prefetching (CPU at 50%, iowait 30%)"
+
+
+def test_an_input_bound_job_with_saturated_cpus_is_not_told_to_add_loaders(db):
+    shared_gpus(db, first={"read": 0.6e9, "iowait": 0.05, "cpu": 0.95}, second={"read": 0.1e9, "cpu": 0.2}, gds=False)
+    finding = found("input-bound")
+    assert finding.evidence["cpu_busy"] == 0.95  # over the hour: 0.575
+    assert finding.proposal == ("move preprocessing off the CPUs or pre-process the dataset once (CPU was at 95%: "
+                                "more data-loader workers cannot help)")
+
+
+def test_a_communication_bound_jobs_fabric_is_read_over_its_own_minutes(db):
+    """InfiniBand at 90% of line rate while A waited, idle under B: 45% over the hour, which read "not
+    saturated"."""
+    shared_gpus(db, job_kind="nccl", first={"ib": 360e9}, second={"ib": 0.0})
+    finding = found("communication-bound")
+    assert finding.evidence["ib_line_share"] == 0.9
+    assert "InfiniBand at 90% of line rate" in finding.summary
+    assert finding.proposal == ("the fabric is the limit: place the job on nodes under fewer leaf switches "
+                                "(topology-aware placement), overlap communication with compute (gradient bucketing), "
+                                "or compress gradients")
+
+
+def test_a_communication_bound_job_with_no_fabric_figures_is_not_told_the_fabric_is_free(db):
+    shared_gpus(db, job_kind="nccl", first={"line": None}, second={})
+    finding = found("communication-bound")
+    assert finding.evidence["ib_line_share"] is None
+    assert "not saturated" not in finding.proposal
+    assert finding.proposal.startswith("the fabric's load was not measured in these minutes")
+
+
+def test_a_stragglers_slowdown_compares_sm_activity_the_field_its_verdict_used(db):
+    """Every GPU of A at 100% utilization (NCCL's kernels stay resident): by utilization GPU 0 is no slower;
+    by SM activity, 0.9 against its peers' 0.6, they wait a third of each step."""
+    shared_gpus(db, first={}, second={}, peers_sm=0.6)
+    finding = found("straggler", "gpu05/gpu0")
+    assert (finding.evidence["metric"], finding.evidence["utilization"], finding.evidence["peers_utilization"],
+            finding.evidence["slower"]) == ("sm_active", 0.9, 0.6, 0.3333)
+    assert "ran 33% slower than its peers (SM activity 90% vs 60% in the minutes it straggled)" in finding.summary
+
+
+def test_a_training_jobs_memory_only_finding_does_not_call_it_a_service(db):
+    shared_gpus(db, job_kind="memory", first={}, second={})
+    finding = found("memory-only")
+    assert finding.summary.startswith("job A uses ")
