@@ -39,14 +39,20 @@ UNALLOCATED = "(unallocated)"
 NO_POOL = "(no pool)"
 NO_USER = "(no user)"
 
-# The attribution's own accuracy against the workload model's ground truth, as measured by
-# tests/bench/bench_attribution.py (README, "Accuracy against ground truth"): share of GPU-hours whose cause
-# matched. A benchmark figure, not a measurement of this appliance: the pages show it as such.
+# The attribution's own accuracy against ground truth, as measured by tests/bench/bench_heldout_telemetry.py
+# (docs/benchmarks.md, "Attribution on held-out telemetry"): held out, the share of the GPU-seconds received
+# whose cause matched on telemetry written apart from the rules (tests/analytics/heldout.py, six seeds of
+# an hour of 32 GPUs through the ingest and the ledger), with each cause's; in-sample, the share of
+# GPU-hours on the workload model the thresholds were first chosen on (tests/bench/bench_attribution.py).
+# A benchmark figure, not a measurement of this appliance: the pages show it as such.
 ATTRIBUTION_ACCURACY = {
-    "source": "tests/bench/bench_attribution.py",
-    "in_sample": {"gpu_hours": 768, "matched": 0.9990},
-    "held_out": {"gpu_hours": 5376, "matched": 0.9990},
-    "held_out_offset_15s": {"matched": 0.9940},
+    "source": "tests/bench/bench_heldout_telemetry.py",
+    "in_sample": {"data": "workload model, demo profile, seed 1, one day", "gpu_hours": 768, "matched": 0.9984},
+    "held_out": {"data": "tests/analytics/heldout.py, seeds 1-5 and 7, 32 GPUs x 1 h each", "gpu_hours": 192,
+                 "matched": 0.9827,
+                 "by_cause": {"busy": 1.0, "idle-unallocated": 0.995, "allocated-idle": 0.997, "input-bound": 0.975,
+                              "communication-bound": 0.970, "straggler": 0.988, "throttled": 1.0,
+                              "memory-only": 1.0, "no-data": 1.0}},
 }
 
 _SUMS = {"gpu_s": Sum("gpu_seconds"), "used_s": Sum("used_seconds"),

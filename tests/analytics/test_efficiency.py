@@ -123,7 +123,7 @@ def test_the_overview_and_the_report_read_the_summary(rows, django_assert_num_qu
                                                                    ("training", 4.0)]
     assert [(u["key"], u["gpu_hours"]) for u in page["users"]] == [("(no user)", 2.0), ("alice", 3.0), ("bob", 1.1429)]
     assert [(d["key"], d["gpu_hours"]) for d in page["days"]] == [("2026-01-01", 5.1429), ("2026-01-02", 1.0)]
-    assert page["accuracy"]["held_out"]["matched"] == 0.999
+    assert page["accuracy"]["held_out"]["matched"] == 0.9827  # docs/benchmarks.md, held-out telemetry
     weekly = services.report(now=datetime(2026, 1, 3, 8, 30, tzinfo=UTC))
     assert (weekly["since"], weekly["until"]) == ("2025-12-27T00:00:00+00:00", "2026-01-03T00:00:00+00:00")
     assert [(j["job"], j["user"], j["idle_hours"]) for j in weekly["top_jobs"]] == [

@@ -112,9 +112,12 @@ class Command(BaseCommand):
             self.stdout.write(f"  {job['job']:<22} {job['user'] or '-':<12} {job['idle_hours']:>10.1f} idle of "
                               f"{job['gpu_hours']:.1f} GPU-h")
         accuracy = data["accuracy"]
+        lowest = min(accuracy["held_out"]["by_cause"].items(), key=lambda item: item[1])
         self.stdout.write(f"Attribution accuracy against ground truth (benchmark, {accuracy['source']}): "
-                          f"{100 * accuracy['held_out']['matched']:.2f} % of GPU-hours held-out, "
-                          f"{100 * accuracy['in_sample']['matched']:.2f} % in-sample")
+                          f"{100 * accuracy['held_out']['matched']:.2f} % of GPU-seconds on held-out telemetry "
+                          f"({accuracy['held_out']['data']}; lowest cause {lowest[0]} {100 * lowest[1]:.1f} %), "
+                          f"{100 * accuracy['in_sample']['matched']:.2f} % of GPU-hours in-sample "
+                          f"({accuracy['in_sample']['data']})")
 
     def attribute(self, options):
         from appliance.analytics import ledger
