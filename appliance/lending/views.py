@@ -53,7 +53,7 @@ class PolicyForm(forms.Form):
     only a role that approves plans (pools.approve) may turn it on or off."""
 
     may_lend = forms.BooleanField(label=gettext_lazy("Nodes of this pool may be lent"), required=False)
-    minimum_nodes = forms.IntegerField(label=gettext_lazy("Nodes the pool keeps"), min_value=0, max_value=100000)
+    minimum_nodes = forms.IntegerField(label=gettext_lazy("Number of nodes the pool always keeps"), min_value=0, max_value=100000)
     window_days = forms.TypedMultipleChoiceField(
         label=gettext_lazy("Days a window may start"), choices=WEEKDAYS, coerce=int, required=False,
         widget=forms.CheckboxSelectMultiple, help_text=gettext_lazy("none ticked: every day"))
@@ -142,8 +142,15 @@ class PlanDetailView(CapabilityMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         plan = get_object_or_404(plans(), pk=kwargs["pk"])
         user = self.request.user
-        context.update(plan=plan, steps=list(plan.steps.all()), live=plan.state not in FINISHED,
-                       can_decide=can(user, "pools.approve"), can_reclaim=can(user, "analytics.change"))
+        steps = list(plan.steps.all())
+        for step in steps:
+            step.label = STEP_NAMES.get(step.name, step.name)
+        can_decide = can(user, "pools.approve")
+        # The one four-eyes rule: the proposer never approves their own plan, so the button is not offered.
+        own = plan.proposed_by_id is not None and plan.proposed_by_id == user.pk
+        context.update(plan=plan, steps=steps, live=plan.state not in FINISHED, can_decide=can_decide,
+                       can_approve=can_decide and not own, own_plan=own,
+                       can_reclaim=can(user, "analytics.change"))
         return context
 
 
@@ -172,6 +179,22 @@ class ProposeView(CapabilityMixin, View):
         return render(request, "lending/propose.html", {"form": form}, status=400)
 
 
+# What each decision did, said once it is done (the plan's state after it).
+DONE = {"approve": lambda: _("Lending plan #%(id)s approved: now %(state)s."),
+        "reject": lambda: _("Lending plan #%(id)s rejected."),
+        "rollback": lambda: _("Lending plan #%(id)s: rollback started, now %(state)s."),
+        "reclaim": lambda: _("Lending plan #%(id)s: reclaim asked, its nodes come back; now %(state)s.")}
+
+# The steps' names (PlanStep.name, English in the database and the audit log) as the page shows them.
+STEP_NAMES = {"propose": gettext_lazy("propose"), "approve": gettext_lazy("approve"),
+              "reject": gettext_lazy("reject"), "activate": gettext_lazy("activate"),
+              "drain": gettext_lazy("drain in Slurm"), "requeue": gettext_lazy("requeue running jobs"),
+              "move": gettext_lazy("move to the other pool"), "workloads": gettext_lazy("workloads stage"),
+              "resume": gettext_lazy("resume in Slurm"), "return": gettext_lazy("return"),
+              "reclaim-request": gettext_lazy("reclaim asked"), "reclaim": gettext_lazy("reclaim"),
+              "rollback": gettext_lazy("roll back"), "redeploy": gettext_lazy("redeploy services")}
+
+
 class PlanActionView(CapabilityMixin, View):
     """POST only: one decision on a plan, back to the plan."""
 
@@ -198,7 +221,8 @@ class PlanActionView(CapabilityMixin, View):
         except services.LendingError as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, _("Lending plan #%(id)s: done.") % {"id": plan.pk})
+            plan.refresh_from_db()
+            messages.success(request, DONE[self.action]() % {"id": plan.pk, "state": plan.get_state_display()})
         return redirect(reverse("lending:plan", args=[plan.pk]))
 
 

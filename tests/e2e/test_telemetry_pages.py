@@ -81,7 +81,7 @@ def test_the_fleet_page_draws_from_the_api(page, log_in, telemetry, policy_repor
         expect(figure).to_have_attribute("data-state", "drawn")
         expect(figure.locator("canvas")).to_have_count(1)
     # The newest minute, written out with units: 3 + 1 GB/s sent, 4 + 0.5 GB/s read.
-    expect(page.get_by_test_id("chart-fabric").get_by_test_id("chart-latest")).to_have_text("tx 4 GB/s · rx 2 GB/s")
+    expect(page.get_by_test_id("chart-fabric").get_by_test_id("chart-latest")).to_have_text("sent 4 GB/s · received 2 GB/s")
     expect(page.get_by_test_id("chart-filesystem").get_by_test_id("chart-latest")).to_contain_text("read 4.5 GB/s")
     expect(page.get_by_test_id("open-alerts")).to_contain_text("1 open hardware alert")
     screenshot(page, "D-telemetry")
@@ -113,7 +113,7 @@ def test_a_node_a_gpu_and_a_node_without_collector(page, log_in, telemetry, poli
         expect(page.get_by_test_id(f"chart-{chart}")).to_have_attribute("data-state", "drawn")
     expect(page.get_by_test_id("chart-mounts").get_by_test_id("chart-latest")).to_contain_text(
         "/mnt/scratch read 4 GB/s")
-    expect(page.get_by_test_id("chart-cpu").get_by_test_id("chart-latest")).to_contain_text("iowait 25 %")
+    expect(page.get_by_test_id("chart-cpu").get_by_test_id("chart-latest")).to_contain_text("I/O wait 25 %")
     screenshot(page, "D-node")
     assert axe_violations(page) == []
     page.get_by_role("link", name="GPU 0", exact=True).click()
@@ -164,8 +164,10 @@ def test_an_operator_acknowledges_an_alert(page, log_in, telemetry):
 @pytest.mark.parametrize("path", ["/telemetry/", "/telemetry/nodes/gpu-01/", "/telemetry/nodes/gpu-01/gpus/0/",
                                   "/telemetry/jobs/4242/", "/inventory/nodes/gpu-01/"])
 def test_a_phone_screen_has_no_horizontal_scroll(browser, live_server, users, telemetry, path):
+    from appliance.telemetry.models import GpuRollup
     from tests.conftest import PASSWORD
 
+    GpuRollup.objects.filter(node=telemetry.gpu_node, gpu=0).update(fb_used_max_mib=4096)
     context = browser.new_context(base_url=live_server.url, viewport={"width": 390, "height": 800})
     context.set_default_timeout(20_000)
     page = context.new_page()
@@ -202,3 +204,36 @@ def test_a_chart_of_a_single_minute_spans_an_hour_not_years(page, log_in):
       return [x.min, x.max];
     }""")
     assert span == [int(start.timestamp()) - 3600, int(start.timestamp()) + 60]
+
+
+@pytest.mark.parametrize("language", ["en", "ru"])
+def test_charts_read_iso_times_in_the_portals_zone_and_their_legend_without_hovering(browser, live_server, users,
+                                                                                       telemetry, language):
+    """The browser is in New York, the portal in UTC: the axes and the legend say the portal's time, 24-hour
+    ISO; the legend shows the newest minute before any hover; the per-minute peak series says what it is,
+    in the reader's language."""
+    from appliance.telemetry.models import GpuRollup
+    from tests.conftest import PASSWORD
+
+    GpuRollup.objects.filter(node=telemetry.gpu_node, gpu=0).update(fb_used_max_mib=4096)
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1440, "height": 900},
+                                  timezone_id="America/New_York", locale={"en": "en-US", "ru": "ru-RU"}[language])
+    page = context.new_page()
+    page.goto("/accounts/login/")
+    page.fill("#id_username", users[Role.VIEWER].username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r"/$"))
+    page.goto("/telemetry/nodes/gpu-01/gpus/0/")
+    page.wait_for_selector(LOADED)
+    newest = timezone.localtime(minutes_before(timezone.now(), 1)).strftime("%Y-%m-%d %H:%M UTC")
+    legend = page.get_by_test_id("chart-memory").locator(".u-legend")
+    words = {"en": ("time", "peak of each minute"), "ru": ("время", "пик за каждую минуту")}[language]
+    expect(legend).to_contain_text(newest)
+    expect(legend).not_to_contain_text("--")
+    expect(legend.locator(".u-series").first).to_contain_text(words[0])
+    expect(legend).to_contain_text(words[1])
+    # The axis is drawn on a canvas: its labels as uPlot wrote them.
+    ticks = page.evaluate("document.querySelector('[data-chart=memory] .chart-body').uplot.axes[0]._values")
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d(\n\d{4}-\d\d-\d\d)?", tick) for tick in ticks), ticks
+    context.close()

@@ -5,7 +5,9 @@
  * - the live grid (every GPU's newest minute) as a table of links, shaded by class, the number written in
  *   each cell so it reads without colour.
  * A container [data-telemetry] names its kind and its API URL; texts come translated from #telemetry-text.
- * Every chart that has nothing to draw says why (no collector, collector silent since ..., nothing in range). */
+ * Every chart that has nothing to draw says why (no collector, collector silent since ..., nothing in range).
+ * Times read as the portal writes them: ISO 8601, 24 hours, in the portal's zone (#telemetry-text's data-zone),
+ * whatever the browser's locale and zone. */
 (function () {
   "use strict";
 
@@ -53,12 +55,43 @@
     return Math.round(seconds / 86400) + " d";
   }
 
-  function localTime(iso) {
-    if (!iso) return "";
-    var when = new Date(iso);
-    return when.toLocaleString(undefined, {year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit",
-                                           minute: "2-digit"});
+  // --- times in the portal's zone ------------------------------------------------------------------
+
+  /* A Date whose local fields are the wall-clock time in the portal's zone at epoch second `ts` (what
+   * uPlot's axes read); the browser's own zone is not used. */
+  function zoned(ts) {
+    var when = new Date(ts * 1000);
+    if (!TEXT.zone || !window.uPlot || !window.uPlot.tzDate) return when;
+    try { return window.uPlot.tzDate(when, TEXT.zone); } catch (e) { return when; }
   }
+
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+
+  function isoDay(d) { return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()); }
+
+  function isoMinute(d) { return pad(d.getHours()) + ":" + pad(d.getMinutes()); }
+
+  /* "2026-12-07 17:52 UTC": the portal's own format (appliance_format's |when:"minutes"). */
+  function isoTime(ts) {
+    var d = zoned(ts);
+    return isoDay(d) + " " + isoMinute(d) + (TEXT.zoneName ? " " + TEXT.zoneName : "");
+  }
+
+  function localTime(iso) {
+    return iso ? isoTime(new Date(iso).getTime() / 1000) : "";
+  }
+
+  /* uPlot's time axis labels, ISO and 24-hour: [minimum step, label, then the label where the year, month,
+   * day, hour, minute, second changed (null: the label), mode]. */
+  var DAY = 86400;
+  var TIME_AXIS = [
+    [DAY * 365, "{YYYY}", null, null, null, null, null, null, 1],
+    [DAY * 28, "{YYYY}-{MM}", "\n{YYYY}", null, null, null, null, null, 1],
+    [DAY, "{MM}-{DD}", "\n{YYYY}", null, null, null, null, null, 1],
+    [60, "{HH}:{mm}", "\n{YYYY}-{MM}-{DD}", null, "\n{YYYY}-{MM}-{DD}", null, null, null, 1],
+    [1, "{HH}:{mm}:{ss}", "\n{YYYY}-{MM}-{DD} {HH}:{mm}", null, "\n{YYYY}-{MM}-{DD} {HH}:{mm}", null,
+     "\n{HH}:{mm}", null, 1]
+  ];
 
   function whyNoData(collector) {
     if (!collector) return TEXT.empty;
@@ -135,7 +168,12 @@
       return;
     }
     var format = drawn[0].format || FORMAT.count;
+    var newest = drawn.map(function (s) {
+      for (var i = s.values.length - 1; i >= 0; i -= 1) if (s.values[i] !== null && s.values[i] !== undefined) return s.values[i];
+      return null;
+    });
     var opts = {
+      tzDate: zoned,
       width: chartWidth(body),
       height: 200,
       // A single point (the first minute after the collectors start) would get an axis of years (uPlot
@@ -145,11 +183,16 @@
                  return xs.length === 1 ? [xs[0] - 3600, xs[0] + 60] : [min, max];
                }},
                y: {range: function (u, min, max) { return [Math.min(0, min), max > 0 ? max * 1.05 : 1]; }}},
-      series: [{}].concat(drawn.map(function (s, i) {
-        return {label: s.label, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: false,
-                value: function (u, v) { return format(v); }};
-      })),
-      axes: [{stroke: "currentColor", grid: {stroke: "rgba(127,127,127,.2)"}, ticks: {stroke: "rgba(127,127,127,.3)"}},
+      // Away from the cursor the legend shows the newest minute (not "--"); under it, the minute pointed at.
+      series: [{label: TEXT.time || "Time",
+                value: function (u, v) { return isoTime(v === null || v === undefined ? t[t.length - 1] : v); }}]
+        .concat(drawn.map(function (s, i) {
+          return {label: s.label, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: false,
+                  dash: s.peak ? [5, 4] : undefined,
+                  value: function (u, v) { return format(v === null || v === undefined ? newest[i] : v); }};
+        })),
+      axes: [{stroke: "currentColor", grid: {stroke: "rgba(127,127,127,.2)"}, ticks: {stroke: "rgba(127,127,127,.3)"},
+              values: TIME_AXIS},
              {stroke: "currentColor", size: 72, grid: {stroke: "rgba(127,127,127,.2)"}, ticks: {stroke: "rgba(127,127,127,.3)"},
               values: function (u, values) { return values.map(format); }}],
       legend: {live: true},
@@ -230,11 +273,8 @@
       }
     }
     ctx.fillStyle = dark ? "#a7b0bf" : "#5a6374";
-    var first = new Date(heatmap.columns[0] * 1000);
-    var lastColumn = new Date((heatmap.columns[cols - 1] + heatmap.width_s) * 1000);
-    var opts = {hour: "2-digit", minute: "2-digit"};
-    ctx.fillText(first.toLocaleTimeString(undefined, opts), plotLeft, rows * rowHeight + 9);
-    var end = lastColumn.toLocaleTimeString(undefined, opts);
+    ctx.fillText(isoMinute(zoned(heatmap.columns[0])), plotLeft, rows * rowHeight + 9);
+    var end = isoMinute(zoned(heatmap.columns[cols - 1] + heatmap.width_s));
     ctx.fillText(end, width - ctx.measureText(end).width - 2, rows * rowHeight + 9);
     var readout = el("p", {className: "muted heatmap-readout", "aria-live": "polite", text: "\u00a0"});
     canvas.addEventListener("mousemove", function (event) {
@@ -244,8 +284,7 @@
       var col = Math.floor(x / cellWidth);
       if (row < 0 || row >= rows || col < 0 || col >= cols) return;
       var value = heatmap.values[row][col];
-      var when = new Date(heatmap.columns[col] * 1000).toLocaleString(undefined, {month: "2-digit", day: "2-digit",
-                                                                                     hour: "2-digit", minute: "2-digit"});
+      var when = isoTime(heatmap.columns[col]);
       readout.textContent = heatmap.nodes[row] + " · " + when + " · " + (value === null ? TEXT.noData : FORMAT.percent(value));
     });
     canvas.addEventListener("click", function (event) {
@@ -324,8 +363,10 @@
           var title = TEXT.gpu + " " + index + " · " + TEXT.utilization + " " + FORMAT.percent(util) + " · " +
               TEXT.memory + " " + FORMAT.mib(gpus.fb_used_mib[i]) + " / " + FORMAT.mib(gpus.fb_total_mib[i]) + " · " +
               TEXT.power + " " + FORMAT.watts(gpus.power_w[i]) + (gpus.job[i] ? " · " + TEXT.job + " " + gpus.job[i] : "");
+          var shown = util === null ? "—" : Math.round(util) + "%";
+          // The accessible name starts with the text shown (WCAG 2.5.3), then says what it is.
           td = el("td", {className: "heat heat-" + level(util || 0), "data-gpu": String(index)},
-                  [el("a", {href: href, title: title, "aria-label": title, text: util === null ? "—" : Math.round(util) + "%"})]);
+                  [el("a", {href: href, title: title, "aria-label": shown + " · " + title, text: shown})]);
         } else {
           td = el("td", {className: "no-data", "data-gpu": String(index)},
                   [el("a", {href: href, title: TEXT.noData, "aria-label": TEXT.gpu + " " + index + ": " + TEXT.noData, text: "—"})]);
@@ -344,10 +385,10 @@
     drawHeatmap(part(root, "heatmap"), data.heatmap, root.dataset.nodeUrl);
     lineChart(root, "gpu", data.gpu.t, [{label: TEXT.utilization, values: data.gpu.gpu_util, format: FORMAT.percent}], TEXT.empty);
     lineChart(root, "power", data.gpu.t, [{label: TEXT.power, values: data.gpu.gpu_power_w, format: FORMAT.watts}], TEXT.empty);
-    lineChart(root, "fabric", data.fabric.t, [{label: "tx", values: data.fabric.ib_tx_bps, format: FORMAT.bytes},
-                                              {label: "rx", values: data.fabric.ib_rx_bps, format: FORMAT.bytes}], TEXT.empty);
-    lineChart(root, "filesystem", data.filesystem.t, [{label: "read", values: data.filesystem.fs_read_bps, format: FORMAT.bytes},
-                                                      {label: "write", values: data.filesystem.fs_write_bps, format: FORMAT.bytes}], TEXT.empty);
+    lineChart(root, "fabric", data.fabric.t, [{label: TEXT.sent, values: data.fabric.ib_tx_bps, format: FORMAT.bytes},
+                                              {label: TEXT.received, values: data.fabric.ib_rx_bps, format: FORMAT.bytes}], TEXT.empty);
+    lineChart(root, "filesystem", data.filesystem.t, [{label: TEXT.read, values: data.filesystem.fs_read_bps, format: FORMAT.bytes},
+                                                      {label: TEXT.write, values: data.filesystem.fs_write_bps, format: FORMAT.bytes}], TEXT.empty);
   }
 
   // --- a node -----------------------------------------------------------------------------------------
@@ -364,19 +405,19 @@
     lineChart(root, "gpu-util", s.t, perGpu(data, "util", FORMAT.percent), why);
     lineChart(root, "gpu-memory", s.t, perGpu(data, "fb_used_mib", FORMAT.mib), why);
     lineChart(root, "gpu-power", s.t, perGpu(data, "power_w", FORMAT.watts), why);
-    lineChart(root, "fabric", s.t, [{label: "tx", values: s.ib_tx_bps, format: FORMAT.bytes},
-                                    {label: "rx", values: s.ib_rx_bps, format: FORMAT.bytes}], why);
+    lineChart(root, "fabric", s.t, [{label: TEXT.sent, values: s.ib_tx_bps, format: FORMAT.bytes},
+                                    {label: TEXT.received, values: s.ib_rx_bps, format: FORMAT.bytes}], why);
     var mounts = [];
     Object.keys(data.mounts).sort().forEach(function (path) {
       var m = data.mounts[path];
-      mounts.push({label: path + " read", values: m.read_bps, format: FORMAT.bytes});
-      mounts.push({label: path + " write", values: m.write_bps, format: FORMAT.bytes});
+      mounts.push({label: path + " " + TEXT.read, values: m.read_bps, format: FORMAT.bytes});
+      mounts.push({label: path + " " + TEXT.write, values: m.write_bps, format: FORMAT.bytes});
     });
-    if (!mounts.length) mounts = [{label: "read", values: s.fs_read_bps, format: FORMAT.bytes},
-                                  {label: "write", values: s.fs_write_bps, format: FORMAT.bytes}];
+    if (!mounts.length) mounts = [{label: TEXT.read, values: s.fs_read_bps, format: FORMAT.bytes},
+                                  {label: TEXT.write, values: s.fs_write_bps, format: FORMAT.bytes}];
     lineChart(root, "mounts", s.t, mounts, why);
-    lineChart(root, "cpu", s.t, [{label: "busy", values: s.cpu_busy, format: FORMAT.ratio},
-                                 {label: "iowait", values: s.cpu_iowait, format: FORMAT.ratio}], why);
+    lineChart(root, "cpu", s.t, [{label: TEXT.busy, values: s.cpu_busy, format: FORMAT.ratio},
+                                 {label: TEXT.iowait, values: s.cpu_iowait, format: FORMAT.ratio}], why);
     if (!s.t.length) setStatus(root, why);
   }
 
@@ -390,13 +431,13 @@
                                       {label: "tensor", values: s.tensor_active, format: FORMAT.ratio},
                                       {label: "DRAM", values: s.dram_active, format: FORMAT.ratio}], why);
     lineChart(root, "memory", s.t, [{label: TEXT.memory, values: s.fb_used_mib, format: FORMAT.mib},
-                                    {label: "max", values: s.fb_used_max_mib, format: FORMAT.mib}], why);
+                                    {label: TEXT.peak, values: s.fb_used_max_mib, format: FORMAT.mib, peak: true}], why);
     lineChart(root, "power", s.t, [{label: TEXT.power, values: s.power_w, format: FORMAT.watts},
-                                   {label: "max", values: s.power_max_w, format: FORMAT.watts}], why);
+                                   {label: TEXT.peak, values: s.power_max_w, format: FORMAT.watts, peak: true}], why);
     lineChart(root, "temperature", s.t, [{label: TEXT.temperature, values: s.temp_c, format: FORMAT.celsius},
-                                         {label: "max", values: s.temp_max_c, format: FORMAT.celsius}], why);
-    lineChart(root, "links", s.t, [{label: "PCIe tx", values: s.pcie_tx_bps, format: FORMAT.bytes},
-                                   {label: "PCIe rx", values: s.pcie_rx_bps, format: FORMAT.bytes},
+                                         {label: TEXT.peak, values: s.temp_max_c, format: FORMAT.celsius, peak: true}], why);
+    lineChart(root, "links", s.t, [{label: "PCIe " + TEXT.sent, values: s.pcie_tx_bps, format: FORMAT.bytes},
+                                   {label: "PCIe " + TEXT.received, values: s.pcie_rx_bps, format: FORMAT.bytes},
                                    {label: "NVLink", values: s.nvlink_bps, format: FORMAT.bytes}], why);
     var instances = data.instances;
     var figure = root.querySelector('[data-chart="instances"]');
@@ -410,7 +451,10 @@
     var jobs = part(root, "jobs");
     if (jobs && data.jobs.length) {
       jobs.textContent = TEXT.job + ": ";
-      data.jobs.forEach(function (job, i) {
+      // Job ids as numbers (5, 9, 11), the services' names after them.
+      data.jobs.slice().sort(function (a, b) {
+        return a.localeCompare(b, undefined, {numeric: true});
+      }).forEach(function (job, i) {
         if (i) jobs.appendChild(document.createTextNode(", "));
         jobs.appendChild(el("a", {href: root.dataset.jobUrl.replace("JOB", encodeURIComponent(job)), text: job}));
       });
