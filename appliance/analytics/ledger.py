@@ -386,52 +386,63 @@ def attribute_window(since: datetime, until: datetime, known: dict | None = None
     clocks = np.array([references.get(int(pk), default).max_sm_clock.value for pk in unique_nodes])
     collective = np.array([references.get(int(pk), default).collective for pk in unique_nodes], dtype=bool)
     lines = np.array([references.get(int(pk), default).nvlink_line.value for pk in unique_nodes])
-    # The reads of a frame's node row, judged for every frame at once (mounts and their references): against
-    # a mount's measured rate, or, where it has none, its ceiling learned from its own history.
-    if len(gpu["mount_frame"]):
-        mount_nodes = gpu["frame_node_id"][gpu["mount_frame"]]
-        named: dict[int, set[str]] = {}
-        for pk, code in set(zip(mount_nodes.tolist(), gpu["mount_code"].tolist(), strict=True)):
-            named.setdefault(pk, set()).add(str(gpu["mount_values"][code]))
-        attribution.learn_ceilings(references, named, until)
-    read_flags = []
-    for learned in (False, True):
-        saturated = vector.read_saturation_columns(
-            gpu["frame_node_id"], gpu["frame_fs_read_bps"], gpu["mount_frame"],
-            gpu["mount_code"], gpu["mount_values"], gpu["mount_read_bps"],
-            lambda pk: references.get(pk, default).storage, learned=learned)
-        read_flags.append(np.where(unframed, False, saturated[np.maximum(gpu["frame"], 0)]
-                                   if len(saturated) else False))
-    read_saturated, read_at_ceiling = read_flags
+    # The reads of a frame's node row, judged for every frame at once (mounts and their references).
+    saturated = vector.read_saturation_columns(
+        gpu["frame_node_id"], gpu["frame_fs_read_bps"], gpu["mount_frame"],
+        gpu["mount_code"], gpu["mount_values"], gpu["mount_read_bps"],
+        lambda pk: references.get(pk, default).storage)
+    read_saturated = np.where(unframed, False, saturated[np.maximum(gpu["frame"], 0)] if len(saturated) else False)
     columns = {name: gpu[name] for name in vector.GPU_COLUMNS} | node_values
     has_job = gpu["job_code"] > 0
     columns |= {"has_job": has_job, "group": np.where(has_job, gpu["job_code"] * width + (gpu["t"] - base) // STEP, -1),
                 "throttle_reasons": gpu["throttle_reasons"], "max_sm_clock": clocks[node_index],
                 "nvlink_line": lines[node_index], "read_saturated": np.asarray(read_saturated, dtype=bool),
-                "read_at_ceiling": np.asarray(read_at_ceiling, dtype=bool), "collective": collective[node_index]}
+                "collective": collective[node_index]}
     without = vector.classify(columns)
+    decided = without
+    # A mount without a measured rate is compared with its own ceiling (learned from its history: a query
+    # of the node's day) only where the verdict depends on it: a stalled GPU that no rule before the
+    # input-bound one explained, on a node whose iowait reaches `ceiling_iowait` (vector.classify with a
+    # `read_at_ceiling` column gives the same labels; this reads the history of those nodes only).
+    blocked = vector._ge(columns["cpu_iowait"], rules.RULES[INPUT_RULE].thresholds["ceiling_iowait"])
+    may_wait = (without > INPUT_RULE) & vector.stalled_for_input(columns) & blocked
+    framed = may_wait & ~unframed
+    if framed.any() and len(gpu["mount_frame"]):
+        wanted_frames = np.unique(gpu["frame"][framed])
+        mounts_of = np.isin(gpu["mount_frame"], wanted_frames)
+        named: dict[int, set[str]] = {}
+        for pk, code in set(zip(gpu["frame_node_id"][gpu["mount_frame"][mounts_of]].tolist(),
+                                gpu["mount_code"][mounts_of].tolist(), strict=True)):
+            named.setdefault(pk, set()).add(str(gpu["mount_values"][code]))
+        attribution.learn_ceilings(references, named, until)
+        at_ceiling = vector.read_saturation_columns(
+            gpu["frame_node_id"], gpu["frame_fs_read_bps"], gpu["mount_frame"],
+            gpu["mount_code"], gpu["mount_values"], gpu["mount_read_bps"],
+            lambda pk: references.get(pk, default).storage, learned=True)
+        rows = np.flatnonzero(framed)
+        decided = decided.copy()
+        decided[rows[at_ceiling[gpu["frame"][rows]]]] = INPUT_RULE
     # Rows read as rows: their reads only matter to a stalled GPU that no rule before the input-bound one
     # explained, so the rows are judged first, then those GPUs' node rows' mounts are read and checked.
     undecided = unframed & (without > INPUT_RULE) & found & vector.stalled_for_input(columns)
-    decided = without
     if undecided.any():
         # a (node, minute) pair as one number, so that the GPUs' pairs are found with numpy, not a loop
         key = node_ids[undecided] * width + (gpu["t"][undecided] - base) // STEP
         wanted = np.unique(key)
         pairs = [(int(k // width), base + int(k % width) * STEP) for k in wanted.tolist()]
         figures = _mounts(pairs)
+        ceiling_keys = set(np.unique(key[blocked[undecided]]).tolist())
         named = {}
-        for (pk, _), figure in figures.items():
-            named.setdefault(pk, set()).update(figure["mounts"] or {})
+        for (pk, t), figure in figures.items():
+            if pk * width + (t - base) // STEP in ceiling_keys:
+                named.setdefault(pk, set()).update(figure["mounts"] or {})
         attribution.learn_ceilings(references, named, until)
         saturated, at_ceiling = (np.array([pair in figures and vector.read_saturation(
             figures[pair], references.get(pair[0], default).storage, learned=learned) for pair in pairs], dtype=bool)
             for learned in (False, True))
         position = np.searchsorted(wanted, key)
-        iowait = columns["cpu_iowait"][undecided]
-        flags = saturated[position] | (at_ceiling[position] & vector._ge(iowait, rules.RULES[INPUT_RULE].thresholds[
-            "ceiling_iowait"]))
-        decided = without.copy()
+        flags = saturated[position] | (at_ceiling[position] & blocked[undecided])
+        decided = decided.copy()
         decided[np.flatnonzero(undecided)[flags]] = INPUT_RULE
     for name in (*frames.NODE_FRAME_COLUMNS, "frame", *PER_FRAME):
         gpu.pop(name, None)

@@ -601,3 +601,23 @@ def test_the_efficiency_page_shows_the_gpu_hours_with_no_data(db, client_for):
             "seeds 1-5 and 7, 32 GPUs x 1 h each), every cause 97.0 % or more; 99.8 % of GPU-hours on the simulated "
             "workloads") in text
     assert "Held out, by cause: Busy 100.0 %, Idle, not allocated 99.5 %" in text and "No data 100.0 %." in text
+
+
+def test_a_mounts_history_is_read_only_where_a_verdict_depends_on_its_ceiling(db):
+    """From frames: a stalled GPU on a node whose iowait is under ceiling_iowait (0.05) is busy whatever the
+    ceiling, so the node's day of reads is not read; at 0.12 it is, once."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _nfs_history(0.05, 2.5e9)
+    assert frames.build([T0]) == 1
+    with CaptureQueriesContext(connection) as queries:
+        window = ledger.attribute_window(T0, T0 + MINUTE)
+    assert vector.RULE_NAMES[window["gpu"]["rule"][0]] == "computes"
+    assert not [q for q in queries.captured_queries if "telemetry_noderollup" in q["sql"]]
+    NodeRollup.objects.filter(start=T0).update(cpu_iowait=0.12)
+    assert frames.build([T0]) == 1
+    with CaptureQueriesContext(connection) as queries:
+        window = ledger.attribute_window(T0, T0 + MINUTE)
+    assert vector.RULE_NAMES[window["gpu"]["rule"][0]] == "waits-on-input"
+    assert len([q for q in queries.captured_queries if "telemetry_noderollup" in q["sql"]]) == 1
