@@ -120,6 +120,8 @@ _BASE = [
     EventType("telemetry.collector.revoke", "telemetry", "high", "A node's ingest token was revoked: its collector can no longer write.", 3004, 4, _ACCESS),
     EventType("telemetry.ingest.refused", "telemetry", "medium", "A telemetry write was refused (unknown token, or a line of another node): "
               "at most one record per node (or source address) and minute.", 6003, 99, _ACCESS),
+    EventType("telemetry.ingest.unverified_job", "telemetry", "medium", "A node's telemetry named jobs no scheduler puts on it: "
+              "its rows were kept without them (job unverified): at most one record per node and minute.", 6003, 99, _ACCESS),
     EventType("telemetry.rollup.prune", "telemetry", "low", "Telemetry rollups and hardware events older than the retention were deleted (counts kept).", 6005, 7, _OPERATION),
     EventType("telemetry.alert.acknowledge", "telemetry", "low", "A hardware alert (XID, ECC, link down, throttling) was acknowledged.", 3004, 3, _OPERATION),
     # Analytics findings (recommendations): a refresh that opened or resolved some, and what a person decided.

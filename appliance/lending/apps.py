@@ -15,3 +15,9 @@ class LendingConfig(AppConfig):
         from .jobinfo import scheduler_facts
 
         jobinfo.register(jobinfo.SCHEDULER, scheduler_facts)
+        # and checks a collector's job ids against where Slurm put them (placements.py)
+        from appliance.telemetry import placements
+
+        from . import slurmctl
+
+        placements.register("slurm", slurmctl.node_placements)

@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from datetime import UTC, datetime
+
+from appliance.inventory.models import Pool
+from appliance.telemetry.placements import Placement, Unavailable
 
 WAITED_STATES = "RUNNING,CONFIGURING,COMPLETING,SUSPENDED"
 REQUEUED_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED")
@@ -20,7 +24,7 @@ class SlurmCommandError(Exception):
     """A Slurm command failed; the message names it and what it printed."""
 
 
-def _client(appliance, *argv: str) -> str:
+def _client(appliance, *argv: str, timeout: float = 20) -> str:
     if appliance.simulated:
         from appliance.simulation import slurm
 
@@ -28,11 +32,11 @@ def _client(appliance, *argv: str) -> str:
             raise SlurmCommandError(f"{shlex.join(argv)}: the simulated Slurm is not configured here "
                                     f"({slurm.conf_path()} does not exist): run the workloads stage and start it")
         try:
-            return slurm.client(*argv, timeout=20).stdout
+            return slurm.client(*argv, timeout=timeout).stdout
         except (slurm.SlurmError, subprocess.TimeoutExpired) as exc:
             raise SlurmCommandError(str(exc)) from None
     try:
-        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=20, check=False, env=dict(os.environ))
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, env=dict(os.environ))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SlurmCommandError(f"{shlex.join(argv)}: {exc}") from None
     if result.returncode != 0:
@@ -182,3 +186,43 @@ def job_details(appliance, job: str) -> dict | None:
                     "end": None if values[7] in ("Unknown", "None") else values[7], "limit_end": None,
                     "state": values[8].split(" ", 1)[0], "source": "sacct"}
     return None
+
+
+# The ingest waits for this answer (at most once a node every half minute): a controller that hangs must
+# not hold a write for the 20 s the plans' commands may take.
+PLACEMENT_TIMEOUT_S = 5.0
+
+
+def _slurm_time(text: str):
+    """squeue's StartTime/EndTime (ISO 8601 in the client's local time, or Unknown/N/A/None) as aware UTC."""
+    text = text.strip()
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def node_placements(node):
+    """The training pool's jobs on `node` as Slurm says (telemetry.placements' provider): every job
+    slurmctld still knows that holds or held the node, its array or heterogeneous id and its plain job id
+    both, started and (once finished) ended. None for a node outside a training pool; Unavailable when
+    Slurm does not answer."""
+    membership = getattr(node, "pool_membership", None)
+    if membership is None or membership.pool.kind != Pool.Kind.TRAINING:
+        return None
+    try:
+        output = _client(node.appliance, "squeue", "--noheader", "--states=all", f"--nodelist={node.name}",
+                         "--format=%i|%A|%T|%S|%e", timeout=PLACEMENT_TIMEOUT_S)
+    except SlurmCommandError as exc:
+        raise Unavailable(str(exc)) from None
+    found = []
+    for line in output.splitlines():
+        words = [word.strip() for word in line.split("|")]
+        if len(words) != 5 or words[2] == "PENDING":
+            continue
+        start = _slurm_time(words[3])
+        end = None if words[2] in UNFINISHED_STATES else _slurm_time(words[4])
+        for job in dict.fromkeys(words[:2]):
+            if job:
+                found.append(Placement(job, start, end))
+    return found

@@ -13,3 +13,9 @@ class LifecycleConfig(AppConfig):
         from .jobinfo import versions_of
 
         jobinfo.register(jobinfo.VERSIONS, versions_of)
+        # and checks a collector's service names against where deployments were placed (placements.py)
+        from appliance.telemetry import placements
+
+        from .deployments import node_placements
+
+        placements.register("deployments", node_placements)

@@ -46,6 +46,7 @@ from appliance.core.roles import can
 from appliance.inventory.models import Appliance, Pool
 from appliance.partitioning import profiles, sizing
 from appliance.partitioning.layout import current_layout
+from appliance.telemetry.placements import Placement
 
 from . import manifests
 from .errors import Conflict, Forbidden, IntegrityRefused, LifecycleError, NotFound
@@ -629,3 +630,21 @@ def follow_all() -> list[int]:
         if after != before:
             changed.append(deployment.pk)
     return changed
+
+
+def node_placements(node):
+    """The services this registry's deployments put on `node` (telemetry.placements' provider): each
+    deployment that runs there, or ran there in the last RECENT (ended when it was last updated), by its
+    service's name, the owner the node's job map names. None for a node outside an inference pool."""
+    membership = getattr(node, "pool_membership", None)
+    if membership is None or membership.pool.kind != Pool.Kind.INFERENCE:
+        return None
+    found = []
+    for deployment in (Deployment.objects.filter(appliance_id=node.appliance_id)
+                       .exclude(state__in=(Deployment.State.BLOCKED,))
+                       .filter(models.Q(state__in=ACTIVE) | models.Q(updated__gte=timezone.now() - RECENT))
+                       .only("name", "state", "placement", "created", "updated")):
+        if any(spot.get("node") == node.name for spot in deployment.placement or []):
+            found.append(Placement(deployment.name, deployment.created,
+                                   None if deployment.state in ACTIVE else deployment.updated))
+    return found

@@ -55,6 +55,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import state as node_state
@@ -778,6 +779,26 @@ def status(appliance) -> dict:
     truth = workload_dir() / "ground-truth.jsonl"
     result["ground_truth"] = str(truth) if truth.exists() else ""
     return result
+
+
+def node_placements(node):
+    """The workload model's own inference services on `node` while the driver runs (telemetry.placements'
+    provider): they stand for the services a real inference pool runs that the registry did not deploy,
+    which no placement of the registry names; the registry's deployments and the Slurm jobs have providers
+    of their own. None for a node of an appliance that is not simulated."""
+    from appliance.telemetry.placements import Placement  # here: the driver's process runs without Django
+
+    if not node.appliance.simulated:
+        return None
+    config_file = workload_dir() / "config.json"
+    if _pid() is None or not config_file.exists():
+        return []
+    config = json.loads(config_file.read_text())
+    model = Model(config["profile"], int(config["seed"]), tuple(NodeSpec(**spec) for spec in config["nodes"]))
+    t = max(0.0, (time.time() - float(config["started_at"])) * float(config["speed"]))
+    started = datetime.fromtimestamp(float(config["started_at"]), UTC)
+    return [Placement(activity.name, started, None) for activity in model.activities(int(t // DAY_S))
+            if activity.node == node.name and not activity.slurm and activity.start <= t < activity.end]
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ cannot be used to forge another node's measurements. A node is trusted for its o
 line names a GPU of the node's inventory (a MIG instance: a MIG-capable one), each field lies in its
 physical range (FIELD_RANGES), a bucket is at most FUTURE_SLACK ahead of the appliance's clock, string
 fields carry no control or format characters, and a job id has the one pattern the portal and the API
-route (queries.JOB_PATTERN). A node's writes are limited per minute (writes and lines, `admit`).
+route (queries.JOB_PATTERN), kept on a row only where a scheduler puts that job on that node
+(placements.py; otherwise the row is kept with its job blank and the id in `unverified_job`). A node's
+writes are limited per minute (writes and lines, `admit`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from django.utils import timezone
 
 from appliance.inventory.models import GPU
 
-from . import frames, services
+from . import frames, placements, services
 from .lineprotocol import LineError, iter_lines
 from .models import (
     LIVE_GPU_COLUMNS,
@@ -158,7 +160,7 @@ def gpu_power_limit_w(model: str) -> float:
 
 
 # Columns a resend rewrites: every measured column (an absent field becomes NULL again, as sent).
-GPU_COLUMNS = ["samples", "job", "uuid", "profile"] + [name for name in GPU_FIELDS if name not in ("step", "samples")]
+GPU_COLUMNS = ["samples", "job", "unverified_job", "uuid", "profile"] + [name for name in GPU_FIELDS if name not in ("step", "samples")]
 NODE_COLUMNS = ["samples"] + [name for name in NODE_FIELDS if name not in ("step", "samples")]
 _GPU_DEFAULTS = {"throttle_reasons": 0, "xid_count": 0, "ecc_dbe": 0}
 _NODE_DEFAULTS = {"gpus": 0, "ib_errors": 0}
@@ -166,7 +168,7 @@ _NODE_DEFAULTS = {"gpus": 0, "ib_errors": 0}
 
 GPU_UNIQUE = ["node", "gpu", "instance", "step", "start"]
 NODE_UNIQUE = ["node", "step", "start"]
-_DEFAULTS = {**_GPU_DEFAULTS, **_NODE_DEFAULTS, "job": "", "uuid": "", "profile": "", "samples": 0, "mounts": {}}
+_DEFAULTS = {**_GPU_DEFAULTS, **_NODE_DEFAULTS, "job": "", "unverified_job": "", "uuid": "", "profile": "", "samples": 0, "mounts": {}}
 
 
 def upsert(model, unique: list[str], update: list[str], rows: list[dict], insert_only: tuple[str, ...] = ()) -> None:
@@ -521,6 +523,8 @@ class Stored:
     new_events: int = 0
     lines: int = 0
     refolded: list = field(default_factory=list)
+    unverified: dict = field(default_factory=dict)  # job ids no scheduler puts on the node: {job: rows}
+    unavailable: list = field(default_factory=list)  # placement providers that could not answer
 
 
 def store(collector: NodeCollector, write: Write, now: datetime | None = None) -> Stored:
@@ -528,6 +532,9 @@ def store(collector: NodeCollector, write: Write, now: datetime | None = None) -
     now = now or timezone.now()
     node = collector.node
     stored = Stored(lines=write.lines)
+    # Before the transaction: the question to a scheduler (when one is needed) holds no lock.
+    verdict = placements.verify(node, write.gpus, now)
+    stored.unverified, stored.unavailable = verdict.unverified, verdict.unavailable
     with transaction.atomic():
         if write.gpus:
             rows = [{"node": node.pk, "gpu": gpu, "instance": instance, "step": MINUTE, "start": start, **values}

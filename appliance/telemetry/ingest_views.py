@@ -4,7 +4,8 @@ to an InfluxDB: the answers are InfluxDB's (204, or JSON {"code", "message"} wit
 
 No session, no CSRF token: a collector is not a browser, it authenticates every write with its node's
 token. Writes are not audited one by one (measurements, not actions); a refused write is, once per node
-(or, without a valid token, per source address) and minute.
+(or, without a valid token, per source address) and minute, and so is a write that named jobs no scheduler
+puts on its node (kept unverified: placements.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .lineprotocol import PRECISIONS
 log = logging.getLogger(__name__)
 
 REFUSAL_KEY = "telemetry:ingest-refused:"
+UNVERIFIED_KEY = "telemetry:ingest-unverified:"
 
 
 def _error(status: int, code: str, message: str) -> JsonResponse:
@@ -47,6 +49,20 @@ def _record_refusal(request, error: ingest.IngestError, collector=None) -> None:
     else:
         audit.record("telemetry.ingest.refused", target_type="url", target_name=request.path[:255],
                      outcome="denied", reason=error.message, details=details)
+
+
+def _record_unverified(collector, stored) -> None:
+    """One telemetry.ingest.unverified_job record per node and minute: the job ids its rows named that no
+    scheduler puts on it (the rows were kept, their job blank)."""
+    minute = int(time.time() // 60)
+    if not caches[settings.REFUSAL_COUNTER_CACHE].add(f"{UNVERIFIED_KEY}{minute}:{collector.node.name}", 1, 120):
+        return
+    jobs = dict(sorted(stored.unverified.items())[:20])
+    audit.record("telemetry.ingest.unverified_job", target=collector.node, outcome="denied",
+                 reason=f"{collector.node.name} named jobs no scheduler puts on it: {', '.join(jobs)}; its rows are "
+                        "kept without them",
+                 details={"jobs": jobs, "job_count": len(stored.unverified),
+                          "schedulers_unavailable": stored.unavailable})
 
 
 @csrf_exempt
@@ -70,7 +86,9 @@ def write(request):
         except UnicodeDecodeError as exc:
             raise ingest.IngestError(400, "invalid", f"the body is not UTF-8 (byte {exc.start})") from None
         parsed = ingest.parse(text, collector.node.name, precision)
-        ingest.store(collector, parsed)
+        stored = ingest.store(collector, parsed)
+        if stored.unverified:
+            _record_unverified(collector, stored)
     except ingest.IngestError as error:
         if error.status in (401, 403, 429):
             _record_refusal(request, error, collector)

@@ -50,7 +50,11 @@ class GpuRollup(models.Model):
     start = models.DateTimeField(help_text="start of the bucket (UTC)")
     samples = models.PositiveIntegerField(default=0, help_text="sweeps the bucket aggregates")
     job = models.CharField(max_length=100, blank=True,
-                           help_text="the Slurm job or inference service that held the GPU most of the bucket")
+                           help_text="the Slurm job or inference service that held the GPU most of the bucket, "
+                                     "as its scheduler placed it (placements.py)")
+    unverified_job = models.CharField(
+        max_length=100, blank=True, default="",
+        help_text="the job the node named that its scheduler did not place on it (then `job` is blank)")
     uuid = models.CharField(max_length=64, blank=True)
     profile = models.CharField(max_length=32, blank=True, help_text="MIG profile of the instance, e.g. 1g.10gb")
 
@@ -272,6 +276,27 @@ class HardwareEvent(models.Model):
 
     def __str__(self):
         return f"{self.node_id} {self.kind} {self.time:%Y-%m-%d %H:%M:%S}"
+
+
+class JobPlacement(models.Model):
+    """A job (a Slurm job id, an inference service) that a scheduler put on a node, as the scheduler said when
+    asked (placements.py): what a job id a node's collector names is checked against. `end` is blank while
+    the job ran when last seen (`seen_at`)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="job_placements")
+    source = models.CharField(max_length=40, help_text="the provider that reported it (slurm, deployments, ...)")
+    job = models.CharField(max_length=100)
+    start = models.DateTimeField(null=True, blank=True, help_text="when it started on the node; blank: not said")
+    end = models.DateTimeField(null=True, blank=True, help_text="when it ended; blank: running when last seen")
+    seen_at = models.DateTimeField(help_text="when the scheduler last reported it")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "source", "job"], name="telemetry_job_placement_once")]
+        indexes = [models.Index(fields=["node", "job"], name="telemetry_job_placement_node"),
+                   models.Index(fields=["end"], name="telemetry_job_placement_end")]
+
+    def __str__(self):
+        return f"{self.job} on {self.node_id} ({self.source})"
 
 
 class NodeCollector(models.Model):

@@ -43,6 +43,7 @@ from .models import (
     GpuMinuteFrame,
     GpuRollup,
     HardwareEvent,
+    JobPlacement,
     NodeCollector,
     NodeRollup,
 )
@@ -425,7 +426,8 @@ def refold_late(node_id: int, starts, now: datetime | None = None) -> list[datet
 
 def prune(now: datetime | None = None) -> dict:
     """Delete per-minute rows older than TELEMETRY_RETENTION["minute_days"] (never before their hour is
-    folded), per-hour rows and events older than ["hour_days"]. Whole hours only, so a prune deletes
+    folded), per-hour rows, events and the placements of jobs that ended (placements.py) older than
+    ["hour_days"]. Whole hours only, so a prune deletes
     something at most once an hour. Audited with the counts when anything was deleted."""
     now = now or timezone.now()
     retention = settings.TELEMETRY_RETENTION
@@ -436,7 +438,7 @@ def prune(now: datetime | None = None) -> dict:
     hour_cutoff = hour_of(now - timedelta(days=retention["hour_days"]))
     counts = {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_fleet_frames": 0,
               "minute_node_rows": 0, "minute_fleet_rows": 0, "hour_gpu_rows": 0,
-              "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0}
+              "hour_node_rows": 0, "hour_fleet_rows": 0, "events": 0, "job_placements": 0}
     # _raw_delete: one DELETE statement; QuerySet.delete() would first load the rows whenever any delete
     # signal receiver exists, and a day of a large fleet is millions of rows.
     with transaction.atomic():
@@ -458,6 +460,8 @@ def prune(now: datetime | None = None) -> dict:
             counts["hour_node_rows"] += NodeRollup.objects.filter(ended)._raw_delete("default")
             counts["hour_fleet_rows"] += FleetRollup.objects.filter(ended)._raw_delete("default")
         counts["events"] = HardwareEvent.objects.filter(time__lt=hour_cutoff)._raw_delete("default")
+        # where schedulers put jobs that ended before any row kept (placements.py)
+        counts["job_placements"] = JobPlacement.objects.filter(end__lt=hour_cutoff)._raw_delete("default")
         if any(counts.values()):
             audit.record("telemetry.rollup.prune", target_type="telemetry", target_name="rollups and events",
                          details={**counts, "minute_rows_before": minute_cutoff.isoformat() if minute_cutoff else None,

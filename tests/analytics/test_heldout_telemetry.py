@@ -12,7 +12,7 @@ from django.utils import timezone
 from appliance.analytics import ledger, rules
 from appliance.analytics.models import CAUSE_FIELDS, CauseHour
 from appliance.inventory.models import GPU, Appliance, Node, Pool, PoolMembership
-from appliance.telemetry.models import GpuRollup, NodeCollector
+from appliance.telemetry.models import GpuRollup, JobPlacement, NodeCollector
 from tests.analytics import heldout
 
 pytestmark = pytest.mark.django_db
@@ -42,6 +42,17 @@ def appliance_of(telemetry: heldout.Telemetry) -> dict[str, str]:
     return tokens
 
 
+def schedule(telemetry: heldout.Telemetry) -> None:
+    """Where the schedulers put the jobs the data names, on the node that names them (the ingest keeps a job
+    id only where a scheduler places it: telemetry/placements.py)."""
+    for name, lines in telemetry.lines.items():
+        node = Node.objects.get(name=name)
+        jobs = {tag.split("=", 1)[1] for line in lines for tag in line.split(" ", 1)[0].split(",")
+                if tag.startswith("hpc_job=")}
+        JobPlacement.objects.bulk_create([JobPlacement(node=node, source="heldout", job=job, seen_at=timezone.now())
+                                          for job in sorted(jobs)])
+
+
 def send(telemetry: heldout.Telemetry, tokens: dict[str, str]) -> None:
     client = Client()
     for name, lines in telemetry.lines.items():
@@ -65,7 +76,9 @@ def attributed(since: datetime, until: datetime) -> dict[tuple[str, int, int], s
 def graded():
     since = (timezone.now() - timedelta(hours=3)).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     telemetry = heldout.generate(MINUTES, seed=7, start_ns=int(since.timestamp()) * 10**9)
-    send(telemetry, appliance_of(telemetry))
+    tokens = appliance_of(telemetry)
+    schedule(telemetry)
+    send(telemetry, tokens)
     return telemetry, since, since + timedelta(minutes=MINUTES)
 
 

@@ -3,7 +3,17 @@ the numbers in each test are these rows', written out, never computed by the cod
 
 from datetime import UTC, datetime, timedelta
 
-from appliance.telemetry.models import MINUTE, WHOLE_GPU, GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+from django.utils import timezone
+
+from appliance.telemetry.models import (
+    MINUTE,
+    WHOLE_GPU,
+    GpuRollup,
+    HardwareEvent,
+    JobPlacement,
+    NodeCollector,
+    NodeRollup,
+)
 
 # The tests' clock: half a minute into 12:00, so 11:59 is the newest closed bucket.
 NOW = datetime(2026, 3, 2, 12, 0, 30, tzinfo=UTC)
@@ -65,3 +75,10 @@ def hgx_gpus(node, count: int = 8) -> list:
 
     return [GPU.objects.create(node=node, index=index, model="H100-SXM5-80GB", memory_mib=81559, mig_capable=True)
             for index in range(count)]
+
+
+def place(node, *jobs: str, source: str = "test") -> None:
+    """What a scheduler said when asked a moment ago: `jobs` run on `node`, started before any row of the
+    tests (the ingest keeps a job id on a row only where a scheduler places it: placements.py)."""
+    for job in jobs:
+        JobPlacement.objects.create(node=node, source=source, job=job, start=None, end=None, seen_at=timezone.now())

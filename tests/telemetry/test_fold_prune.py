@@ -17,6 +17,7 @@ from appliance.telemetry.models import (
     GpuMinuteFrame,
     GpuRollup,
     HardwareEvent,
+    JobPlacement,
     NodeCollector,
     NodeRollup,
 )
@@ -110,6 +111,8 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
     settings.TELEMETRY_RETENTION = {"minute_days": 1, "hour_days": 2}
     HardwareEvent.objects.create(node=node, kind="xid", gpu=0, time=at(1, 9, 30), message="old XID")
     HardwareEvent.objects.create(node=node, kind="xid", gpu=0, time=at(3, 9, 30), message="recent XID")
+    for job, end in (("41", None), ("42", at(1, 9, 30)), ("43", at(3, 9, 30))):
+        JobPlacement.objects.create(node=node, source="slurm", job=job, start=at(1, 8), end=end, seen_at=at(1, 9))
     # the GPU minute frames the ingest would have written with the rows: one a minute of the node
     assert frames.build(GpuRollup.objects.filter(step=60).values_list("start", flat=True)) == 5
     services.fold(now=at(1, 11, 3))
@@ -120,7 +123,7 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
     # the fold packed of them (it packed 11:00 too, settled at 11:03)
     assert counts == {"minute_gpu_rows": 5, "minute_gpu_frames": 4, "minute_fleet_frames": 4, "minute_node_rows": 5,
                       "minute_fleet_rows": 0, "hour_gpu_rows": 0, "hour_node_rows": 0, "hour_fleet_rows": 0,
-                      "events": 0}
+                      "events": 0, "job_placements": 0}
     assert list(GpuRollup.objects.filter(step=60).values_list("start", flat=True)) == [at(1, 11)]
     assert list(GpuMinuteFrame.objects.values_list("start", flat=True)) == [at(1, 11)]
     assert list(FleetMinuteFrame.objects.values_list("start", flat=True)) == [at(1, 11)]
@@ -128,7 +131,10 @@ def test_prune_deletes_by_age_only_what_is_folded_and_records_the_counts(node, h
     # the node's hour row, and the 2-hour, 6-hour and day rows folded from it (whose buckets ended by the
     # cut-off)
     assert counts == {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_fleet_frames": 0, "minute_node_rows": 0,
-                      "minute_fleet_rows": 0, "hour_gpu_rows": 3, "hour_node_rows": 4, "hour_fleet_rows": 0, "events": 1}
+                      "minute_fleet_rows": 0, "hour_gpu_rows": 3, "hour_node_rows": 4, "hour_fleet_rows": 0, "events": 1,
+                      "job_placements": 1}
+    # a job that ended before the cut-off goes; one that ended after it, or runs, stays
+    assert sorted(JobPlacement.objects.values_list("job", flat=True)) == ["41", "43"]
     assert list(HardwareEvent.objects.values_list("message", flat=True)) == ["recent XID"]
     records = AuditRecord.objects.filter(event="telemetry.rollup.prune").order_by("sequence")
     assert [(r.details["minute_gpu_rows"], r.details["hour_gpu_rows"], r.details["events"]) for r in records] == \
@@ -143,7 +149,7 @@ def test_the_periodic_task_folds_then_prunes(node, hour_of_minutes):
     assert result["pruned"] == {"minute_gpu_rows": 0, "minute_gpu_frames": 0, "minute_fleet_frames": 0,
                                 "minute_node_rows": 0,
                                 "minute_fleet_rows": 0, "hour_gpu_rows": 0, "hour_node_rows": 0, "hour_fleet_rows": 0,
-                                "events": 0}
+                                "events": 0, "job_placements": 0}
 
 
 def test_the_beat_runs_it_every_five_minutes():

@@ -14,7 +14,7 @@ from appliance.inventory.models import Node
 from appliance.telemetry import frames
 from appliance.telemetry.models import FleetMinuteFrame, GpuMinuteFrame, GpuRollup, NodeCollector
 from tests.sample_inventory import build_sample_inventory
-from tests.telemetry.rows import NOW, at, gpu_row
+from tests.telemetry.rows import NOW, at, gpu_row, place
 
 pytestmark = pytest.mark.django_db
 TOKEN = "tok-frame-gpu01-Qw3Er5Ty7Ui9Op1As2Df4G"
@@ -26,6 +26,7 @@ def node():
     node = build_sample_inventory().gpu_node
     NodeCollector.objects.create(node=node, token=TOKEN, issued_at=NOW - timedelta(days=1),
                                  token_digest=hashlib.sha256(TOKEN.encode()).hexdigest())
+    place(node, "4242", "4243", "4300")  # where the scheduler runs the tests' jobs
     return node
 
 

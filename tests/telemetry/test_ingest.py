@@ -14,6 +14,7 @@ from django.utils import timezone
 from appliance.audit.models import AuditRecord
 from appliance.inventory.models import GPU, Appliance, Node
 from appliance.telemetry.models import GpuRollup, HardwareEvent, NodeCollector, NodeRollup
+from tests.telemetry.rows import place
 
 # The ingest writes through the frames and their per-vendor SQL, and PostgreSQL refuses what SQLite keeps
 # (a NUL in text): run on PostgreSQL too (tests/conftest.py).
@@ -62,6 +63,7 @@ def nodes(db):
             GPU.objects.create(node=node, index=index, model="H100-SXM5-80GB", memory_mib=81559, mig_capable=True)
         NodeCollector.objects.create(node=node, token=token, token_digest=hashlib.sha256(token.encode()).hexdigest(),
                                      issued_at=timezone.now())
+    place(gpu01, "4711")  # the scheduler runs GPU_LINE's job there
     return gpu01, gpu02
 
 

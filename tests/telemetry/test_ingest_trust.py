@@ -12,6 +12,7 @@ from django.utils import timezone
 from appliance.audit.models import AuditRecord
 from appliance.inventory.models import GPU, Node
 from appliance.telemetry.models import GpuRollup, HardwareEvent, NodeCollector
+from tests.telemetry.rows import place
 from tests.telemetry.test_ingest import TOKEN_1, nodes, post  # noqa: F401 (nodes: the fixture)
 
 # The ingest writes through the frames and their per-vendor SQL, and PostgreSQL refuses what SQLite keeps
@@ -49,6 +50,7 @@ def test_a_job_id_the_portal_cannot_route_is_refused(nodes, job, shown):  # noqa
 
 def test_the_portal_job_list_renders_with_any_accepted_job_id(nodes, make_user):  # noqa: F811
     jobs = ["4711", "4711_7", "4711+1", "chat-7b", "svc.v2:blue@east+1", "A" * 100]
+    place(nodes[0], *jobs[1:])  # and 4711 (the fixture)
     body = "\n".join(gpu_line(f",hpc_job={job}", gpu=index) for index, job in enumerate(jobs))
     assert post(body).status_code == 204
     assert sorted(GpuRollup.objects.values_list("job", flat=True)) == sorted(jobs)

@@ -16,7 +16,7 @@ from appliance.inventory.models import Node
 from appliance.telemetry import ingest, queries, services
 from appliance.telemetry.models import MINUTE, FleetRollup, GpuRollup, NodeCollector
 from tests.sample_inventory import build_sample_inventory
-from tests.telemetry.rows import NOW, at, gpu_row, node_row
+from tests.telemetry.rows import NOW, at, gpu_row, node_row, place
 
 pytestmark = pytest.mark.django_db
 TOKEN = "tok-live-gpu01-Zx8Cv3Bn6Mq1We4Rt7Yu2Io5"
@@ -32,6 +32,7 @@ def inventory():
 def writer(inventory):
     NodeCollector.objects.create(node=inventory.gpu_node, token=TOKEN, issued_at=NOW - timedelta(days=1),
                                  token_digest=hashlib.sha256(TOKEN.encode()).hexdigest())
+    place(inventory.gpu_node, "4242", "4243")  # where the scheduler runs the tests' jobs
 
     def write(*lines):
         response = Client().generic("POST", "/telemetry/ingest/api/v2/write?precision=s", "\n".join(lines),
