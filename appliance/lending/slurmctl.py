@@ -213,7 +213,7 @@ def node_placements(node):
     try:
         output = _client(node.appliance, "squeue", "--noheader", "--states=all", f"--nodelist={node.name}",
                          "--format=%i|%A|%T|%S|%e", timeout=PLACEMENT_TIMEOUT_S)
-    except SlurmCommandError as exc:
+    except (SlurmCommandError, OSError) as exc:  # OSError: no squeue where the simulation runs it
         raise Unavailable(str(exc)) from None
     found = []
     for line in output.splitlines():

@@ -786,14 +786,17 @@ def node_placements(node):
     provider): they stand for the services a real inference pool runs that the registry did not deploy,
     which no placement of the registry names; the registry's deployments and the Slurm jobs have providers
     of their own. None for a node of an appliance that is not simulated."""
-    from appliance.telemetry.placements import Placement  # here: the driver's process runs without Django
+    from appliance.telemetry.placements import Placement, Unavailable  # here: the driver runs without Django
 
     if not node.appliance.simulated:
         return None
     config_file = workload_dir() / "config.json"
     if _pid() is None or not config_file.exists():
         return []
-    config = json.loads(config_file.read_text())
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:  # rewritten by a start at this moment
+        raise Unavailable(f"{config_file}: {exc}") from None
     model = Model(config["profile"], int(config["seed"]), tuple(NodeSpec(**spec) for spec in config["nodes"]))
     t = max(0.0, (time.time() - float(config["started_at"])) * float(config["speed"]))
     started = datetime.fromtimestamp(float(config["started_at"]), UTC)

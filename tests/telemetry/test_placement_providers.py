@@ -64,3 +64,36 @@ def test_the_simulated_workloads_own_services_are_placed_while_its_driver_runs(m
     inventory.appliance.simulated = False
     inventory.appliance.save()
     assert workload.node_placements(type(inventory.gpu_node).objects.get(pk=inventory.gpu_node_2.pk)) is None
+
+
+def test_slurm_places_nothing_on_an_inference_node_and_is_unavailable_where_it_is_not_running(settings, tmp_path):
+    from appliance.lending import slurmctl
+
+    settings.SIMULATION_DIR = tmp_path  # no slurm.conf: the workloads stage has not run here
+    inventory = build_sample_inventory()
+    assert slurmctl.node_placements(inventory.gpu_node_2) is None
+    with pytest.raises(placements.Unavailable, match="the simulated Slurm is not configured here"):
+        slurmctl.node_placements(inventory.gpu_node)
+
+
+def test_slurms_answer_gives_each_job_its_ids_and_times(monkeypatch):
+    from appliance.lending import slurmctl
+
+    inventory = build_sample_inventory()
+    asked = []
+
+    def squeue(appliance, *argv, timeout):
+        asked.append((argv, timeout))
+        return ("4182_7|4190|RUNNING|2026-03-02T11:00:05|2026-03-03T11:00:05\n"
+                "4100|4100|COMPLETED|2026-03-02T09:00:00|2026-03-02T10:30:00\n"
+                "4200|4200|PENDING|N/A|N/A\n")
+
+    monkeypatch.setattr(slurmctl, "_client", squeue)
+    monkeypatch.setattr(slurmctl, "_slurm_time", lambda text: None if text == "N/A" else
+                        datetime.fromisoformat(text).replace(tzinfo=UTC))  # the client's local time: UTC here
+    assert slurmctl.node_placements(inventory.gpu_node) == [
+        Placement("4182_7", datetime(2026, 3, 2, 11, 0, 5, tzinfo=UTC), None),
+        Placement("4190", datetime(2026, 3, 2, 11, 0, 5, tzinfo=UTC), None),
+        Placement("4100", datetime(2026, 3, 2, 9, tzinfo=UTC), datetime(2026, 3, 2, 10, 30, tzinfo=UTC))]
+    assert asked == [(("squeue", "--noheader", "--states=all", "--nodelist=gpu-01", "--format=%i|%A|%T|%S|%e"),
+                      slurmctl.PLACEMENT_TIMEOUT_S)]
