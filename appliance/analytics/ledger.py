@@ -551,6 +551,25 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
     return rows, float(sums["gpu_seconds"].sum())
 
 
+def _merged(rows: list[tuple], silent: list[tuple]) -> list[tuple]:
+    """The chunk's ledger rows with its no-data rows added in: a GPU that sent some minutes of an hour and not
+    others has one row of that hour with no holder (one statement may not name a key twice: PostgreSQL's
+    ON CONFLICT refuses to update a row twice)."""
+    if not silent:
+        return rows
+    position = {row[:5]: index for index, row in enumerate(rows)}
+    merged = list(rows)
+    for row in silent:
+        index = position.get(row[:5])
+        if index is None:
+            position[row[:5]] = len(merged)
+            merged.append(row)
+        else:
+            first = merged[index]
+            merged[index] = (*first[:7], *(a + b for a, b in zip(first[7:], row[7:], strict=True)))
+    return merged
+
+
 def _listed_gpus() -> np.ndarray:
     """The inventory's GPUs as (node id, index, epoch seconds it was listed), one row each."""
     from appliance.inventory.models import GPU
@@ -735,7 +754,7 @@ def run_incremental(*, until: datetime | None = None, max_minutes: int | None = 
                 if listed is None:
                     listed = _listed_gpus()
                 silent, silent_seconds = _no_data_rows(since, end, window, listed, known)
-                _upsert(rows + silent)
+                _upsert(_merged(rows, silent))
                 seconds += silent_seconds
                 buckets = len(window["gpu"]["t"]) if window else 0
                 current.attributed_until = end
