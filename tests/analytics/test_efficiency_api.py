@@ -67,7 +67,7 @@ def test_the_efficiency_page_and_the_report(rows, client_for):
     report = client.get(f"/analytics/report/?{WINDOW}").content.decode()
     assert 'data-key="alice"' in report and 'href="/analytics/jobs/4182/"' in report
     assert 'class="cause-memory-only" data-cause="memory-only"' in report  # bob's chat service's share
-    assert "99.9 % of GPU-hours on held-out workloads" in report
+    assert "98.3 % of GPU-seconds on held-out telemetry written apart from the rules" in report
     assert client.get("/analytics/?range=9d").status_code == 400
     assert client.get("/analytics/report/?since=2026-01-03&until=2026-01-01").status_code == 400
 
