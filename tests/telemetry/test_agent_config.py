@@ -19,6 +19,7 @@ from appliance.telemetry.agent import ConfigError, from_config
 from appliance.telemetry.buffer import Buffer
 from appliance.telemetry.models import GpuRollup, HardwareEvent, NodeCollector, NodeRollup
 from appliance.telemetry.tokens import collector_token
+from tests.telemetry.rows import hgx_gpus, place
 from tests.telemetry.simnode import make_node
 
 TOKEN_PATH = "/etc/appliance/collector.token"
@@ -52,6 +53,9 @@ def registered(transactional_db, simulated):
     appliance = Appliance.objects.create(name="demo", simulated=True)
     node = Node.objects.create(appliance=appliance, name="gpu01", role=Node.Role.GPU, management_address="10.0.0.11",
                                sysroot=str(simulated))
+    # The ingest takes GPU lines for the GPUs the inventory lists, and job ids where a scheduler puts them.
+    hgx_gpus(node)
+    place(node, "41", "chat-7b")
     return node, collector_token(node)
 
 
