@@ -593,21 +593,28 @@ def _no_data_rows(since: datetime, until: datetime, window: dict | None, listed:
     expected = listed[(listed[:, 2] <= base) | np.isin(listed[:, 0], sent_nodes)]
     if not len(expected):
         return [], 0.0
-    missing = np.ones((len(expected), width), dtype=bool)
-    if window:
-        gpu = window["gpu"]
-        span = int(max(expected[:, 1].max(), gpu["gpu"].max())) + 1
-        keys = expected[:, 0] * span + expected[:, 1]
-        order = np.argsort(keys)
-        row_keys = gpu["node_id"] * span + gpu["gpu"]
-        position = np.minimum(np.searchsorted(keys[order], row_keys), len(order) - 1)
-        hit = keys[order][position] == row_keys
-        minute = (gpu["t"] - base) // STEP
-        inside = hit & (minute >= 0) & (minute < width)
-        missing[order[position[inside]], minute[inside]] = False
     hours = (base + np.arange(width) * STEP) // 3600 * 3600
-    distinct_hours = np.unique(hours)
+    distinct_hours, per_hour = np.unique(hours, return_counts=True)
+    if not window:  # a span with no line at all (skipped in one step, up to a month): every minute of every GPU
+        counts = np.broadcast_to(per_hour, (len(expected), len(per_hour)))
+        return _silent_rows(expected, distinct_hours, counts, known), float(counts.sum() * STEP)
+    missing = np.ones((len(expected), width), dtype=bool)  # a chunk's minutes (an hour at most)
+    gpu = window["gpu"]
+    span = int(max(expected[:, 1].max(), gpu["gpu"].max())) + 1
+    keys = expected[:, 0] * span + expected[:, 1]
+    order = np.argsort(keys)
+    row_keys = gpu["node_id"] * span + gpu["gpu"]
+    position = np.minimum(np.searchsorted(keys[order], row_keys), len(order) - 1)
+    hit = keys[order][position] == row_keys
+    minute = (gpu["t"] - base) // STEP
+    inside = hit & (minute >= 0) & (minute < width)
+    missing[order[position[inside]], minute[inside]] = False
     counts = np.stack([missing[:, hours == hour].sum(axis=1) for hour in distinct_hours], axis=1)
+    return _silent_rows(expected, distinct_hours, counts, known), float(counts.sum() * STEP)
+
+
+def _silent_rows(expected: np.ndarray, distinct_hours: np.ndarray, counts: np.ndarray, known: dict) -> list[tuple]:
+    """Ledger rows of the minutes with no data: `counts[i, j]` minutes of GPU `expected[i]` in hour j."""
     new_nodes = set(expected[:, 0].tolist()) - set(known)
     if new_nodes:
         known.update(attribution.nodes_info(sorted(new_nodes)))
@@ -620,7 +627,7 @@ def _no_data_rows(since: datetime, until: datetime, window: dict | None, listed:
                 seconds = float(count * STEP)
                 rows.append((_param(datetime.fromtimestamp(hour, UTC)), node_id, index, -1, "", pool, "", seconds,
                              *zeros, seconds))
-    return rows, float(counts.sum() * STEP)
+    return rows
 
 
 def _first_minute(condition: str = "", params: list | None = None) -> datetime | None:

@@ -623,3 +623,24 @@ def test_a_mounts_history_is_read_only_where_a_verdict_depends_on_its_ceiling(db
         window = ledger.attribute_window(T0, T0 + MINUTE)
     assert vector.RULE_NAMES[window["gpu"]["rule"][0]] == "waits-on-input"
     assert len([q for q in queries.captured_queries if "telemetry_noderollup" in q["sql"]]) == 1
+
+
+def test_hours_in_which_no_collector_sent_anything_are_no_data_too(db):
+    """gpu07 (2 GPUs, listed the day before) sends GPU 0 at 10:00 and at 12:30 only: the run skips the empty
+    chunks in one step, and their minutes are no data all the same: 151 minutes x 2 GPUs, 2 of them measured."""
+    from appliance.inventory.models import GPU
+
+    appliance = Appliance.objects.create(name="outage")
+    node = Node.objects.create(appliance=appliance, name="gpu07", role=Node.Role.GPU, management_address="10.0.0.7")
+    for index in range(2):
+        GPU.objects.create(node=node, index=index, model="H100-SXM5-80GB", memory_mib=81559)
+    GPU.objects.update(created=T0 - timedelta(days=1))
+    GpuRollup.objects.bulk_create([row(node, 0, 0, "4182", 98.0, 0.85, 64), row(node, 0, 150, "4182", 98.0, 0.85, 64)])
+    result = ledger.run_incremental(until=T0 + 151 * MINUTE)
+    assert result["minutes"] == 151 and result["seconds"] == 151 * 2 * 60
+    by_hour: dict = {}
+    for r in CauseHour.objects.all():  # the job's row and the one with no holder, added
+        seconds, no_data = by_hour.get((r.hour.hour, r.gpu), (0.0, 0.0))
+        by_hour[(r.hour.hour, r.gpu)] = (seconds + r.gpu_seconds, no_data + r.no_data_s)
+    assert by_hour == {(10, 0): (3600.0, 3540.0), (10, 1): (3600.0, 3600.0), (11, 0): (3600.0, 3600.0),
+                       (11, 1): (3600.0, 3600.0), (12, 0): (1860.0, 1800.0), (12, 1): (1860.0, 1860.0)}
