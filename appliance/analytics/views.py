@@ -63,6 +63,42 @@ def linked(jobs: list[dict]) -> list[dict]:
 
 
 
+def gpu_names(gpus: list[tuple]) -> str:
+    """(node, gpu, instance) as read, a node's consecutive GPUs as a range: "gpu01/0–7, gpu02/3"."""
+    parts, run = [], []
+
+    def close():
+        if run:
+            node, first, last = run[0][0], run[0][1], run[-1][1]
+            parts.append(f"{node}/{first}" if first == last else f"{node}/{first}–{last}")
+            run.clear()
+
+    for node, gpu, instance in gpus:
+        if instance != -1:
+            close()
+            parts.append(f"{node}/{gpu}/gi{instance}")
+        elif run and run[-1][0] == node and run[-1][1] == gpu - 1:
+            run.append((node, gpu))
+        else:
+            close()
+            run.append((node, gpu))
+    close()
+    return ", ".join(parts)
+
+
+def same_evidence_once(intervals: list[dict]) -> list[dict]:
+    """One row for the GPUs of a job whose interval, cause, rule and evidence are the same (eight GPUs
+    waiting on one mount read the same figures), in the order of the first; each with "gpus_text"."""
+    rows: dict[tuple, dict] = {}
+    for entry in intervals:
+        key = (entry["start"], entry["end"], entry["label"], entry["rule"], repr(entry["evidence"]))
+        row = rows.setdefault(key, entry | {"gpus": []})
+        row["gpus"].append((entry["node"], entry["gpu"], entry.get("instance", -1)))
+    for row in rows.values():
+        row["gpus_text"] = gpu_names(sorted(row["gpus"], key=lambda g: (str(g[0]), g[1], g[2])))
+    return list(rows.values())
+
+
 def accuracy_shown() -> dict:
     """The attribution's benchmark accuracy as the pages print it, naming the data it was measured on:
     percent with one decimal, the held-out figure of each cause too."""
@@ -144,7 +180,7 @@ class JobView(AnalyticsPage):
         since, until = services.job_window(self.span, self.request.GET.get("since"), self.request.GET.get("until"))
         gpus = services.efficiency(since=self.span[0], until=self.span[1], group="gpu", job=job)
         skew = services.job_skew(since=self.span[0], until=self.span[1], job=job)
-        intervals = services.job_intervals(job, since, until)
+        intervals = same_evidence_once(services.job_intervals(job, since, until))
         for entry in intervals:
             entry["cause"] = CAUSE_NAMES.get(entry["label"], entry["label"])
         return {"job_id": job, "known": True, "first": self.span[0], "end": self.span[1], "since": since,

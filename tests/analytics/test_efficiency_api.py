@@ -105,7 +105,7 @@ def test_a_jobs_verdicts_with_their_evidence(attributed_job, client_for):
     read = next(c for c in data["intervals"][0]["evidence"] if c["metric"] == "read_share /mnt/scratch")
     assert (read["value"], read["op"], read["threshold"], read["held"]) == (0.904762, ">=", 0.8, True)
     page = client.get("/analytics/jobs/4190/").content.decode()
-    assert 'data-cause="input-bound"' in page and "read_share /mnt/scratch = 0.904762 &gt;= 0.8: held" in page
+    assert 'data-cause="input-bound"' in page and "read_share /mnt/scratch = 90.5% &gt;= 80%: held" in page  # the API keeps the ratio
     assert client.get(f"{API}/jobs/4191/verdicts/").status_code == 404
     assert client.get("/analytics/jobs/4191/").status_code == 404
     too_long = client.get(f"{API}/jobs/4190/verdicts/?since=2026-01-30")
