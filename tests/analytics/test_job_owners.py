@@ -25,7 +25,8 @@ def rollup(node, gpu, minute, job):
 
 
 def users():
-    return dict(CauseHour.objects.values_list("job", "user").distinct())
+    """{job: user} of the ledger's rows held by a job (the GPUs that sent no line are no-data rows, no job's)."""
+    return dict(CauseHour.objects.exclude(job="").values_list("job", "user").distinct())
 
 
 def test_slurm_job_ids_are_the_only_jobs_asked_about():
