@@ -17,6 +17,7 @@ from appliance.inventory.models import Pool
 from appliance.telemetry import jobinfo, queries
 
 from . import services
+from .templatetags.evidence import check_text
 
 RANGES = {"24h": (timedelta(days=1), _("24 hours")), "7d": (timedelta(days=7), _("7 days")),
           "30d": (timedelta(days=30), _("30 days"))}
@@ -87,11 +88,12 @@ def gpu_names(gpus: list[tuple]) -> str:
 
 
 def same_evidence_once(intervals: list[dict]) -> list[dict]:
-    """One row for the GPUs of a job whose interval, cause, rule and evidence are the same (eight GPUs
-    waiting on one mount read the same figures), in the order of the first; each with "gpus_text"."""
+    """One row for the GPUs of a job whose interval, cause, rule and evidence read the same (eight GPUs
+    waiting on one mount show the same figures, as printed), in the order of the first; each with "gpus_text"."""
     rows: dict[tuple, dict] = {}
     for entry in intervals:
-        key = (entry["start"], entry["end"], entry["label"], entry["rule"], repr(entry["evidence"]))
+        key = (entry["start"], entry["end"], entry["label"], entry["rule"],
+               tuple(check_text(check) for check in entry["evidence"]))
         row = rows.setdefault(key, entry | {"gpus": []})
         row["gpus"].append((entry["node"], entry["gpu"], entry.get("instance", -1)))
     for row in rows.values():

@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 register = template.Library()
 
 MISSING = "—"
-RATIO_KEYS = ("share", "ratio", "busy", "iowait", "efficiency", "util_fraction", "cv")
+RATIO_KEYS = ("share", "ratio", "busy", "iowait", "efficiency", "util_fraction", "_active")
 RATE_UNITS = ("B/s", "kB/s", "MB/s", "GB/s", "TB/s")
 
 
@@ -97,6 +97,13 @@ def evidence(value, key: str = ""):
     """A finding's evidence (a dict of figures, lists of records) as a definition list, every figure with
     its unit; keys and values escaped."""
     return mark_safe(_html(value, key, 0))  # noqa: S308 - every key and value above goes through escape()
+
+
+def check_text(check: dict) -> tuple:
+    """A verdict's check as the page prints it (the same figures read the same: the rows' key)."""
+    metric = check.get("metric", "")
+    return (metric, figure(check.get("value"), metric), check.get("op"), figure(check.get("threshold"), metric),
+            bool(check.get("held")), readable_note(check.get("note") or ""))
 
 
 NOTE_NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(\s*B/s)?(?![\w.])")
