@@ -74,3 +74,19 @@ def test_a_jobs_verdicts_are_one_row_for_gpus_whose_evidence_is_the_same(client_
     assert '<th scope="row" data-testid="verdict-gpus">gpu-01/0–7</th>' in table
     assert "read_share /mnt/scratch = 96.2% &gt;= 80%: held" in table
     assert "(20.6 GB/s of 21.4 GB/s)" in table and "sm_active = 14% &lt; 50%: held" in table
+
+
+@pytest.mark.django_db
+def test_a_suggested_setting_reads_as_settings_not_a_dict(client_for, monkeypatch):
+    from appliance.analytics import profiling
+
+    now = timezone.now()
+    finding = Finding.objects.create(key="input-bound:2", kind="input-bound", subject="job 2", job="2", severity=0.1,
+                                     summary="s", proposal="p", evidence={}, window_start=now - timedelta(hours=1),
+                                     window_end=now, first_seen=now, last_seen=now)
+    monkeypatch.setattr(profiling, "suggest", lambda job, since, until: {"suggestions": [
+        {"setting": "parallel_layout", "value": {"tensor_parallel": 8, "pipeline_parallel": 1}, "because": "b"},
+        {"setting": "data_loader_workers", "value": 8, "because": "c"}]})
+    html = client_for("viewer").get(f"/analytics/recommendations/{finding.pk}/").content.decode()
+    assert '<strong data-testid="suggested-value">tensor_parallel=8, pipeline_parallel=1</strong>' in html
+    assert '<strong data-testid="suggested-value">8</strong>' in html and "{&#x27;" not in html
