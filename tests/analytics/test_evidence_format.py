@@ -90,3 +90,17 @@ def test_a_suggested_setting_reads_as_settings_not_a_dict(client_for, monkeypatc
     html = client_for("viewer").get(f"/analytics/recommendations/{finding.pk}/").content.decode()
     assert '<strong data-testid="suggested-value">tensor_parallel=8, pipeline_parallel=1</strong>' in html
     assert '<strong data-testid="suggested-value">8</strong>' in html and "{&#x27;" not in html
+
+
+@pytest.mark.django_db
+def test_a_findings_and_a_jobs_times_are_in_the_portals_zone(client_for, settings):
+    from datetime import UTC, datetime
+
+    settings.TIME_ZONE = "Europe/Moscow"
+    start, end = datetime(2026, 3, 2, 9, 0, tzinfo=UTC), datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+    finding = Finding.objects.create(key="input-bound:3", kind="input-bound", subject="job 3", job="", severity=0.1,
+                                     summary="s", proposal="p", evidence={}, window_start=start, window_end=end,
+                                     first_seen=start, last_seen=end)
+    html = client_for("viewer").get(f"/analytics/recommendations/{finding.pk}/").content.decode()
+    assert ">2026-03-02 12:00 MSK</time> – <time" in html and ">2026-03-02 13:00 MSK</time></dd>" in html
+    assert " UTC" not in html
