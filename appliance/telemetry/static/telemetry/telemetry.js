@@ -88,10 +88,11 @@
     [DAY * 365, "{YYYY}", null, null, null, null, null, null, 1],
     [DAY * 28, "{YYYY}-{MM}", "\n{YYYY}", null, null, null, null, null, 1],
     [DAY, "{MM}-{DD}", "\n{YYYY}", null, null, null, null, null, 1],
-    [60, "{HH}:{mm}", "\n{YYYY}-{MM}-{DD}", null, "\n{YYYY}-{MM}-{DD}", null, null, null, 1],
-    [1, "{HH}:{mm}:{ss}", "\n{YYYY}-{MM}-{DD} {HH}:{mm}", null, "\n{YYYY}-{MM}-{DD} {HH}:{mm}", null,
-     "\n{HH}:{mm}", null, 1]
+    [60, "{HH}:{mm}", "\n{YYYY}-{MM}-{DD}", null, "\n{YYYY}-{MM}-{DD}", null, null, null, 1]
   ];
+  // The series are per minute or per hour: no tick between two minutes (15 s ticks crowd a 390 px chart).
+  var TIME_STEPS = [60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, DAY, 2 * DAY, 7 * DAY, 28 * DAY,
+                    365 * DAY];
 
   function whyNoData(collector) {
     if (!collector) return TEXT.empty;
@@ -192,7 +193,7 @@
                   value: function (u, v) { return format(v === null || v === undefined ? newest[i] : v); }};
         })),
       axes: [{stroke: "currentColor", grid: {stroke: "rgba(127,127,127,.2)"}, ticks: {stroke: "rgba(127,127,127,.3)"},
-              values: TIME_AXIS},
+              values: TIME_AXIS, incrs: TIME_STEPS},
              {stroke: "currentColor", size: 72, grid: {stroke: "rgba(127,127,127,.2)"}, ticks: {stroke: "rgba(127,127,127,.3)"},
               values: function (u, values) { return values.map(format); }}],
       legend: {live: true},
