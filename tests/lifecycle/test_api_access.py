@@ -73,7 +73,11 @@ ENDPOINTS = [
 
 
 # Who may withdraw a request is a person, not a role (only its requester): tested there.
-ROUTES_TESTED_ELSEWHERE = {"lifecycle-api-request-cancel": "test_api_registry.py: only the requester withdraws"}
+ROUTES_TESTED_ELSEWHERE = {
+    "lifecycle-api-request-cancel": "test_api_registry.py: only the requester withdraws",
+    "lifecycle-api-clear-tampered": "test_api_deployments.py: an Administrator only (models.change reaches the "
+                                    "view, the service admits Administrators), on a version made tampered there",
+}
 
 
 def registry_rows(requester) -> dict:
