@@ -230,8 +230,9 @@ class Command(BaseCommand):
 
     def _how_to_open(self, appliance, run):
         say = self.console.print
-        command = _own_command()
-        state = f"APPLIANCE_STATE_DIR={shlex.quote(str(settings.STATE_DIR))}"
+        # Paths and addresses go into rich markup: a '[' in a state directory's name is text, not a style.
+        command = escape(_own_command())
+        state = escape(f"APPLIANCE_STATE_DIR={shlex.quote(str(settings.STATE_DIR))}")
         if not appliance.simulated:
             say(f"The portal of a production controller runs as its services (`{command} install --production`); "
                 f"to look at it from this checkout: [bold]{state} {command} runserver[/bold].")
@@ -245,7 +246,7 @@ class Command(BaseCommand):
             pid = simulation.start_portal()
         except simulation.SimulationError as exc:
             raise CommandError(f"the demo portal did not start: {exc}", returncode=1) from None
-        address = portal_server.url()
+        address = escape(portal_server.url())
         say(f"[bold]The demo appliance is running[/bold]: its portal, worker and beat (pid {pid}) at {address}/, "
             "where its nodes' collectors send their telemetry.")
         say(f"Log in at [bold]{address}/[/bold] as admin (the password above); the REST API is {address}/api/v1/, "
