@@ -18,9 +18,8 @@ KEPT = {
     "appliance/provisioning/management/commands/bootstrap.py": "the checkout's own command line, when not installed",
     "appliance/simulation/sshd.py": "comments in the sudoers drop-in and the service account's GECOS field",
     "appliance/simulation/state.py": "read by the simulated tools on a node, which import no Django",
-    "appliance/simulation/workload.py": "one message left to convert",
-    "appliance/partitioning/cli/plan.py": "a translated message: its catalog entry changes with it (left to do)",
-    "appliance/telemetry/management/commands/telemetry.py": "a translated message (left to do)",
+    "appliance/simulation/workload.py": "the workload driver runs as a process of its own and imports no Django at "
+                                         "module level (one message)",
 }
 
 

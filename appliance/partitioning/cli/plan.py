@@ -17,6 +17,7 @@ import yaml
 from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
 
+from appliance.core import resources
 from appliance.partitioning import planner
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -177,8 +178,9 @@ def handle(command, options) -> int:
     else:
         command.stdout.write(table(result))
         if number is not None:
-            command.stdout.write(_("Saved as plan %(number)s of %(appliance)s (apply it: manage.py partition "
-                                   "apply %(number)s)") % {"number": number, "appliance": appliance.name})
+            command.stdout.write(_("Saved as plan %(number)s of %(appliance)s (apply it: %(program)s partition "
+                                   "apply %(number)s)") % {"number": number, "appliance": appliance.name,
+                                                           "program": resources.program()})
     return 0
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from appliance.core import resources
 from appliance.telemetry.agent import Agent
 from appliance.telemetry.buffer import Buffer
 from appliance.telemetry.collector import Collector, CollectorError
@@ -167,8 +168,8 @@ class Command(BaseCommand):
             span = _("relative, from %(start)s s") % {"start": f"{trace.start_s:g}"}
         self.stdout.write(_("Imported trace %(name)s: %(rows)s row(s) of %(entities)s entities (%(format)s; values "
                             "read as %(scale)s; time %(span)s, %(duration)s s long) in %(seconds)s s (%(rate)s "
-                            "rows/s). Report: manage.py analytics report --source %(name)s --json")
-                          % {"name": trace.name, "rows": trace.rows, "entities": trace.entities,
+                            "rows/s). Report: %(program)s analytics report --source %(name)s --json")
+                          % {"program": resources.program(), "name": trace.name, "rows": trace.rows, "entities": trace.entities,
                              "format": trace.format + (", " + trace.compression if trace.compression else ""),
                              "scale": trace.scale, "span": span, "duration": f"{trace.duration_s:g}",
                              "seconds": f"{seconds:.2f}", "rate": f"{trace.rows / max(seconds, 1e-9):,.0f}"})
