@@ -23,6 +23,9 @@ SEARCHING_CONSTRUCTORS = {"RegexField", "RegexValidator"}
 # Programs a simulated node or BMC emulator runs (they read their own environment at import): not the product's
 # validation of what users send.
 SCRIPTS = ("appliance.simulation.tools.", "appliance.simulation.bmc_emulator_config")
+# Entry points that act when imported: a serving process starts the embedded worker and beat (their threads
+# would run on in this test process, against the next tests' databases); `python -m appliance` runs the CLI.
+ENTRY_POINTS = frozenset({"appliance.wsgi", "appliance.asgi", "appliance.__main__"})
 
 
 def _patterns() -> dict[int, tuple[re.Pattern, set[tuple[str, str]]]]:
@@ -30,7 +33,7 @@ def _patterns() -> dict[int, tuple[re.Pattern, set[tuple[str, str]]]]:
     is defined and where it is imported)."""
     found: dict[int, tuple[re.Pattern, set[tuple[str, str]]]] = {}
     for info in pkgutil.walk_packages(appliance.__path__, "appliance."):
-        if ".migrations" in info.name or info.name.startswith(SCRIPTS):
+        if ".migrations" in info.name or info.name.startswith(SCRIPTS) or info.name in ENTRY_POINTS:
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
