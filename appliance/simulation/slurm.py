@@ -538,8 +538,13 @@ def stop(appliance) -> dict:
         _pid_file(name).unlink(missing_ok=True)
     _terminate(list(daemons.values()))
     stopped = sorted(daemons)
-    leftover = _processes()
-    _terminate(leftover, grace=2.0)
+    # A job step may still fork while its parents end (a job script starting its next command): look again
+    # until nothing of this cluster is left, for a bounded time.
+    leftover: list[int] = []
+    deadline = time.monotonic() + 15
+    while (found := [pid for pid in _processes() if pid not in leftover]) and time.monotonic() < deadline:
+        leftover += found
+        _terminate(found, grace=2.0)
     if stopped or leftover:
         audit.record("simulation.slurm.stop", target=appliance, details={"stopped": stopped, "other_processes": len(leftover)})
     return {"stopped": stopped, "leftover": len(leftover)}
