@@ -22,17 +22,9 @@ _failed: dict[int, tuple[float, str]] = {}
 
 
 def _job_fields(line: str) -> dict[str, str]:
-    """The key=value fields of one `scontrol --oneliner show job` line (a value may hold spaces: JobName),
-    the first of each key."""
-    pairs: list[list[str]] = []
-    for word in line.split(" "):
-        key, equals, value = word.partition("=")
-        if equals and key and not key.startswith("("):
-            pairs.append([key, value])
-        elif pairs and word:
-            pairs[-1][1] += " " + word
+    """The key=value fields of one `scontrol --oneliner show job` line, the first of each key."""
     fields: dict[str, str] = {}
-    for key, value in pairs:
+    for key, value in slurmctl.job_pairs(line):
         fields.setdefault(key, value)
     return fields
 

@@ -131,6 +131,19 @@ UNFINISHED_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED",
                                "RESV_DEL_HOLD"})
 
 
+
+def job_pairs(line: str) -> list[list[str]]:
+    """The key=value words of one `scontrol --oneliner show job` line, in order (a value may hold spaces:
+    JobName; a key may repeat: Nodes= and GRES= once per node with --details)."""
+    pairs: list[list[str]] = []
+    for word in line.split(" "):
+        key, equals, value = word.partition("=")
+        if equals and key and not key.startswith("("):
+            pairs.append([key, value])
+        elif pairs and word:
+            pairs[-1][1] += " " + word
+    return pairs
+
 def job_details(appliance, job: str) -> dict | None:
     """What Slurm says about job `job` (its id checked by the caller): {job, user, name, partition, nodes,
     gpus, gpu_indices: {node: "0-1"}, start, end, limit_end, state, source}, from `scontrol --details show job`
@@ -144,15 +157,8 @@ def job_details(appliance, job: str) -> dict | None:
         output = ""
     line = output.strip().splitlines()[0] if output.strip() else ""
     if line:
-        pairs: list[list[str]] = []
-        for word in line.split(" "):
-            key, equals, value = word.partition("=")
-            if equals and key and not key.startswith("("):
-                pairs.append([key, value])
-            elif pairs and word:
-                pairs[-1][1] += " " + word
         fields, indices, node = {}, {}, ""
-        for key, value in pairs:
+        for key, value in job_pairs(line):
             fields.setdefault(key, value)
             if key == "Nodes":
                 node = value
