@@ -12,9 +12,7 @@ SIMULATION_DIR/portal.{pid,log}; `simulation status` shows it, `simulation stop`
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +24,7 @@ from django.conf import settings
 
 from appliance import audit
 
-from . import ports
+from . import ports, processes
 
 ADDRESS = "127.0.0.1"
 START_TIMEOUT = 60
@@ -106,7 +104,7 @@ def start() -> int:
     deadline = time.monotonic() + START_TIMEOUT
     while not _answers(number):
         if process.poll() is not None or time.monotonic() > deadline:
-            _terminate(process.pid)
+            processes.terminate(process.pid, grace=30)
             _pid_path().unlink(missing_ok=True)
             tail = "\n".join(log_path().read_text(errors="replace").splitlines()[-15:])
             raise PortalServerError(f"the demo portal did not answer on {ADDRESS}:{number} "
@@ -117,25 +115,11 @@ def start() -> int:
     return process.pid
 
 
-def _terminate(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        if not Path(f"/proc/{pid}").exists():
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 def stop() -> int | None:
     """Stop the portal if it runs (gunicorn ends its worker gracefully); returns the pid that was stopped."""
     pid = running_pid()
     if pid:
-        _terminate(pid)
+        processes.terminate(pid, grace=30)
         audit.record("simulation.portal.stop", target_type="portal", details={"pid": pid})
     _pid_path().unlink(missing_ok=True)
     return pid

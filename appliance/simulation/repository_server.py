@@ -9,9 +9,6 @@ simulated appliances on one machine never share one. SIMULATION_DIR/repository-s
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +21,7 @@ from django.conf import settings
 from appliance import audit
 from appliance.core import resources
 
-from . import ports
+from . import ports, processes
 
 ADDRESS = "127.0.0.1"
 PORT_NAME = "management"
@@ -102,7 +99,7 @@ def start() -> int:
     deadline = time.monotonic() + START_TIMEOUT
     while not _answers(number):
         if process.poll() is not None or time.monotonic() > deadline:
-            _terminate(process.pid)
+            processes.terminate(process.pid)
             _pid_path().unlink(missing_ok=True)
             tail = "\n".join(_log_path().read_text(errors="replace").splitlines()[-10:])
             raise RepositoryServerError(f"the package repository server did not answer on {ADDRESS}:{number}:\n{tail}")
@@ -112,25 +109,11 @@ def start() -> int:
     return process.pid
 
 
-def _terminate(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        if not Path(f"/proc/{pid}").exists():
-            return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
 def stop() -> int | None:
     """Stop the server if it runs; returns the pid that was stopped."""
     pid = running_pid()
     if pid:
-        _terminate(pid)
+        processes.terminate(pid)
         audit.record("simulation.repository.stop", target_type="repository", details={"pid": pid})
     _pid_path().unlink(missing_ok=True)
     return pid
