@@ -139,7 +139,8 @@ class Agent:
     def stop(self, flush_s: float = 5.0) -> None:
         self.stopping.set()
         if self.rollup is not None:  # the minute begun so far goes out with its samples count
-            self._send_rollups(self.rollup.close(), time.time_ns(), final=True)
+            now_ns = time.time_ns()
+            self._send_rollups(self.rollup.close(now_ns), now_ns, final=True)
         if self.forwarder is not None:
             self.forwarder.stop(flush_s)
         if self.rollup_forwarder is not None:

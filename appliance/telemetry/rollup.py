@@ -11,6 +11,14 @@ span. An increase over a gap longer than a bucket (the collector was stopped) is
 spreading it over one minute would invent a peak. A bucket closes at the first sweep past its minute; the
 first one after a start is partial and says so by its `samples`.
 
+Who held a GPU (the `hpc_job` label of its sweeps) is timed sweep by sweep: a sweep's holder holds from that
+sweep until the next one of the minute, the last one until the minute's end, and the seconds before the
+minute's first sweep belong to the holder of the sweep before it (the minute before's last, when it was
+less than a minute earlier; else to the first sweep's). A minute that changes hands (a job starts or ends
+inside it) carries each job's seconds in its `holders` field ("41:35,chat-7b:20"; the seconds nobody held
+are what is left of the minute), and `hpc_job` names the holder of the most seconds. A minute held by one
+holder throughout has no `holders` field: its `hpc_job` held all of it.
+
 Plain Python, no Django: deployed to the nodes with the collector.
 """
 
@@ -106,7 +114,8 @@ class _Series:
     rates: _Rates = field(default_factory=_Rates)
     reasons: int = 0
     throttled: int = 0
-    holders: Counter = field(default_factory=Counter)
+    held: list[tuple[int, str]] = field(default_factory=list)  # (time ns, holder) of each sweep of the bucket
+    lead: str | None = None  # the holder of the sweep before the bucket's first (the minute before's last)
     xids: int = 0
 
     def gauge(self, name: str, value) -> None:
@@ -140,6 +149,8 @@ class Rollup:
         # (series key, counter) -> (time_ns, value) of the sweep before
         self._previous: dict[tuple[tuple, str], tuple[int, float]] = {}
         self._throttling_sent: dict[object, int] = {}  # GPU -> time of its last throttling event sent
+        self._last_holder: dict[tuple, tuple[int, str]] = {}  # GPU series key -> (time ns, holder) of its last sweep
+        self._end_ns: int | None = None  # where the bucket being closed ends (the collector stopping: now)
 
     # ---- input ------------------------------------------------------------------------------------------
     def add(self, sweep: Sweep) -> list[str]:
@@ -160,11 +171,13 @@ class Rollup:
             return self.close()
         return []
 
-    def close(self) -> list[str]:
-        """The open bucket's lines, whatever its minute; the next sweep opens a new one."""
+    def close(self, now_ns: int | None = None) -> list[str]:
+        """The open bucket's lines, whatever its minute; the next sweep opens a new one. `now_ns`: the
+        collector stops at that time, before the minute's end (its holder is timed up to it)."""
         if self.bucket is None or not self.sweeps:
             self.bucket = None
             return []
+        self._end_ns = self.bucket + self.step_ns if now_ns is None else min(now_ns, self.bucket + self.step_ns)
         lines = self._lines()
         self.bucket, self.sweeps, self.series = None, 0, {}
         return lines
@@ -191,7 +204,13 @@ class Rollup:
             else:
                 series.gauge(name, value)
         if measurement == "gpu":
-            series.holders[labels.get("hpc_job", "")] += 1
+            holder = labels.get("hpc_job", "")[:JOB_CHARS]
+            if not series.held:
+                before = self._last_holder.get(key)
+                if before is not None and 0 <= time_ns - before[0] <= self.step_ns:
+                    series.lead = before[1]
+            series.held.append((time_ns, holder))
+            self._last_holder[key] = (time_ns, holder)
             reasons = int(fields.get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 0) or 0)
             series.reasons |= reasons
             series.throttled += 1 if reasons & THROTTLE_MASK else 0
@@ -282,7 +301,9 @@ class Rollup:
     def _gpu_line(self, series: _Series, start: int) -> str:
         tags = series.tags
         instance = tags.get("GPU_I_ID", "")
-        holder = series.holders.most_common(1)[0][0][:JOB_CHARS] if series.holders else ""
+        seconds = self._held_seconds(series, start)
+        # the holder of the most seconds (of two as long, the first to hold the GPU)
+        holder = max(seconds, key=seconds.get) if seconds else ""
         fields: dict[str, object] = {"step": self.step_s, "samples": series.samples}
         for name, (source, maximum) in GPU_GAUGES.items():
             fields[name] = series.mean(source)
@@ -306,10 +327,32 @@ class Rollup:
         if not instance:
             fields["xid_count"] = series.xids
             fields["ecc_dbe"] = series.rates.total("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL") or 0
+        jobs = [(job, value) for job, value in seconds.items() if job]
+        if set(seconds) != {holder} and jobs:  # the minute changed hands
+            fields["holders"] = ",".join(f"{job}:{value}" for job, value in jobs)
         uuid = tags.get("MIG_UUID") or tags.get("UUID", "")
         return line("gpu_rollup", [("Hostname", self.hostname), ("gpu", tags.get("gpu", "")),
                                    ("GPU_I_ID", instance), ("GPU_I_PROFILE", tags.get("GPU_I_PROFILE", "")),
                                    ("UUID", uuid), ("hpc_job", holder)], fields, start)
+
+
+    def _held_seconds(self, series: _Series, start: int) -> dict[str, int]:
+        """{holder ("" for nobody): whole seconds of the bucket it held the GPU}, in the order they first held
+        it, adding up to the bucket's timed seconds (its largest remainders rounded up)."""
+        end = self._end_ns if self._end_ns is not None else start + self.step_ns
+        held = sorted(series.held)
+        if not held:
+            return {}
+        spans = {held[0][1] if series.lead is None else series.lead: max(0, min(held[0][0], end) - start)}
+        for (moment, holder), following in zip(held, [*held[1:], (end, None)], strict=True):
+            since, until = max(moment, start), min(following[0], end)
+            spans[holder] = spans.get(holder, 0) + max(0, until - since)
+        total = round(sum(spans.values()) / 10**9)
+        whole = {holder: ns // 10**9 for holder, ns in spans.items()}
+        short = total - sum(whole.values())
+        for holder in sorted(spans, key=lambda name: spans[name] % 10**9, reverse=True)[:max(short, 0)]:
+            whole[holder] += 1
+        return {holder: value for holder, value in whole.items() if value > 0}
 
 
 def _order(item):

@@ -2,6 +2,7 @@
 below was computed by hand from the sweeps, not by the code under test."""
 
 import json
+import re
 
 from appliance.telemetry.collector import Series, Sweep
 from appliance.telemetry.rollup import Rollup, mount_resolver
@@ -41,11 +42,15 @@ def host(user: float, idle: float, iowait: float) -> Series:
 
 
 def parse(line: str) -> tuple[str, dict, dict, int]:
-    """A rollup line of numeric fields: (measurement, tags, fields, time)."""
+    """A rollup line of numeric fields and its `holders` text: (measurement, tags, fields, time)."""
     head, fields, stamp = line.split(" ")
     measurement, *tags = head.split(",")
+    holders = re.search(r',holders="([^"]*)"$', fields)
+    if holders:
+        fields = fields[:holders.start()]
+    values = {name: float(value) for name, value in (field.split("=", 1) for field in fields.split(","))}
     return (measurement, dict(tag.split("=", 1) for tag in tags),
-            {name: float(value) for name, value in (field.split("=", 1) for field in fields.split(","))}, int(stamp))
+            values | ({"holders": holders.group(1)} if holders else {}), int(stamp))
 
 
 def three_sweeps() -> list[Sweep]:
@@ -73,7 +78,8 @@ def test_a_minute_closes_at_the_first_sweep_past_it_with_means_maxima_rates_and_
     assert [parse(line)[0] for line in lines] == ["gpu_rollup", "node_rollup", "mount_rollup"]
     measurement, tags, fields, stamp = parse(lines[0])
     assert stamp == MINUTE
-    assert tags == {"Hostname": "gpu01", "gpu": "0", "UUID": "GPU-0000", "hpc_job": "41"}  # 41 held 2 of 3 sweeps
+    # 41 held the GPU from 0 s to 40 s, chat-7b from 40 s to the minute's end
+    assert tags == {"Hostname": "gpu01", "gpu": "0", "UUID": "GPU-0000", "hpc_job": "41"}
     assert fields == {
         "step": 60.0, "samples": 3.0,
         "util": 30.0, "util_max": 60.0,                       # (10 + 20 + 60) / 3
@@ -86,6 +92,7 @@ def test_a_minute_closes_at_the_first_sweep_past_it_with_means_maxima_rates_and_
         "pcie_tx_bps": 1024000.0, "pcie_rx_bps": 2048000.0,   # NVML's KB/s
         "nvlink_bps": 62.5,                                   # (2000 + 500 after the reset) / 40 s
         "xid_count": 0.0, "ecc_dbe": 0.0,
+        "holders": "41:40,chat-7b:20",
     }
     measurement, tags, fields, stamp = parse(lines[1])
     assert (tags, stamp) == ({"Hostname": "gpu01"}, MINUTE)
