@@ -19,8 +19,18 @@ from tests.telemetry.test_ingest import TOKEN_1, TOKEN_2, nodes, post  # noqa: F
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 
+_CLOCK = []
+
+
+@pytest.fixture(autouse=True)
+def _one_clock_a_test():
+    """Every minute() of a test counts back from the minute the test began: a minute turning between a
+    write and its assertion moved them apart once (a full run at 20:08:59)."""
+    _CLOCK[:] = [timezone.now().replace(second=0, microsecond=0)]
+
+
 def minute(ago: int):
-    return timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=ago)
+    return _CLOCK[0] - timedelta(minutes=ago)
 
 
 def ns(start) -> int:
