@@ -1,7 +1,8 @@
 """Deployments: a production version served as an inference service on an appliance's inference pool.
 
-deploy() checks the version (production, its files intact: integrity.require_intact, else the deployment
-is BLOCKED and nothing reaches the pool), sizes it with the partitioning advisor from the architecture the
+deploy() checks the version (production, its files intact: integrity.require_intact, a full re-hash on the
+version's first deployment to the node it is placed on, else the deployment is BLOCKED and nothing reaches
+the pool), sizes it with the partitioning advisor from the architecture the
 registry read from its files, for the pool's GPU model, places it on free GPUs or MIG instances of the
 pool (the layout the inventory recorded, less what other deployments hold), renders its manifests
 (manifests.py) and applies them. Each rollout is its own Kubernetes Deployment named
@@ -280,22 +281,39 @@ def _insert(**fields) -> Deployment:
     return deployment
 
 
+def deployed_on_before(version: ModelVersion, appliance: Appliance, node: str) -> bool:
+    """Has a deployment of `version` on `appliance` been placed on `node` before (any that got past its
+    integrity check: every state but blocked)?"""
+    placements = (Deployment.objects.filter(version=version, appliance=appliance)
+                  .exclude(state=Deployment.State.BLOCKED).values_list("placement", flat=True))
+    return any(spot.get("node") == node for placement in placements for spot in placement or [])
+
+
 def _check_intact(plan: dict, *, user, event: str) -> None:
-    """integrity.require_intact; a refusal leaves a BLOCKED deployment (the record of the attempt) and the
-    pool untouched."""
+    """integrity.require_intact, in full (every file re-hashed) when the version was never deployed on the
+    plan's node: the node serves the files' bytes, which a stat cannot vouch for (a file rewritten in place
+    with its size, mtime and even ctime put back, by someone able to set the clock). Later deployments of
+    the version to that node take the quick check. The plan's details (the deployment's audit record) say
+    which ran: integrity "full" or "quick" (quick may still have turned into a full re-hash), first_on_node.
+    A refusal leaves a BLOCKED deployment (the record of the attempt) and the pool untouched."""
     from . import integrity
 
     version = plan["version"]
+    first = not deployed_on_before(version, plan["appliance"], plan["node"])
+    plan["details"]["first_on_node"] = first
     try:
-        integrity.require_intact(version, user=user)
+        result = integrity.require_intact(version, user=user, full=first)
     except IntegrityRefused as exc:
+        plan["details"]["integrity"] = "full" if exc.result.full else "quick"
         with transaction.atomic():
             blocked = _insert(
                 name=plan["name"], version=version, appliance=plan["appliance"], pool=plan["pool"].name,
                 runtime=plan["runtime"], state=Deployment.State.BLOCKED, state_detail=str(exc),
                 sizing=plan["sizing"], created_by=user)
-            _refuse(event, blocked, user, exc, {**plan["details"], "state": Deployment.State.BLOCKED})
+            _refuse(event, blocked, user, exc, {**plan["details"], "state": Deployment.State.BLOCKED,
+                                                "node": plan["node"]})
         raise
+    plan["details"]["integrity"] = "full" if result.full else "quick"
 
 
 def _create(plan: dict, *, user, event: str, reason: str = "", extra: dict | None = None) -> Deployment:

@@ -34,4 +34,9 @@ class Conflict(LifecycleError, StateConflict):
 
 
 class IntegrityRefused(Conflict):
-    """A version whose files no longer match their hashes or signature: it may not be deployed."""
+    """A version whose files no longer match their hashes or signature: it may not be deployed. `result`:
+    the verification that refused it (integrity.VerifyResult), when one ran."""
+
+    def __init__(self, message: str, field: str = "", result=None):
+        super().__init__(message, field)
+        self.result = result

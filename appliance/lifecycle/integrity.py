@@ -1,19 +1,21 @@
 """Verifying a model version's files against what was registered and signed.
 
-Quick (before every deployment, well under a second): every recorded file is stat()ed, never read: the
-same size, mtime (ns), inode and ctime (ns) as at registration, no file missing, none added (a listing of
-the directory), and the stored model-signing signature verifies with the appliance's public key and vouches
-for exactly the recorded digests (a row changed in the database, or a signature swapped from another
-version or made with another key, fails here). A user can set a file's mtime back (os.utime) but not its
-ctime, which any write moves: a file whose stat the quick check cannot vouch for (or one registered before
-ctime was recorded) sends the whole verification to the full re-hash instead of passing or failing on a
-guess.
+Quick (before an approval, and before a deployment of a version to a node where it was deployed before;
+well under a second): every recorded file is stat()ed, never read: the same size, mtime (ns), inode and
+ctime (ns) as at registration, no file missing, none added (a listing of the directory), and the stored
+model-signing signature verifies with the appliance's public key and vouches for exactly the recorded
+digests (a row changed in the database, or a signature swapped from another version or made with another
+key, fails here). A user can set a file's mtime back (os.utime) but not its ctime, which any write moves: a
+file whose stat the quick check cannot vouch for (or one registered before ctime was recorded) sends the
+whole verification to the full re-hash instead of passing or failing on a guess.
 
-Full (on demand and on schedule): model-signing's own verifier re-hashes every file and compares them
-with the signed manifest (`model_signing.verifying.Config().use_elliptic_key_verifier`). When it refuses,
-the files are hashed again here to name which changed, went missing or were added. A file whose content
-is proven unchanged by a full verification but whose mtime or inode moved (copied back, restored from a
-backup) gets its new values as the quick check's baseline.
+Full (on demand, on schedule, and before a version's first deployment to a node: a stat proves nothing
+about the bytes, and the bytes are what the node serves; see deployments._check_intact): model-signing's own
+verifier re-hashes every file and compares them with the signed manifest
+(`model_signing.verifying.Config().use_elliptic_key_verifier`). When it refuses, the files are hashed again
+here to name which changed, went missing or were added. A file whose content is proven unchanged by a full
+verification but whose mtime or inode moved (copied back, restored from a backup) gets its new values as the
+quick check's baseline.
 
 Each verification updates the version (verification, verified_at, verified_full, verification_detail)
 and its artifacts' states, and records lifecycle.version.verify; one that fails also records
@@ -327,14 +329,15 @@ def clear_tampered(version: ModelVersion, *, user, reason: str) -> VerifyResult:
     return result
 
 
-def require_intact(version: ModelVersion, *, user=None) -> VerifyResult:
-    """Quick verification; IntegrityRefused naming the files (field "version") when the version is not
-    what was registered and signed. Call it outside the atomic block the refusal would roll back."""
-    result = verify(version, full=False, user=user)
+def require_intact(version: ModelVersion, *, user=None, full: bool = False) -> VerifyResult:
+    """Quick verification (`full`: the full re-hash, as a version's first deployment to a node asks);
+    IntegrityRefused naming the files (field "version", its `result` the verification) when the version is
+    not what was registered and signed. Call it outside the atomic block the refusal would roll back."""
+    result = verify(version, full=full, user=user)
     if not result.ok:
         raise IntegrityRefused(_("version: %(version)s is not what was registered and signed (%(detail)s); "
                                  "it may not be deployed") % {"version": version, "detail": result.detail},
-                               "version")
+                               "version", result=result)
     return result
 
 

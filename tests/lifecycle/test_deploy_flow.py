@@ -271,3 +271,50 @@ def test_a_model_rewritten_in_place_with_its_mtime_put_back_is_not_deployed(demo
     integrity.clear_tampered(version, user=make_user(Role.ADMINISTRATOR, "ada"), reason="restored from backup")
     deployed = deployments.deploy(version, user=people["olga"])
     assert deployed.state == "healthy"
+
+
+def test_a_versions_first_deployment_to_a_node_hashes_its_files_and_later_ones_check_their_stat(
+        demo, root, people):  # noqa: F811
+    version = production(root, people, "v1", 7)
+    first = deployments.deploy(version, user=people["olga"])
+    deployments.stop(first, user=people["olga"], reason="maintenance")
+    again = deployments.deploy(version, user=people["olga"])
+    assert [d["node"] for d in first.placement + again.placement] == ["gpu04", "gpu04"]
+    assert [(r.outcome, r.details["node"], r.details["first_on_node"], r.details["integrity"])
+            for r in events("lifecycle.deployment.create")] == [
+        ("success", "gpu04", True, "full"), ("success", "gpu04", False, "quick")]
+    # The approval's quick check, the first deployment's re-hash, the second deployment's quick check.
+    assert [r.details["mode"] for r in events("lifecycle.version.verify")] == ["quick", "full", "quick"]
+
+
+def test_a_first_deployment_hashes_what_no_stat_can_tell_and_the_verdict_sticks(demo, root, people):  # noqa: F811
+    """The issue's attack taken as far as it goes: the last 8 bytes of a shard rewritten in place, its mtime
+    set back to the nanosecond, and even the ctime a write moves made to match (the recorded stat brought
+    up to the file's, as someone able to set the clock back could make it). The quick check cannot tell; the
+    first deployment to the node re-hashes the files, is blocked, and the version stays tampered."""
+    version = production(root, people, "v1", 7)
+    shard = root / "v1" / "model-00002-of-00002.safetensors"
+    rewrite_last_bytes(shard)
+    info = shard.stat()
+    version.artifacts.filter(path="model-00002-of-00002.safetensors").update(
+        mtime_ns=info.st_mtime_ns, inode=info.st_ino, ctime_ns=info.st_ctime_ns)
+    quick = integrity.verify(version)
+    assert (quick.ok, quick.full, quick.state) == (True, False, "verified")
+
+    with pytest.raises(IntegrityRefused, match="changed: model-00002-of-00002.safetensors"):
+        deployments.deploy(version, user=people["olga"])
+    version.refresh_from_db()
+    assert (version.verification, version.verified_full) == ("tampered", True)
+    assert [d.state for d in Deployment.objects.all()] == ["blocked"]
+    assert kubernetes.read(cluster_file(demo))["workloads"] == {}
+    record = events("lifecycle.deployment.create")[-1]
+    assert (record.outcome, record.details["node"], record.details["first_on_node"], record.details["integrity"],
+            record.details["state"]) == ("failure", "gpu04", True, "full", "blocked")
+    assert [r.details["mode"] for r in events("lifecycle.version.tampered")] == ["full"]
+
+    # Sticky: the quick check, which finds nothing, does not lift it, and the next attempt is blocked too.
+    assert integrity.verify(version).state == "tampered"
+    with pytest.raises(IntegrityRefused, match="the verdict stands until an Administrator clears it"):
+        deployments.deploy(version, user=people["olga"])
+    assert [d.state for d in Deployment.objects.all()] == ["blocked", "blocked"]
+    assert kubernetes.read(cluster_file(demo))["workloads"] == {}

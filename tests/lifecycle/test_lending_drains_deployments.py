@@ -91,6 +91,9 @@ def test_once_the_node_has_left_the_pool_its_deployments_are_deployed_again_on_t
     assert (record.outcome, record.target_id) == ("success", str(plan.pk))
     created = AuditRecord.objects.filter(event="lifecycle.deployment.create").order_by("pk").last()
     assert (created.actor_id, created.target_id) == (None, str(again.pk))
+    # The version's first deployment to gpu03: its files were re-hashed, not just stat()ed.
+    assert (created.details["node"], created.details["first_on_node"], created.details["integrity"]) == (
+        "gpu03", True, "full")
 
 
 def test_a_deployment_that_fits_nowhere_else_stays_stopped_and_the_plan_says_why(
