@@ -191,8 +191,13 @@ AXES_RESET_ON_SUCCESS = True
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
 # Four-eyes decisions (model promotions, audit retention, lending plans) count an account only once this
-# long has passed since it was created, re-enabled or given its role (accounts.services).
-FOUR_EYES_COOLING_PERIOD = timedelta(seconds=max(0, env_int("APPLIANCE_FOUR_EYES_COOLING_SECONDS", 24 * 3600)))
+# long has passed since it was created, re-enabled or given its role (accounts.services): a day on a
+# production install (APPLIANCE_ENV=production, what `install --production` writes). A development or demo
+# appliance (the README's bootstrap) starts with every account new, and its demo story approves its own
+# models' promotions at once: no cooling period there unless the variable sets one. The other parts of the
+# rule (two people, no creator link either way) hold everywhere.
+FOUR_EYES_COOLING_PERIOD = timedelta(seconds=max(0, env_int("APPLIANCE_FOUR_EYES_COOLING_SECONDS",
+                                                            24 * 3600 if PRODUCTION else 0)))
 AXES_CLIENT_IP_CALLABLE = "appliance.core.addresses.client_address"
 AXES_VERBOSE = False
 # Lockout is per username on purpose: an appliance's operators share a few jump hosts, and locking

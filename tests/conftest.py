@@ -44,6 +44,19 @@ def client_for(users):
 
 
 @pytest.fixture(autouse=True, scope="session")
+def production_four_eyes_cooling_period():
+    """The suite runs as a development appliance but tests the rule a production install keeps: a day's
+    four-eyes cooling period (settings.py; development's default is none), in this process and in every
+    `manage.py` subprocess. The demo story's test sets development's own default where it runs."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    os.environ.setdefault("APPLIANCE_FOUR_EYES_COOLING_SECONDS", str(24 * 3600))
+    settings.FOUR_EYES_COOLING_PERIOD = timedelta(seconds=int(os.environ["APPLIANCE_FOUR_EYES_COOLING_SECONDS"]))
+
+
+@pytest.fixture(autouse=True, scope="session")
 def one_package_repository():
     """Every state directory of the session, `manage.py` subprocesses included, shares the session's
     package repository (README "Air-gapped installs"): the first simulated run builds it, once, under a

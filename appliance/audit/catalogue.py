@@ -112,6 +112,7 @@ _BASE = [
     EventType("simulation.slurm.restart", "simulation", "low", "The simulated appliance's Slurm daemons were restarted: the workloads stage changed their files.", 1007, 1, _OPERATION),
     EventType("simulation.workload.start", "simulation", "low", "The simulated workload model was started.", 1007, 1, _OPERATION),
     EventType("simulation.workload.stop", "simulation", "low", "The simulated workload model was stopped.", 1007, 2, _OPERATION),
+    EventType("simulation.demo.story", "simulation", "low", "The demo's story was told: its models registered, promoted and deployed, its pools' lending policies set (each step recorded by its own event).", 1007, 1, _OPERATION),
     EventType("simulation.collector.start", "simulation", "low", "A simulated node's telemetry collector was started.", 1007, 1, _OPERATION),
     EventType("simulation.collector.stop", "simulation", "low", "A simulated node's telemetry collector was stopped.", 1007, 2, _OPERATION),
     # Telemetry: rollups and events are measurements and are not recorded one by one; what is recorded is

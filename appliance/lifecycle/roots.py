@@ -30,7 +30,7 @@ def simulated_filesystem_dir(name: str) -> Path:
     return Path(settings.SIMULATION_DIR) / "filesystems" / name
 
 
-def _simulated_mount(path: str) -> str:
+def simulated_mount(path: str) -> str:
     """On a simulated appliance, a path under a shared filesystem's mount point (what its site declares and
     what a user of a real appliance types: /mnt/scratch/models/llm) is the same path under the directory that
     stands for that filesystem; any other path is returned as it is."""
@@ -118,7 +118,7 @@ def resolve_source(source: str) -> Path:
     if ".." in path.split("/"):
         raise LifecycleError(_("source: '..' is not allowed in %(source)r") % {"source": source}, "source")
     shown = path  # the messages name the path as the user gave it
-    path = _simulated_mount(path)
+    path = simulated_mount(path)
     roots = artifact_roots()
     if not roots:
         raise LifecycleError(_("source: no artifact root is configured (APPLIANCE_MODEL_ROOTS, or a shared "

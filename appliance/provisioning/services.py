@@ -263,18 +263,25 @@ def _start_simulated_services(run: Run, stage_name: str) -> str:
 
 def _start_demo_workload(run: Run, catalogue) -> str:
     """At the end of a whole bootstrap of a simulated appliance, the demo workload (unless it runs already),
-    so that the portal has something to show; returns why it failed, or ""."""
+    so that the portal has something to show, then the demo's story (signals.demo_workload_started: its
+    models registered, promoted and deployed, its lending policies); returns why it failed, or ""."""
     if (run.dry_run or not run.appliance.simulated or run.kind != Run.Kind.BOOTSTRAP
             or catalogue.names[-1] not in run.stages):
         return ""
     from appliance.simulation import workload
 
-    if workload.status(run.appliance)["running"]:
-        return ""
-    try:
-        workload.start(run.appliance, profile="demo", speed=60)
-    except workload.WorkloadError as exc:
-        return f"the demo workload did not start: {exc}"
+    if not workload.status(run.appliance)["running"]:
+        try:
+            workload.start(run.appliance, profile="demo", speed=60)
+        except workload.WorkloadError as exc:
+            return f"the demo workload did not start: {exc}"
+    from .signals import demo_workload_started
+
+    for receiver, response in demo_workload_started.send_robust(sender=Run, appliance=run.appliance, run=run):
+        if isinstance(response, Exception):
+            log.error("the demo story (%s) failed", getattr(receiver, "__qualname__", receiver),
+                      exc_info=(type(response), response, response.__traceback__))
+            return f"the demo story stopped: {response}"
     return ""
 
 

@@ -13,3 +13,11 @@ class SimulationConfig(AppConfig):
         from . import workload
 
         placements.register("simulated-workload", workload.node_placements)
+
+        # The demo's story, told at the end of a simulated appliance's bootstrap (provisioning cannot import
+        # the lifecycle it goes through: it sends a signal).
+        from appliance.provisioning.signals import demo_workload_started
+
+        from . import demo
+
+        demo_workload_started.connect(demo.on_demo_workload_started, dispatch_uid="simulation.demo.story")

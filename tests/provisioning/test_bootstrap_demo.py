@@ -76,6 +76,9 @@ def snapshot() -> dict:
 def manage(state_dir: Path, *args, timeout=900) -> subprocess.CompletedProcess:
     env = {**os.environ, "APPLIANCE_STATE_DIR": str(state_dir)}
     env.pop("DATABASE_URL", None)
+    # The demo as the README's command makes it: a development appliance, no four-eyes cooling period, so its
+    # story approves its models' promotions (tests/conftest.py sets a production install's day for the rest).
+    env.pop("APPLIANCE_FOUR_EYES_COOLING_SECONDS", None)
     installed = INSTALLED["appliance"]
     return subprocess.run([str(installed.command), *args], cwd=installed.cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -184,6 +187,38 @@ def test_bootstrap_the_demo_appliance(demo):
     assert second.returncode == 0, second.stdout[-3000:]
     summary = [line for line in second.stdout.splitlines() if ": succeeded · " in line]
     assert summary and " 0 changed, 0 failed" in summary[-1], second.stdout[-2000:]
+
+
+STORY = """
+import json
+from appliance.lending.models import LendingPolicy
+from appliance.lifecycle.models import Deployment, ModelVersion
+print(json.dumps({
+    "versions": sorted([v.model.name, v.stage, v.source, v.training_job, v.registered_by.username]
+                       for v in ModelVersion.objects.select_related("model", "registered_by")),
+    "deployments": sorted([d.name, d.version.model.name] for d in Deployment.objects.select_related("version__model")),
+    "policies": sorted([p.pool.kind, p.may_lend] for p in LendingPolicy.objects.select_related("pool")),
+}))
+"""
+
+
+def test_the_demo_tells_one_story(demo):
+    """The models the inference services serve are in the registry, promoted by two people and deployed, with
+    the demo's first Slurm training job as their lineage; the pools have lending policies (issue 39)."""
+    first = demo["first"]
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "The demo's story: demo models registered and promoted: chat v1, embeddings v1" in first.stdout
+    result = manage(demo["state"], "shell", "-c", STORY)
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout.strip().splitlines()[-1])
+    submitted = [json.loads(line) for line in
+                 (demo["state"] / "simulation" / "workload" / "jobs.jsonl").read_text().splitlines() if line.strip()]
+    job = next(entry["job"] for entry in submitted if entry["job"])
+    assert told["versions"] == [
+        ["chat", "production", "/mnt/scratch/models/chat/v1", job, "demo-engineer"],
+        ["embeddings", "production", "/mnt/scratch/models/embeddings/v1", job, "demo-engineer"]]
+    assert told["deployments"] == [["chat", "chat"], ["embeddings", "embeddings"]]
+    assert told["policies"] == [["inference", True], ["training", False]]
 
 
 LIVE_STATE = """

@@ -26,6 +26,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from appliance.audit.models import AuditRecord
 from appliance.core import context, dispatch, host, resources
 from appliance.simulation import extra as simulation_extra
 
@@ -249,6 +250,9 @@ class Command(BaseCommand):
         address = escape(portal_server.url())
         say(f"[bold]The demo appliance is running[/bold]: its portal, worker and beat (pid {pid}) at {address}/, "
             "where its nodes' collectors send their telemetry.")
+        story = AuditRecord.objects.filter(event="simulation.demo.story").order_by("-pk").first()
+        for line in (story.details.get("lines") or []) if story else []:
+            say(f"The demo's story: {line}", markup=False)
         say(f"Log in at [bold]{address}/[/bold] as admin (the password above); the REST API is {address}/api/v1/, "
             f"the documentation {address}/docs/.")
         say(f"Commands from another shell name this appliance's state: [bold]{state} {command} simulation "
