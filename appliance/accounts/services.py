@@ -8,6 +8,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from appliance.core.conflicts import StateConflict
 from appliance.core.roles import Role
 
 
@@ -100,9 +101,10 @@ def change_own_password(user, old_password: str, new_password: str, request):
     return user
 
 
-class ApproverNotIndependent(ValueError):
+class ApproverNotIndependent(StateConflict, ValueError):
     """A four-eyes decision by people who are not two independent persons; the message says why and `field`
-    names whose account is the reason ("approver" or "requester")."""
+    names whose account is the reason ("approver" or "requester"). A StateConflict: every surface answers
+    it 409 naming that field (appliance.core.conflicts)."""
 
     def __init__(self, message: str, field: str = "approver"):
         super().__init__(message)

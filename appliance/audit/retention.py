@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from appliance.accounts.services import ApproverNotIndependent, require_independent_approver
+from appliance.core.conflicts import StateConflict
 from appliance.core.models import ApplianceSetting
 from appliance.core.roles import can
 
@@ -36,6 +37,16 @@ from .verify_database import verify_database
 
 class RetentionError(ValueError):
     pass
+
+
+class RetentionNotIndependent(RetentionError, StateConflict):
+    """The one four-eyes rule refuses the approver (accounts.services.require_independent_approver), as the
+    lifecycle and lending refuse theirs (appliance.core.conflicts); `field` names the account at fault
+    ("approver" or "requester"), as the message does first."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
 
 
 FLOOR_SETTING = "audit.retention_days"
@@ -129,18 +140,25 @@ def request_retention(user, cutoff, bundle) -> RetentionRequest:
 
 def approve_retention(request_id: int, user) -> RetentionRequest:
     _require_administrator(user, "approver")
-    with transaction.atomic():
-        request = _locked(request_id)
-        if request.state != RetentionState.REQUESTED:
-            raise RetentionError(f"{request} is {request.state}, not awaiting approval")
-        _require_independent_approver(request, user)
-        request.state = RetentionState.APPROVED
-        request.approved_by, request.approved_by_username = user, user.get_username()
-        request.approved_at = timezone.now()
-        request.save()
-        services.record("audit.retention.approve", target=request, actor=user, details={
-            "first_sequence": request.first_sequence, "last_sequence": request.last_sequence,
-            "requested_by": request.requested_by_username})
+    try:
+        with transaction.atomic():
+            request = _locked(request_id)
+            if request.state != RetentionState.REQUESTED:
+                raise RetentionError(f"{request} is {request.state}, not awaiting approval")
+            _require_independent_approver(request, user)
+            request.state = RetentionState.APPROVED
+            request.approved_by, request.approved_by_username = user, user.get_username()
+            request.approved_at = timezone.now()
+            request.save()
+            services.record("audit.retention.approve", target=request, actor=user, details={
+                "first_sequence": request.first_sequence, "last_sequence": request.last_sequence,
+                "requested_by": request.requested_by_username})
+    except RetentionNotIndependent as exc:
+        # Recorded outside the refused transaction, which would take the record with it.
+        services.record("audit.retention.approve", target=request, actor=user, outcome="failure", reason=str(exc),
+                        details={"field": exc.field, "first_sequence": request.first_sequence,
+                                 "last_sequence": request.last_sequence, "requested_by": request.requested_by_username})
+        raise
     return request
 
 
@@ -150,7 +168,7 @@ def _require_independent_approver(request: RetentionRequest, user) -> None:
         require_independent_approver(user, request.requested_by, since=request.requested_at, what="archiving",
                                      second="a second Administrator")
     except ApproverNotIndependent as exc:
-        raise RetentionError(str(exc)) from None
+        raise RetentionNotIndependent(str(exc), exc.field) from None
 
 
 def _locked(request_id: int) -> RetentionRequest:

@@ -28,6 +28,9 @@ STATE = OpenApiParameter("state", str, enum=PlanState.values, description="only 
 PLAN_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="the plan's id")
 PLAN_STATE_CONFLICT = OpenApiResponse(description="the plan's state does not allow this step (already decided, "
                                                  "not moved or active, ended)")
+APPROVAL_CONFLICT = OpenApiResponse(description="the plan's state does not allow approval (already decided), or the "
+                                               "four-eyes rule refuses it: `fields` names the account at fault "
+                                               "(approver or requester)")
 POOL_ID = OpenApiParameter("pool", int, OpenApiParameter.PATH, description="the pool's id")
 
 
@@ -35,6 +38,9 @@ def refusal(exc: services.LendingError, request) -> Response:
     message = str(exc)
     if isinstance(exc, services.LendingDenied):
         return error_response(403, "permission_denied", message, request)
+    if isinstance(exc, services.LendingNotIndependent):
+        # The four-eyes refusal, as every surface answers it (appliance.core.conflicts): the field at fault.
+        return error_response(409, "conflict", message, request, fields={exc.field: [message]})
     if refusal_status(exc) == 409:
         return error_response(409, "conflict", message, request)
     field, _, _ = message.partition(":")
@@ -122,10 +128,11 @@ def _reason(request) -> str:
 
 
 class ApproveAPIView(_PlanAction):
-    """Approve a proposed plan (not one's own, unless the lending pool's policy allows automatic approval)."""
+    """Approve a proposed plan: another person, independent of the proposer by the one four-eyes rule (a 409
+    naming the account at fault otherwise), unless the lending pool's policy allows automatic approval."""
 
     @extend_schema(operation_id="lending_plans_approve", request=None, parameters=[PLAN_ID],
-                   responses={200: LendingPlanDetailSerializer, 409: PLAN_STATE_CONFLICT})
+                   responses={200: LendingPlanDetailSerializer, 409: APPROVAL_CONFLICT})
     def post(self, request, pk):
         return super().post(request, pk)
 

@@ -57,6 +57,16 @@ class LendingConflict(LendingError, StateConflict):
     """The plan's state does not allow the step (a plan already approved, rejected or ended): a 409."""
 
 
+class LendingNotIndependent(LendingConflict):
+    """The one four-eyes rule refuses the approver (accounts.services.require_independent_approver): a 409
+    like the lifecycle's and audit retention's; `field` names the account at fault ("approver" or
+    "requester"), as the message does first."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
 # ---- reading ---------------------------------------------------------------------------------------------
 
 def policy_of(pool: Pool) -> LendingPolicy | None:
@@ -206,22 +216,29 @@ def _move(plan: LendingPlan, state: str) -> None:
 def approve(plan: LendingPlan, actor) -> LendingPlan:
     if not can(actor, "pools.approve"):
         raise LendingDenied("your role may not approve lending plans")
-    with transaction.atomic():
-        plan = _locked(plan)
-        policy = policy_of(plan.from_pool)
-        if not (policy and policy.automatic_approval):
-            # The one four-eyes rule: another person, independent of the proposer (no creator link, no account
-            # made, re-enabled or promoted for the occasion).
-            try:
-                require_independent_approver(actor, plan.proposed_by, since=plan.created,
-                                             what=f"{plan} (the policy of pool {plan.from_pool} does not allow "
-                                                  "automatic approval)", second="another person")
-            except ApproverNotIndependent as exc:
-                raise LendingDenied(str(exc)) from None
-        _move(plan, PlanState.APPROVED)
-        plan.approved_by = actor
-        plan.save(update_fields=["state", "approved_by", "updated"])
-        _step(plan, "approve", Outcome.SUCCESS, f"approved by {actor.get_username()}", actor=actor)
+    try:
+        with transaction.atomic():
+            plan = _locked(plan)
+            policy = policy_of(plan.from_pool)
+            if not (policy and policy.automatic_approval):
+                # The one four-eyes rule: another person, independent of the proposer (no creator link, no
+                # account made, re-enabled or promoted for the occasion).
+                try:
+                    require_independent_approver(actor, plan.proposed_by, since=plan.created,
+                                                 what=f"{plan} (the policy of pool {plan.from_pool} does not allow "
+                                                      "automatic approval)", second="another person")
+                except ApproverNotIndependent as exc:
+                    raise LendingNotIndependent(str(exc), exc.field) from None
+            _move(plan, PlanState.APPROVED)
+            plan.approved_by = actor
+            plan.save(update_fields=["state", "approved_by", "updated"])
+            _step(plan, "approve", Outcome.SUCCESS, f"approved by {actor.get_username()}", actor=actor)
+    except LendingNotIndependent as exc:
+        # Recorded outside the refused transaction, which would take the record with it.
+        audit.record("lending.plan.approve", target=plan, actor=actor, outcome="failure", reason=str(exc),
+                     details={"state": plan.state, "field": exc.field,
+                              "proposed_by": plan.proposed_by.get_username() if plan.proposed_by else None})
+        raise
     return plan
 
 

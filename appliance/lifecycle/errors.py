@@ -28,7 +28,8 @@ class Forbidden(LifecycleError):
 
 class Conflict(LifecycleError, StateConflict):
     """The state forbids it (a transition the table does not allow, a request already decided, an approval
-    by the requester): a 409."""
+    the four-eyes rule refuses: `field` approver or requester, as lending and audit retention answer it):
+    a 409."""
 
     status = 409
 

@@ -64,9 +64,11 @@ def test_archiving_takes_two_administrators_and_leaves_a_log_that_verifies(old_l
     assert not AuditRecord.objects.filter(sequence__lte=last).exists()
     assert (tombstone.first_sequence, tombstone.last_sequence, tombstone.count) == (1, last, last)
     assert AuditRecord.objects.get(sequence=last + 1).prev_hash == tombstone.last_hash
-    events = list(AuditRecord.objects.filter(event__startswith="audit.retention.").values_list("event", flat=True))
-    assert events == ["audit.retention.floor", "audit.retention.request", "audit.retention.approve",
-                      "audit.retention.archive"]  # the fixture's last floor change is younger than the cut-off
+    events = list(AuditRecord.objects.filter(event__startswith="audit.retention.").values_list("event", "outcome"))
+    # The fixture's last floor change is younger than the cut-off; alice's own approval is refused, recorded.
+    assert events == [("audit.retention.floor", "success"), ("audit.retention.request", "success"),
+                      ("audit.retention.approve", "failure"), ("audit.retention.approve", "success"),
+                      ("audit.retention.archive", "success")]
 
     live = verify_database(record_event=False)
     assert live.ok and live.tombstones == 1, live.summary()
@@ -135,7 +137,9 @@ def test_an_approver_created_after_the_request_is_refused(old_log, tmp_path):
         retention.approve_retention(request.pk, newcomer)
     request.refresh_from_db()
     assert request.state == RetentionState.REQUESTED
-    assert not AuditRecord.objects.filter(event="audit.retention.approve").exists()
+    [refusal] = AuditRecord.objects.filter(event="audit.retention.approve")
+    assert (refusal.outcome, refusal.actor_username, refusal.details["field"]) == ("failure", "newcomer", "approver")
+    assert refusal.reason.startswith("approver: 'newcomer' was created at ")
 
 
 def test_the_administrator_who_made_the_requester_cannot_approve(old_log, tmp_path):
@@ -267,3 +271,45 @@ def test_a_filtered_export_is_not_an_archive(old_log, tmp_path):
     with pytest.raises(retention.RetentionError, match="bundle: .* is a filtered export"):
         retention.request_retention(alice, cutoff, chosen)
     assert not RetentionRequest.objects.exists()
+
+
+def test_the_command_refuses_an_approver_made_for_the_occasion(old_log, tmp_path):
+    """The four-eyes attacks from the command line: alice asks, makes `alice2` from the shell (create_admin: no
+    creator recorded, so only the cooling period stands in the way) and approves through it; and bob, who made
+    the account that asks, approves. Each is refused with the message the portal and the APIs give, and
+    recorded; the request stays open."""
+    from django.core.management import CommandError, call_command
+
+    from appliance.accounts.services import create_user
+    from tests.conftest import PASSWORD
+
+    (_alice, bob), cutoff, _last = old_log
+    password = tmp_path / "pw"
+    password.write_text(PASSWORD + "\n")
+    common = ["--password-file", str(password)]
+    call_command("audit", "retention", "request", "--user", "alice", *common, "--cutoff", cutoff.isoformat(),
+                 "--bundle", str(exported(tmp_path, cutoff)))
+    request = retention.list_requests().first()
+    call_command("create_admin", "--username", "alice2", *common)
+    with pytest.raises(CommandError, match="^approver: 'alice2' was created at .*, less than 24 h before the request; "
+                                           "an account takes part in a four-eyes decision only 24 h after it was "
+                                           "created, re-enabled or given its role: a request made from .* on can "
+                                           "be decided$"):
+        call_command("audit", "retention", "approve", "--user", "alice2", *common, str(request.pk))
+    request.refresh_from_db()
+    assert request.state == RetentionState.REQUESTED
+    request.delete()
+
+    settle(create_user("bobs-admin", "administrator", PASSWORD, created_by=bob))
+    call_command("audit", "retention", "request", "--user", "bobs-admin", *common, "--cutoff", cutoff.isoformat(),
+                 "--bundle", str(exported(tmp_path, cutoff, "second")))
+    request = retention.list_requests().first()
+    with pytest.raises(CommandError) as refused:
+        call_command("audit", "retention", "approve", "--user", "bob", *common, str(request.pk))
+    assert str(refused.value) == ("approver: 'bob' created 'bobs-admin', who asked (directly or through accounts "
+                                  "they made); the approver must not have made the requester's account")
+    request.refresh_from_db()
+    assert request.state == RetentionState.REQUESTED
+    refusals = AuditRecord.objects.filter(event="audit.retention.approve").order_by("sequence")
+    assert [(r.outcome, r.actor_username, r.details["field"]) for r in refusals] == [
+        ("failure", "alice2", "approver"), ("failure", "bob", "approver")]

@@ -52,3 +52,21 @@ def test_the_proposer_is_not_offered_approve_and_a_decision_says_what_it_did(poo
     second = plan_of(proposer, nodes=["gpu02"])
     page = approver.post(f"/lending/plans/{second.pk}/reject/", {"reason": "not tonight"}, follow=True).content.decode()
     assert f"Lending plan #{second.pk} rejected." in page
+
+
+def test_an_approval_through_an_account_the_proposer_made_is_refused_on_the_page(pools, make_user):  # noqa: F811
+    """The issue's attack through the portal: an Administrator proposes, makes `admin2` a moment later and
+    approves through it. The page says why, in the words the APIs and the command line use; nothing changes."""
+    from html import unescape
+
+    from appliance.accounts.services import create_user
+    from tests.conftest import PASSWORD
+
+    ada = make_user(Role.ADMINISTRATOR, "ada")
+    plan = plan_of(ada)
+    admin2 = create_user("admin2", Role.ADMINISTRATOR, PASSWORD, created_by=ada)
+    page = unescape(client_of(admin2).post(f"/lending/plans/{plan.pk}/approve/", follow=True).content.decode())
+    assert ("approver: 'admin2' was created by 'ada', who asked (directly or through accounts they made); the "
+            "approver must be an account the requester did not make") in page
+    assert "approved: now" not in page
+    assert LendingPlan.objects.get(pk=plan.pk).state == PlanState.PROPOSED

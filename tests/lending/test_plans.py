@@ -110,17 +110,19 @@ def test_roles_an_operator_proposes_an_administrator_approves_a_viewer_does_neit
     with pytest.raises(services.LendingDenied, match="your role may not approve lending plans"):
         services.approve(plan, operator)
     own = plan_of(administrator, nodes=["gpu02"])
-    with pytest.raises(services.LendingDenied, match=r"^approver: lending plan #\d+ .*needs another person, not the one who asked$"):
+    with pytest.raises(services.LendingNotIndependent,
+                       match=r"^approver: lending plan #\d+ .*needs another person, not the one who asked$"):
         services.approve(own, administrator)
     approved = services.approve(plan, administrator)
     assert (approved.state, approved.approved_by) == (PlanState.APPROVED, administrator)
     with pytest.raises(services.LendingError, match="^state: a approved plan cannot become approved$"):
         services.approve(plan, administrator)
     events = list(AuditRecord.objects.filter(event__startswith="lending.plan.").order_by("sequence")
-                  .values_list("event", "actor_username", "target_id"))
-    assert events == [("lending.plan.propose", "operator-user", str(plan.pk)),
-                      ("lending.plan.propose", "administrator-user", str(own.pk)),
-                      ("lending.plan.approve", "administrator-user", str(plan.pk))]
+                  .values_list("event", "outcome", "actor_username", "target_id"))
+    assert events == [("lending.plan.propose", "success", "operator-user", str(plan.pk)),
+                      ("lending.plan.propose", "success", "administrator-user", str(own.pk)),
+                      ("lending.plan.approve", "failure", "administrator-user", str(own.pk)),
+                      ("lending.plan.approve", "success", "administrator-user", str(plan.pk))]
 
 
 def test_the_administrator_a_proposer_makes_cannot_approve_the_plan(pools, make_user):
@@ -128,7 +130,7 @@ def test_the_administrator_a_proposer_makes_cannot_approve_the_plan(pools, make_
     administrator = make_user(Role.ADMINISTRATOR, "ada")
     plan = plan_of(administrator)
     admin2 = create_user("admin2", Role.ADMINISTRATOR, PASSWORD, created_by=administrator)
-    with pytest.raises(services.LendingDenied) as refused:
+    with pytest.raises(services.LendingNotIndependent) as refused:
         services.approve(plan, admin2)
     assert str(refused.value) == ("approver: 'admin2' was created by 'ada', who asked (directly or through accounts "
                                   "they made); the approver must be an account the requester did not make")
@@ -143,7 +145,7 @@ def test_an_administrator_who_made_the_proposer_cannot_approve_even_through_anot
     chained = settle(create_user("chained", Role.OPERATOR, PASSWORD, created_by=middle))
     for proposer, node in ((made, "gpu03"), (chained, "gpu02")):
         plan = plan_of(proposer, nodes=[node])
-        with pytest.raises(services.LendingDenied) as refused:
+        with pytest.raises(services.LendingNotIndependent) as refused:
             services.approve(plan, ada)
         assert str(refused.value) == (f"approver: 'ada' created {proposer.username!r}, who asked (directly or through "
                                       "accounts they made); the approver must not have made the requester's account")
@@ -154,7 +156,7 @@ def test_a_plan_by_a_fresh_account_cannot_be_approved(pools, make_user):
     """An account made an hour before it proposes (the plan is proposed at night(-1))."""
     fresh = settle(create_user("fresh", Role.OPERATOR, PASSWORD), ago=timezone.now() - night(-2))
     plan = plan_of(fresh)
-    with pytest.raises(services.LendingDenied, match="^requester: 'fresh' was created at 2026-12-01T21:00:00\\+00:00, less than "
+    with pytest.raises(services.LendingNotIndependent, match="^requester: 'fresh' was created at 2026-12-01T21:00:00\\+00:00, less than "
                                                      "24 h before the request; .* a request made from "
                                                      r"2026-12-02T21:00:00\+00:00 on can be decided$"):
         services.approve(plan, make_user(Role.ADMINISTRATOR, "ada"))
@@ -260,6 +262,34 @@ def test_api_propose_approve_and_refusals(pools, client_for, users):
     assert viewer.get(f"/api/v1/lending/plans/{plan['id']}/").json()["steps"][1]["actor"] == "administrator-user"
     no_reason = administrator.post(f"/api/v1/lending/plans/{plan['id']}/rollback/", {}, content_type="application/json")
     assert no_reason.status_code == 400
+
+
+def test_api_the_administrator_a_proposer_makes_cannot_approve_the_plan(pools, make_user):
+    """The issue's attack through the REST API: an Administrator proposes, makes `admin2` through the accounts
+    API a moment later and approves through it. Refused as the lifecycle's promotions and audit retention refuse
+    a four-eyes decision: 409, the message naming the approver, and `fields` the account at fault."""
+    from django.test import Client
+
+    from appliance.accounts.models import User
+
+    plan = plan_of(make_user(Role.ADMINISTRATOR, "ada"))
+    ada = Client()
+    ada.force_login(User.objects.get(username="ada"))
+    made = ada.post("/api/v1/accounts/users/", {"username": "admin2", "role": "administrator",
+                                                "password": "Second-admin-pass-42"}, content_type="application/json")
+    assert made.status_code == 201, made.content
+    admin2 = Client()
+    admin2.force_login(User.objects.get(username="admin2"))
+    refused = admin2.post(f"/api/v1/lending/plans/{plan.pk}/approve/")
+    message = ("approver: 'admin2' was created by 'ada', who asked (directly or through accounts they made); the "
+               "approver must be an account the requester did not make")
+    assert refused.status_code == 409
+    assert refused.json()["error"] == {"status": 409, "code": "conflict", "message": message,
+                                       "fields": {"approver": [message]}}
+    assert LendingPlan.objects.get(pk=plan.pk).state == PlanState.PROPOSED
+    record = AuditRecord.objects.get(event="lending.plan.approve")
+    assert (record.outcome, record.actor_username, record.reason, record.details["field"]) == (
+        "failure", "admin2", message, "approver")
 
 
 def test_api_policies(pools, client_for):
