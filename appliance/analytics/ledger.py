@@ -38,7 +38,7 @@ import orjson
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from appliance.telemetry import frames
+from appliance.telemetry import frames, holders
 from appliance.telemetry.models import FleetMinuteFrame, GpuMinuteFrame
 
 from . import attribution, owners, rules, vector
@@ -83,6 +83,10 @@ GPU_NAMES = ("node_id", "gpu", "instance", "t", "job", "profile", "util", "sm_ac
 NODE_NAMES = ("node_id", "t", "cpu_iowait", "cpu_busy", "ib_tx_bps", "ib_rx_bps", "ib_line_bps", "fs_read_bps")
 INTEGERS = {"node_id", "gpu", "instance", "t", "throttle_reasons"}
 STRINGS = {"job", "profile"}
+# and what a window's GPU rows read as rows carry besides: the seconds each holder held a minute that
+# changed hands (telemetry.holders), as the frames carry them
+HOLDER_NAMES = (*GPU_NAMES, "holders")
+TEXTS = STRINGS | {"holders"}
 
 
 def _read(table: str, names: tuple[str, ...], since: datetime, until: datetime,
@@ -117,7 +121,7 @@ def _read_rows(table: str, names: tuple[str, ...], since: datetime, until: datet
     result = {}
     for index, name in enumerate(names):
         column = table_[:, index]
-        if name in STRINGS:
+        if name in TEXTS:
             codes: dict[str, int] = {"": 0}
             result[f"{name}_code"] = np.array([codes.setdefault(value or "", len(codes)) for value in column],
                                               dtype=np.int64)
@@ -168,7 +172,7 @@ def _read_binary(table: str, names: tuple[str, ...], since: datetime, until: dat
     where, params = _window(since, until, minutes)
     aggregates = []
     for name in names:
-        if name in STRINGS:
+        if name in TEXTS:
             aggregates.append(f"string_agg(textsend(COALESCE({name}, '')) || '\\x00'::bytea, NULL)")
         elif name == "t":
             aggregates.append(f"string_agg(int8send({_epoch_sql('start')}), NULL)")
@@ -185,7 +189,7 @@ def _read_binary(table: str, names: tuple[str, ...], since: datetime, until: dat
     result = {}
     for name, data in zip(names, columns, strict=True):
         data = data or b""
-        if name in STRINGS:
+        if name in TEXTS:
             ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 0)
             if len(ends) != count or (count and ends[-1] != len(data) - 1):
                 raise RuntimeError(f"{table}.{name}: {len(ends)} NUL-ended texts in {len(data)} bytes for "
@@ -260,9 +264,16 @@ def _frames(since: datetime, until: datetime) -> dict[str, np.ndarray] | None:
     found = [frame for frame in found if frame[1] in wanted]
     columns = frames.unpack_fleet(fleet, found)
     if missing:
-        rows = _read("telemetry_gpurollup", GPU_NAMES, since, until, missing)
+        rows = _read_gpu_rows(since, until, missing)
         columns = _joined_columns(columns, rows | _unframed(len(rows["t"])))
     return columns
+
+
+def _read_gpu_rows(since: datetime, until: datetime, minutes: list[int] | None = None) -> dict[str, np.ndarray]:
+    """`_read` of the GPU rows with their holders, named as the frames name them (`holder_code`)."""
+    rows = _read("telemetry_gpurollup", HOLDER_NAMES, since, until, minutes)
+    rows["holder_code"], rows["holder_values"] = rows.pop("holders_code"), rows.pop("holders_values")
+    return rows
 
 
 PER_FRAME = ("frame_node_id", "frame_fs_read_bps", "mount_frame", "mount_code", "mount_values",
@@ -302,7 +313,7 @@ def _joined_columns(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[
 def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
     result = _frames(since, until)
     if result is None:
-        result = _read("telemetry_gpurollup", GPU_NAMES, since, until)
+        result = _read_gpu_rows(since, until)
         result |= _unframed(len(result["t"]))
     if not len(result["t"]):
         return {}
@@ -310,6 +321,69 @@ def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
     shares = np.array([_share(profile, 0) for profile in result["profile_values"]])
     result["share"] = np.where(result["instance"] == -1, 1.0, shares[result.pop("profile_code")])
     result.pop("profile_values")
+    return _split_by_holders(result)
+
+
+# What a holder's part of a minute carries over its own seconds, with its full scale (a number, or the column
+# that bounds it): the rest of the minute's figures (clocks, throttling, the node's) stand as they are.
+HELD_FIGURES = {"util": 100.0, "sm_active": 1.0, "fb_used_mib": "fb_total_mib", "nvlink_bps": np.inf}
+
+
+def _split_by_holders(gpu: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each GPU row with the `seconds` of its minute it stands for: a minute that changed hands (a row with
+    holders) becomes a row per holder, its job and seconds, and a row of the seconds nobody held (job none);
+    the rules judge each part (a holder's with its job's peers of that minute), so the minute's 60 s are
+    split between them and no more. Any other row is its job's (or nobody's) whole minute. Parts of no
+    second are left out.
+
+    The minute's figures are means over all of it. Nobody computes on a GPU nobody holds, so the unheld
+    seconds are taken to have computed and kept nothing (the rules find it unallocated) and the holders'
+    parts carry the minute's activity, memory and NVLink traffic over the seconds they held it
+    (the minute's mean times 60 over the held seconds, at most the field's full scale): a job that computed
+    at 0.9 for 35 s of a minute reads 0.525 over the minute and 0.9 over its own seconds. Two holders of
+    one minute share its figures alike (the collector sends one mean of the minute)."""
+    codes, texts = gpu.pop("holder_code"), gpu.pop("holder_values")
+    count = len(gpu["t"])
+    seconds = np.full(count, float(STEP))
+    split = np.flatnonzero(codes > 0)
+    if not len(split):
+        gpu["seconds"] = seconds
+        return gpu
+    jobs = {str(job): code for code, job in enumerate(gpu["jobs"].tolist())}
+    parsed = {code: holders.parse(str(texts[code]), STEP) for code in np.unique(codes[split]).tolist()}
+    source, job_codes, held = [], [], []
+    job_code = gpu["job_code"].copy()
+    for row, code in zip(split.tolist(), codes[split].tolist(), strict=True):
+        parts = parsed[code]
+        for job, part in parts:
+            source.append(row)
+            job_codes.append(jobs.setdefault(job, len(jobs)))
+            held.append(float(part))
+        job_code[row] = 0
+        seconds[row] = STEP - sum(part for _, part in parts)
+    source = np.array(source, dtype=np.int64)
+    result = {}
+    for name, column in gpu.items():
+        if name in PER_FRAME or name == "jobs" or not isinstance(column, np.ndarray) or len(column) != count:
+            result[name] = column
+        else:
+            result[name] = np.concatenate([column, column[source]])
+    result["job_code"] = np.concatenate([job_code, np.array(job_codes, dtype=np.int64)])
+    result["jobs"] = np.array(list(jobs), dtype=object)
+    result["seconds"] = np.concatenate([seconds, np.array(held)])
+    held_total = STEP - seconds[source]
+    scale = np.where(held_total > 0, STEP / np.maximum(held_total, 1.0), 0.0)
+    for name, full in HELD_FIGURES.items():
+        column = result[name]
+        column[split] = np.where(np.isnan(column[split]), np.nan, 0.0)
+        parts = column[count:] * scale
+        bound = result[full][count:] if isinstance(full, str) else full
+        column[count:] = np.where(np.isnan(parts), np.nan, np.fmin(parts, bound))  # a NaN bound bounds nothing
+    kept = result["seconds"] > 0
+    if not kept.all():
+        for name, column in list(result.items()):
+            if name not in PER_FRAME and name != "jobs" and isinstance(column, np.ndarray) and len(column) == len(kept):
+                result[name] = column[kept]
     return result
 
 
@@ -498,7 +572,7 @@ def _ledger_rows(window: dict) -> tuple[list[tuple], float]:
     if mig.any():
         bucket = (node_id * 1024 + gpu_index) * 10**10 + t
         counted = ~(~mig & np.isin(bucket, bucket[mig]))
-    seconds = STEP * gpu["share"]
+    seconds = gpu["seconds"] * gpu["share"]
     hour = t // 3600 * 3600
     if not counted.any():
         return [], 0.0

@@ -63,15 +63,18 @@ def epoch_sql(connection, column: str) -> str:
     return f"CAST(strftime('%%s', {column}) AS INTEGER)"
 
 
-def pack(rows: list[tuple]) -> tuple[bytes, str, str]:
-    """(values, jobs, profiles) of one node's minute from its rows, each (gpu, instance, job, profile, *the
-    figures of FRAME_COLUMNS[2:]), put in order of GPU and instance."""
+def pack(rows: list[tuple]) -> tuple[bytes, str, str, str]:
+    """(values, jobs, profiles, holders) of one node's minute from its rows, each (gpu, instance, job,
+    profile, holders, *the figures of FRAME_COLUMNS[2:]), put in order of GPU and instance. Holders are the
+    empty text where no row has any (most minutes: none changed hands)."""
     rows = sorted(rows, key=lambda row: (row[0], row[1]))
-    matrix = np.array([[row[0], row[1], *(np.nan if value is None else value for value in row[4:])] for row in rows],
+    matrix = np.array([[row[0], row[1], *(np.nan if value is None else value for value in row[5:])] for row in rows],
                       dtype="<f8").reshape(len(rows), WIDTH)
     reasons = FRAME_COLUMNS.index("throttle_reasons")
     matrix[:, reasons] = np.nan_to_num(matrix[:, reasons], nan=0.0)
-    return matrix.tobytes(), "\n".join(row[2] or "" for row in rows), "\n".join(row[3] or "" for row in rows)
+    holders = "\n".join(row[4] or "" for row in rows) if any(row[4] for row in rows) else ""
+    return (matrix.tobytes(), "\n".join(row[2] or "" for row in rows), "\n".join(row[3] or "" for row in rows),
+            holders)
 
 
 def build(starts: Iterable[datetime], node_ids: Iterable[int] | None = None) -> int:
@@ -102,7 +105,7 @@ def _build(model_connection, starts: list[datetime], node_ids: list[int] | None)
             for batch in node_batches:
                 condition = f" AND node_id IN ({', '.join(['%s'] * len(batch))})" if batch else ""
                 cursor.execute(f"SELECT node_id, {epoch_sql(model_connection, 'start')}, gpu, instance, job, profile, "
-                               f"{figures} FROM {rows_table} WHERE step = %s "
+                               f"holders, {figures} FROM {rows_table} WHERE step = %s "
                                f"AND start IN ({', '.join(['%s'] * len(moments))}){condition}",
                                params + (batch or []))
                 for node_id, t, *row in cursor.fetchall():
@@ -110,8 +113,9 @@ def _build(model_connection, starts: list[datetime], node_ids: list[int] | None)
     nodes = _node_rows(model_connection, starts, node_batches)
     frames = []
     for (node_id, t), rows in grouped.items():
-        values, jobs, profiles = pack(rows)
-        frames.append((node_id, by_epoch[t], len(rows), values, jobs, profiles, *pack_node(nodes.get((node_id, t)))))
+        values, jobs, profiles, holders = pack(rows)
+        frames.append((node_id, by_epoch[t], len(rows), values, jobs, profiles, *pack_node(nodes.get((node_id, t))),
+                       holders))
     _replace(model_connection, frames, starts, node_ids, set(grouped))
     return len(frames)
 
@@ -155,7 +159,7 @@ def _replace(connection, frames: list[tuple], starts: list[datetime], node_ids: 
              kept: set[tuple[int, int]]) -> None:
     quote = connection.ops.quote_name
     table = quote(GpuMinuteFrame._meta.db_table)
-    names = ["node_id", "start", "row_count", "figures", "jobs", "profiles", "node_figures", "mounts", "mount_reads"]
+    names = list(NODE_FRAME_FIELDS)
     columns = ", ".join(quote(name) for name in names)
     update = ", ".join(f"{quote(name)} = EXCLUDED.{quote(name)}" for name in names[2:])
     adapt = connection.ops.adapt_datetimefield_value
@@ -250,7 +254,8 @@ def _fleet_row(t: int, packed: Packed) -> tuple:
             packed.profile_code.astype("<i4").tobytes(), "\n".join(packed.profile_values),
             np.ascontiguousarray(packed.nodes, dtype="<f8").tobytes(), packed.mount_counts.astype("<i4").tobytes(),
             packed.mount_code.astype("<i4").tobytes(), "\n".join(packed.mount_values),
-            np.ascontiguousarray(packed.mount_reads, dtype="<f8").tobytes())
+            np.ascontiguousarray(packed.mount_reads, dtype="<f8").tobytes(), packed.holder_code.astype("<i4").tobytes(),
+            "\n".join(packed.holder_values))
 
 
 FLEET_FRAMES_A_RUN = 180  # minutes a settle builds at most (an appliance upgraded with a day of node frames)
@@ -293,11 +298,13 @@ class Packed:
     mount_code: np.ndarray
     mount_values: list
     mount_reads: np.ndarray
+    holder_code: np.ndarray
+    holder_values: list
 
 
 def unpack(frames: list[tuple]) -> dict[str, np.ndarray]:
-    """Frames (node_id, epoch start, row_count, figures, jobs, profiles, node_figures, mounts, mount_reads)
-    as columns, a value per GPU row: node_id, t, FRAME_COLUMNS (gpu, instance and throttle_reasons int64,
+    """Frames (node_id, epoch start, row_count, figures, jobs, profiles, node_figures, mounts, mount_reads,
+    holders) as columns, a value per GPU row: node_id, t, FRAME_COLUMNS (gpu, instance and throttle_reasons int64,
     the figures float64), NODE_FRAME_COLUMNS (NaN where the node had no row), `frame`
     (the row's frame) and, for each text column, `<name>_code` (an index into `<name>_values`, whose code 0
     is the empty text). And, a value per frame, `frame_node_id` and `frame_fs_read_bps` (NaN: no node row);
@@ -318,7 +325,7 @@ def unpack_fleet(fleet_frames: list[tuple], node_frames: list[tuple] = ()) -> di
 def _packed_frames(frames: list[tuple]) -> Packed:
     """Node frames (as `unpack` takes them) read."""
     count = len(frames)
-    columns = list(zip(*frames, strict=True)) or [()] * 9  # a tuple a column: each read in one pass
+    columns = list(zip(*frames, strict=True)) or [()] * len(NODE_FRAME_FIELDS)  # a tuple a column: each read in one pass
     rows = np.array(columns[2], dtype=np.int64)
     data = b"".join(columns[3])  # bytes, or a memoryview: both join
     total = int(rows.sum())
@@ -336,19 +343,23 @@ def _packed_frames(frames: list[tuple]) -> Packed:
     reads = np.frombuffer(b"".join(columns[8]), dtype="<f8")
     if len(reads) != int(lengths.sum()):
         raise FrameError(f"GPU minute frames: {len(reads)} mount reads for {int(lengths.sum())} mounts")
+    # a frame whose rows have no holders (written before holders were kept, or none changed hands) holds none
+    holder_code, holder_values, _ = _codes([text or "\n" * (int(count) - 1) for text, count in
+                                            zip(columns[9], rows.tolist(), strict=True)], rows)
     return Packed(node_id=np.array(columns[0], dtype=np.int64), t=np.array(columns[1], dtype=np.int64), rows=rows,
                   figures=np.frombuffer(data, dtype="<f8").reshape(total, WIDTH).T, job_code=job_code,
                   job_values=list(job_values), profile_code=profile_code, profile_values=list(profile_values),
                   nodes=nodes, mount_counts=lengths, mount_code=mount_code, mount_values=list(mount_values),
-                  mount_reads=reads)
+                  mount_reads=reads, holder_code=holder_code, holder_values=list(holder_values))
 
 
 # A node frame as `unpack` takes it: its columns in this order, `start` as epoch seconds.
 NODE_FRAME_FIELDS = ("node_id", "start", "row_count", "figures", "jobs", "profiles", "node_figures", "mounts",
-                     "mount_reads")
+                     "mount_reads", "holders")
 # A fleet frame as read: its columns in this order, `start` as epoch seconds.
 FLEET_FIELDS = ("start", "frame_count", "row_count", "node_ids", "frame_rows", "figures", "job_codes", "jobs",
-                "profile_codes", "profiles", "node_figures", "mount_counts", "mount_codes", "mounts", "mount_reads")
+                "profile_codes", "profiles", "node_figures", "mount_counts", "mount_codes", "mounts", "mount_reads",
+                "holder_codes", "holders")
 
 
 def _array(data, kind: str, count: int, what: str, t: int) -> np.ndarray:
@@ -362,17 +373,21 @@ def _array(data, kind: str, count: int, what: str, t: int) -> np.ndarray:
 def _packed_fleet(frame: tuple) -> Packed:
     """A fleet frame (FLEET_FIELDS) read, its sizes checked against its counts."""
     (t, count, total, node_ids, frame_rows, figures, job_codes, jobs, profile_codes, profiles, node_figures,
-     mount_counts, mount_codes, mounts, mount_reads) = frame
+     mount_counts, mount_codes, mounts, mount_reads, holder_codes, holders) = frame
     rows = _array(frame_rows, "<i4", count, "frame row counts", t).astype(np.int64)
     mount_counts = _array(mount_counts, "<i4", count, "frame mount counts", t).astype(np.int64)
     if int(rows.sum()) != total:
         raise FrameError(f"fleet minute frame {datetime.fromtimestamp(t, UTC):%Y-%m-%d %H:%M}: its frames hold "
                          f"{int(rows.sum())} rows, not {total}")
     mounts_total = int(mount_counts.sum())
-    values = {name: text.split("\n") for name, text in (("jobs", jobs), ("profiles", profiles), ("mounts", mounts))}
+    values = {name: text.split("\n") for name, text in (("jobs", jobs), ("profiles", profiles), ("mounts", mounts),
+                                                        ("holders", holders or ""))}
     codes = {"jobs": _array(job_codes, "<i4", total, "job codes", t),
              "profiles": _array(profile_codes, "<i4", total, "profile codes", t),
-             "mounts": _array(mount_codes, "<i4", mounts_total, "mount codes", t)}
+             "mounts": _array(mount_codes, "<i4", mounts_total, "mount codes", t),
+             # a fleet frame packed before holders were kept has none
+             "holders": (_array(holder_codes, "<i4", total, "holder codes", t) if holder_codes
+                         else np.zeros(total, dtype="<i4"))}
     for name, array in codes.items():
         if values[name][0] != "" or (len(array) and (array.min() < 0 or array.max() >= len(values[name]))):
             raise FrameError(f"fleet minute frame {datetime.fromtimestamp(t, UTC):%Y-%m-%d %H:%M}: {name} codes "
@@ -385,7 +400,8 @@ def _packed_fleet(frame: tuple) -> Packed:
                   nodes=_array(node_figures, "<f8", count * len(NODE_FRAME_COLUMNS), "node figures",
                                t).reshape(count, len(NODE_FRAME_COLUMNS)),
                   mount_counts=mount_counts, mount_code=codes["mounts"], mount_values=values["mounts"],
-                  mount_reads=_array(mount_reads, "<f8", mounts_total, "mount reads", t))
+                  mount_reads=_array(mount_reads, "<f8", mounts_total, "mount reads", t),
+                  holder_code=codes["holders"], holder_values=values["holders"])
 
 
 def _joined(parts: list[Packed]) -> Packed:
@@ -411,13 +427,15 @@ def _joined(parts: list[Packed]) -> Packed:
     job_code, job_values = union("job")
     profile_code, profile_values = union("profile")
     mount_code, mount_values = union("mount")
+    holder_code, holder_values = union("holder")
     return Packed(node_id=np.concatenate([p.node_id for p in parts]), t=np.concatenate([p.t for p in parts]),
                   rows=np.concatenate([p.rows for p in parts]),
                   figures=np.concatenate([p.figures for p in parts], axis=1), job_code=job_code,
                   job_values=job_values, profile_code=profile_code, profile_values=profile_values,
                   nodes=np.concatenate([p.nodes for p in parts]),
                   mount_counts=np.concatenate([p.mount_counts for p in parts]), mount_code=mount_code,
-                  mount_values=mount_values, mount_reads=np.concatenate([p.mount_reads for p in parts]))
+                  mount_values=mount_values, mount_reads=np.concatenate([p.mount_reads for p in parts]),
+                  holder_code=holder_code, holder_values=holder_values)
 
 
 def _expand(packed: Packed) -> dict[str, np.ndarray]:
@@ -432,7 +450,7 @@ def _expand(packed: Packed) -> dict[str, np.ndarray]:
             result[name] = column.astype(np.int64)
         else:  # a view of the frames' bytes is read-only, a column of a node frame strided: a copy of its own
             result[name] = column if column.flags.c_contiguous and column.flags.writeable else column.copy()
-    for name in ("job", "profile", "mount"):
+    for name in ("job", "profile", "mount", "holder"):
         result[f"{name}_code"] = np.asarray(getattr(packed, f"{name}_code"), dtype=np.int64)
         result[f"{name}_values"] = np.array(getattr(packed, f"{name}_values"), dtype=object)
     for index, name in enumerate(NODE_FRAME_COLUMNS):

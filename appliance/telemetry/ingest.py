@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from appliance.inventory.models import GPU
 
-from . import frames, placements, services
+from . import frames, holders, placements, services
 from .lineprotocol import LineError, iter_lines
 from .models import (
     LIVE_GPU_COLUMNS,
@@ -103,6 +103,7 @@ GPU_FIELDS = {
     "fb_total_mib": FLOAT, "power_w": FLOAT, "power_max_w": FLOAT, "energy_j": FLOAT, "temp_c": FLOAT,
     "temp_max_c": FLOAT, "sm_clock_mhz": FLOAT, "throttle_reasons": COUNT64, "throttled_share": FLOAT,
     "pcie_tx_bps": FLOAT, "pcie_rx_bps": FLOAT, "nvlink_bps": FLOAT, "xid_count": COUNT32, "ecc_dbe": COUNT32,
+    "holders": STRING,
 }
 NODE_FIELDS = {
     "step": COUNT32, "samples": COUNT32, "gpus": COUNT16, "gpu_util": FLOAT, "gpu_util_max": FLOAT,
@@ -160,7 +161,8 @@ def gpu_power_limit_w(model: str) -> float:
 
 
 # Columns a resend rewrites: every measured column (an absent field becomes NULL again, as sent).
-GPU_COLUMNS = ["samples", "job", "unverified_job", "uuid", "profile"] + [name for name in GPU_FIELDS if name not in ("step", "samples")]
+GPU_COLUMNS = (["samples", "job", "unverified_job", "unverified_holders", "uuid", "profile"]
+               + [name for name in GPU_FIELDS if name not in ("step", "samples")])
 NODE_COLUMNS = ["samples"] + [name for name in NODE_FIELDS if name not in ("step", "samples")]
 _GPU_DEFAULTS = {"throttle_reasons": 0, "xid_count": 0, "ecc_dbe": 0}
 _NODE_DEFAULTS = {"gpus": 0, "ib_errors": 0}
@@ -168,7 +170,8 @@ _NODE_DEFAULTS = {"gpus": 0, "ib_errors": 0}
 
 GPU_UNIQUE = ["node", "gpu", "instance", "step", "start"]
 NODE_UNIQUE = ["node", "step", "start"]
-_DEFAULTS = {**_GPU_DEFAULTS, **_NODE_DEFAULTS, "job": "", "unverified_job": "", "uuid": "", "profile": "", "samples": 0, "mounts": {}}
+_DEFAULTS = {**_GPU_DEFAULTS, **_NODE_DEFAULTS, "job": "", "unverified_job": "", "uuid": "", "profile": "", "samples": 0,
+             "mounts": {}, "holders": "", "unverified_holders": ""}
 
 
 def upsert(model, unique: list[str], update: list[str], rows: list[dict], insert_only: tuple[str, ...] = ()) -> None:
@@ -449,7 +452,8 @@ def _one(write: Write, number: int, line, node_name: str, now: datetime, gpus: d
             _power_limit(number, name, values.get(name), limit, f"the {known.model} limit of {limit:g} W")
         _power_limit(number, "energy_j", values.get("energy_j"), limit, f"{limit:g} W over 60 s", seconds=MINUTE)
         start = _bucket(number, line.timestamp, now)
-        row = {**_GPU_DEFAULTS, **values, "job": _tag(number, tags, "hpc_job", _JOB),
+        job = _tag(number, tags, "hpc_job", _JOB)
+        row = {**_GPU_DEFAULTS, **values, "job": job, "holders": _holders(number, values.get("holders", ""), job),
                "uuid": _tag(number, tags, "UUID", _UUID), "profile": _tag(number, tags, "GPU_I_PROFILE", _PROFILE)}
         write.gpus[(gpu, int(instance) if instance else WHOLE_GPU, start)] = row
     elif measurement == "node_rollup":
@@ -476,6 +480,18 @@ def _one(write: Write, number: int, line, node_name: str, now: datetime, gpus: d
         timestamp = line.timestamp or 0
         if write.report is None or timestamp >= write.report[0]:
             write.report = (timestamp, values)
+
+
+def _holders(number: int, text: str, job: str) -> str:
+    """A minute's holders as stored (holders.py): each job with the one job pattern, seconds from 0 to 60
+    adding up to 60 at most, and the line's hpc_job among them."""
+    try:
+        found = holders.parse(text, MINUTE)
+    except holders.HoldersError as exc:
+        raise invalid(number, f"field holders: {exc}") from None
+    if found and job and job not in {name for name, _ in found}:
+        raise invalid(number, f"field holders: hpc_job={job} is not one of them (the holder of the most seconds)")
+    return holders.as_text(found)
 
 
 def _event(write: Write, number: int, line, tags: dict, values: dict, now: datetime) -> None:

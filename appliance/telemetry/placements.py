@@ -35,6 +35,7 @@ from django.core.cache import caches
 from django.db import transaction
 from django.utils import timezone
 
+from . import holders
 from .models import MINUTE, JobPlacement
 
 log = logging.getLogger(__name__)
@@ -156,11 +157,13 @@ def _keep(node, source: str, found: list[Placement], now: datetime) -> None:
 def verify(node, rows: dict, now: datetime | None = None, now_s: float | None = None) -> Verdict:
     """Check the job of each GPU row of one write (`rows`: {(gpu, instance, start): values}, as the ingest
     parsed them) against the node's placements, asking the providers at most once; a row whose job is not
-    placed on the node over its minute gets job "" and `unverified_job` the id it named."""
+    placed on the node over its minute gets job "" and `unverified_job` the id it named. So does each of a
+    minute's holders (its `holders`): one not placed there moves to `unverified_holders`."""
     claims: dict[str, list[datetime]] = {}
+    held = {key: holders.parse(values.get("holders") or "") for key, values in rows.items()}
     for (_gpu, _instance, start), values in rows.items():
-        if values.get("job"):
-            claims.setdefault(values["job"], []).append(start)
+        for job in {values.get("job"), *(name for name, _ in held[(_gpu, _instance, start)])} - {None, ""}:
+            claims.setdefault(job, []).append(start)
     verdict = Verdict({}, [])
     if not claims:
         return verdict
@@ -176,9 +179,18 @@ def verify(node, rows: dict, now: datetime | None = None, now_s: float | None = 
     if doubtful and _may_ask(node, max(doubtful) + timedelta(seconds=MINUTE), time.time() if now_s is None else now_s):
         verdict.unavailable = ask(node, now)
         kept = _kept(node, claims)
-    for (_gpu, _instance, start), values in rows.items():
+    for key, values in rows.items():
+        start = key[2]
         job = values.get("job")
         if job and not covered(job, start):
             values["job"], values["unverified_job"] = "", job
             verdict.unverified[job] = verdict.unverified.get(job, 0) + 1
+        if held[key]:
+            # a holder not placed there keeps its seconds as the node said them, apart: nobody's in the ledger
+            values["holders"] = holders.as_text([(name, part) for name, part in held[key] if covered(name, start)])
+            values["unverified_holders"] = holders.as_text(
+                [(name, part) for name, part in held[key] if not covered(name, start)])
+            for name, _ in held[key]:
+                if name != job and not covered(name, start):
+                    verdict.unverified[name] = verdict.unverified.get(name, 0) + 1
     return verdict

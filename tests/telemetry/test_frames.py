@@ -122,7 +122,7 @@ def test_the_frame_carries_the_node_rows_figures_and_mounts_whichever_write_brou
 
 def stored_frames() -> list[tuple]:
     return [(f.node_id, int(f.start.timestamp()), f.row_count, bytes(f.figures), f.jobs, f.profiles,
-             None if f.node_figures is None else bytes(f.node_figures), f.mounts, bytes(f.mount_reads))
+             None if f.node_figures is None else bytes(f.node_figures), f.mounts, bytes(f.mount_reads), f.holders)
             for f in GpuMinuteFrame.objects.order_by("start")]
 
 
@@ -150,7 +150,7 @@ def test_unpack_gives_columns_and_refuses_a_frame_of_another_shape(node):
     with pytest.raises(frames.FrameError, match=r"GPU minute frame 1: 1 lines of text for 2 rows"):
         frames.unpack([found[0], (node_id, t, rows, figures, "4242", profiles, *rest)])
     with pytest.raises(frames.FrameError, match=r"GPU minute frames: 0 mount reads for 1 mounts"):
-        frames.unpack([found[0], (node_id, t, rows, figures, jobs, profiles, rest[0], rest[1], b"")])
+        frames.unpack([found[0], (node_id, t, rows, figures, jobs, profiles, rest[0], rest[1], b"", rest[3])])
     with pytest.raises(frames.FrameError, match=r"GPU minute frames: 40 bytes of node figures for 1 node rows"):
         frames.unpack([found[0], (node_id, t, rows, figures, jobs, profiles, rest[0][:40], *rest[1:])])
 
@@ -164,7 +164,8 @@ def fleet_of(start) -> FleetMinuteFrame:
 def stored_fleet() -> list[tuple]:
     return [(int(f.start.timestamp()), f.frame_count, f.row_count, bytes(f.node_ids), bytes(f.frame_rows),
              bytes(f.figures), bytes(f.job_codes), f.jobs, bytes(f.profile_codes), f.profiles, bytes(f.node_figures),
-             bytes(f.mount_counts), bytes(f.mount_codes), f.mounts, bytes(f.mount_reads))
+             bytes(f.mount_counts), bytes(f.mount_codes), f.mounts, bytes(f.mount_reads), bytes(f.holder_codes),
+             f.holders)
             for f in FleetMinuteFrame.objects.order_by("start")]
 
 
