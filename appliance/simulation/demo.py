@@ -50,14 +50,20 @@ class DemoModel:
     dataset: str        # the dataset the training job read (a path on the scratch filesystem)
     evaluation: str
     metrics: dict
+    intended_use: str
+    risk_class: str     # lifecycle.models.RiskClass
 
 
 DEMO_MODELS = (
     DemoModel("chat", "The demo's chat assistant: a small Llama-family decoder fine-tuned on the support "
               "dialogues.", 128, 4, "/mnt/scratch/datasets/support-dialogues", "support-dialogues-heldout",
-              {"accuracy": 0.81, "latency_p95_ms": 240.0}),
+              {"accuracy": 0.81, "latency_p95_ms": 240.0},
+              "Answers employees' questions about internal tools; a person reviews any answer that changes a "
+              "system.", "limited"),
     DemoModel("embeddings", "The demo's embedding model for the document search.", 64, 2,
-              "/mnt/scratch/datasets/documents", "retrieval-recall-at-10", {"recall_at_10": 0.92}),
+              "/mnt/scratch/datasets/documents", "retrieval-recall-at-10", {"recall_at_10": 0.92},
+              "Turns internal documents and queries into vectors for the search; no decision rests on it alone.",
+              "minimal"),
 )
 
 
@@ -142,11 +148,14 @@ def _promote_and_deploy(appliance, model: DemoModel, job: str, engineer, lead, r
     dataset.mkdir(parents=True, exist_ok=True)
     (dataset / "README").write_text(f"The demo's {model.name} dataset.\n")
     with context.acting_as(engineer):
+        services.register_model(model.name, user=engineer, description=model.description, license="Apache-2.0",
+                                intended_use=model.intended_use, risk_class=model.risk_class,
+                                tags={"demo": "true"})
         version = services.register_version(
             model.name, source=source, user=engineer, job=job, appliance=appliance,
             datasets=[{"name": Path(model.dataset).name, "uri": model.dataset,
                        "sha256": services.dataset_digest(model.dataset)}],
-            code_revision="demo-1", description=model.description, tags={"demo": "true"})
+            code_revision="demo-1", description=f"Trained by the demo's first Slurm job on {model.dataset}.")
         evaluation = services.add_evaluation(version, user=engineer, name=model.evaluation, metrics=model.metrics,
                                              passed=True, job=job)
         services.transition(version, "validated", user=engineer, reason="the evaluation passed")

@@ -72,6 +72,7 @@ def test_the_story_registers_promotes_and_deploys_the_services_models(demo, firs
     # The people of the demo cannot log in; each step is theirs in the audit log.
     engineer = versions[0].registered_by
     assert engineer.username == "demo-engineer" and not engineer.has_usable_password()
+    assert [(v.model.risk_class, v.model.license) for v in versions] == [("limited", "Apache-2.0"), ("minimal", "Apache-2.0")]
     register = AuditRecord.objects.filter(event="lifecycle.version.register").order_by("pk")
     assert list(register.values_list("actor_username", flat=True)) == ["demo-engineer", "demo-engineer"]
     told = AuditRecord.objects.get(event="simulation.demo.story")
