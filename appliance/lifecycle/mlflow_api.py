@@ -28,6 +28,9 @@ Writes go through services.py, which checks the appliance's rules and audits eve
   version as it still is, with `status_message` (what MLflow's client shows: Production needs a second
   person's approval, request #N) and the tag `appliance.pending_request` naming the request. Once approved,
   `models:/NAME/Production` resolves to it.
+- get-download-uri (what MLflow's client resolves models:/NAME/STAGE with before it reads the files itself)
+  is refused with RESOURCE_CONFLICT for a version found tampered, as its deployment is, until an
+  Administrator clears the verdict.
 - Versions are never deleted (their files are signed evidence): delete-model-version is refused with
   RESOURCE_CONFLICT; archive them instead. A model is deleted only without versions.
 - create-model-version's `source` must be a directory (or file) under the appliance's artifact roots
@@ -51,7 +54,7 @@ from appliance.core.permissions import RolePermission, required_capability
 
 from . import mlflow_search, services
 from .errors import LifecycleError
-from .models import Alias, Evaluation, ModelVersion, PromotionRequest, RegisteredModel, Stage
+from .models import Alias, Evaluation, ModelVersion, PromotionRequest, RegisteredModel, Stage, Verification
 
 # The HTTP status MLflow's server answers each error code with (mlflow/exceptions.py).
 STATUS_OF = {
@@ -604,10 +607,18 @@ class DeleteModelVersionTag(MlflowView):
 
 
 class GetModelVersionDownloadUri(MlflowView):
+    """Where the registered (hashed, signed) files are: the directory the source resolved to. Not for a
+    version found tampered: MLflow's client resolves models:/NAME/STAGE through here and reads the files
+    itself, so the verdict holds here as it holds for a deployment (until an Administrator clears it)."""
+
     def get(self, request):
         params = self.params()
         version = _version(params.text("name", required=True), params.text("version", required=True, limit=12))
-        # Where the registered (hashed, signed) files are: the directory the source resolved to.
+        if version.verification == Verification.TAMPERED:
+            raise MlflowError("RESOURCE_CONFLICT",
+                              f"version: {version} was found changed since registration (tampered): its files are "
+                              "not handed out until an Administrator clears the verdict after a full verification "
+                              "passes")
         uri = f"file://{version.storage_path}" if version.storage_path else version.source
         return Response({"artifact_uri": uri})
 

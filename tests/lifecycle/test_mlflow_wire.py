@@ -244,3 +244,77 @@ def test_a_refused_write_is_audited_with_its_message(client, bearer, registry):
     record = AuditRecord.objects.get(event="api.request", outcome="failure")
     assert record.actor_username == "mlflow-wendy"
     assert record.reason.startswith("Model versions are kept: alpha-7b v1 is evidence")
+
+
+def test_no_mlflow_call_of_the_administrator_puts_a_version_of_an_account_it_made_in_production(
+        client, settings, tmp_path, make_user):
+    """The issue's attack through the MLflow API: the Administrator makes an ML engineer `sock` (accounts API),
+    which registers a version, moves it to Staging and asks for Production with MLflow's calls; the
+    Administrator's own MLflow calls (transition-stage to Production, the alias production) are requests, never
+    approvals, and are refused while sock's request is pending; sock's version is not in Production."""
+    from appliance.accounts.models import User
+
+    root = use_artifact_root(settings, tmp_path)
+    ada = make_user(Role.ADMINISTRATOR, "ada")
+    client.force_login(ada)
+    made = client.post("/api/v1/accounts/users/", {"username": "sock", "role": "ml_engineer",
+                                                   "password": "Sock-puppet-pass-42"}, content_type="application/json")
+    assert made.status_code == 201, made.content
+    client.logout()
+    sock = User.objects.get(username="sock")
+
+    def as_(user):
+        return {"HTTP_AUTHORIZATION": f"Bearer {tokens.issue_token(user, 'mlflow')[1]}"}
+
+    def call(user, endpoint, **body):
+        return client.post(f"{API}/{endpoint}", body, content_type="application/json", **as_(user))
+
+    assert call(sock, "registered-models/create", name="llm").status_code == 200
+    created = call(sock, "model-versions/create", name="llm", source=str(write_model(root / "llm")))
+    assert created.status_code == 200, created.content
+    assert call(sock, "model-versions/transition-stage", name="llm", version="1", stage="Staging").status_code == 200
+    services.add_evaluation(services.get_version("llm", 1), user=sock, name="mmlu", metrics={"accuracy": 0.6},
+                            passed=True)
+    asked = call(sock, "model-versions/transition-stage", name="llm", version="1", stage="Production")
+    assert asked.json()["model_version"]["current_stage"] == "Staging"
+
+    for endpoint, body in (("model-versions/transition-stage", {"stage": "Production"}),
+                           ("registered-models/alias", {"alias": "production"})):
+        refused = call(ada, endpoint, name="llm", version="1", **body)
+        assert (refused.status_code, refused.json()["error_code"]) == (409, "RESOURCE_CONFLICT")
+        assert refused.json()["message"] == "stage: a request to move llm v1 to production is pending already"
+    assert services.get_version("llm", 1).stage == "staging"
+    latest = client.get(f"{API}/registered-models/get-latest-versions", {"name": "llm", "stages": "Production"},
+                        **as_(ada))
+    assert latest.json() == {"model_versions": []}
+    assert not AuditRecord.objects.filter(event="lifecycle.request.approve").exists()
+
+
+def test_a_tampered_version_is_not_handed_out_through_mlflow(client, bearer, registry, make_user):
+    """The issue's attack on a version's file (the last 8 bytes rewritten in place, the mtime put back): once
+    a verification finds it, MLflow's client cannot resolve the version's files (models:/... goes through
+    get-download-uri) and still cannot after the bytes are back and a quick check passes over them; an
+    Administrator's clearing (a full verification that passes) hands them out again. Another version is not
+    affected."""
+    from appliance.lifecycle import integrity
+
+    from .integrity_support import put_back, rewrite_last_bytes
+
+    uri = f"{API}/model-versions/get-download-uri"
+    version = services.get_version("alpha-7b", 1)
+    original = rewrite_last_bytes(registry / "a7" / "model.safetensors")
+    assert integrity.verify(version, full=True).state == "tampered"
+    refused = client.get(uri, {"name": "alpha-7b", "version": "1"}, **bearer)
+    assert (refused.status_code, refused.json()) == (409, {
+        "error_code": "RESOURCE_CONFLICT",
+        "message": "version: alpha-7b v1 was found changed since registration (tampered): its files are not handed "
+                   "out until an Administrator clears the verdict after a full verification passes"})
+    put_back(registry / "a7" / "model.safetensors", original)
+    assert integrity.verify(version).state == "tampered"
+    assert client.get(uri, {"name": "alpha-7b", "version": "1"}, **bearer).status_code == 409
+    assert client.get(uri, {"name": "alpha-7b", "version": "2"}, **bearer).json() == {
+        "artifact_uri": f"file://{registry / 'a7b'}"}
+
+    integrity.clear_tampered(version, user=make_user(Role.ADMINISTRATOR, "ada"), reason="restored from backup")
+    assert client.get(uri, {"name": "alpha-7b", "version": "1"}, **bearer).json() == {
+        "artifact_uri": f"file://{registry / 'a7'}"}

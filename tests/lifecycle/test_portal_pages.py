@@ -273,3 +273,31 @@ def test_the_model_page_answers_which_version_held_which_stage_and_alias_at_a_ti
     assert "No version existed then." in client.get("/models/history/", {"at": "2000-01-01T00:00"}).content.decode()
     bad = client.get("/models/history/", {"at": "yesterday"})
     assert bad.status_code == 400 and "at: a date and time" in bad.content.decode()
+
+
+def test_the_inbox_refuses_an_approval_through_an_account_made_for_the_occasion(model_root, people, make_user):  # noqa: F811
+    """The issue's attack through the portal: the Administrator makes an ML engineer `sock`, which asks for
+    production; the Administrator's Approve in the inbox is refused (409) with the message the REST API and
+    the command line give, naming the approver, and recorded; the version stays in staging."""
+    from appliance.accounts.services import create_user
+    from appliance.core.roles import Role
+
+    from ..conftest import PASSWORD
+
+    ada = make_user(Role.ADMINISTRATOR, "ada")
+    sock = create_user("sock", Role.ML_ENGINEER, PASSWORD, created_by=ada)
+    version = register(model_root, "summarizer", user=sock)
+    services.transition(version, "validated", user=sock)
+    services.transition(version, "staging", user=sock)
+    evaluation = services.add_evaluation(version, user=sock, name="rouge", metrics={"rouge_l": 0.4}, passed=True)
+    request = services.request_transition(version, "production", user=sock, reason="ship it",
+                                          evidence=[evaluation.pk])
+    refused = client_of(ada).post(f"/models/requests/{request.pk}/approve/", {"reason": "fine"})
+    assert refused.status_code == 409
+    assert error_messages(refused) == [
+        "approver: &#x27;ada&#x27; created &#x27;sock&#x27;, who asked (directly or through accounts they made); "
+        "the approver must not have made the requester&#x27;s account"]
+    version.refresh_from_db()
+    assert version.stage == "staging"
+    record = AuditRecord.objects.get(event="lifecycle.request.approve")
+    assert (record.outcome, record.actor_username) == ("failure", "ada")

@@ -104,6 +104,43 @@ def test_changes_need_a_person_and_four_eyes_hold_on_the_command_line(root, make
         models("list")
 
 
+def test_an_administrator_cannot_approve_on_the_command_line_through_an_account_made_for_the_occasion(
+        root, make_user, monkeypatch):
+    """The issue's attack from the command line: the Administrator makes an ML engineer `sock`, which asks for
+    production a moment later with its token; `models approve` with the Administrator's token is refused with
+    the message the REST API and the portal give (naming the approver), and so is a third person's while
+    `sock` is new (naming the requester); each refusal is recorded; the version stays in staging."""
+    from appliance.accounts.services import create_user
+
+    from ..conftest import PASSWORD
+
+    ada, amir = make_user(Role.ADMINISTRATOR, "ada"), make_user(Role.ML_ENGINEER, "amir")
+    sock = create_user("sock", Role.ML_ENGINEER, PASSWORD, created_by=ada)
+    monkeypatch.setenv("APPLIANCE_TOKEN", issue_token(sock)[1])
+    models("register", "m", "--source", str(write_model(root / "m")))
+    models("transition", "m", "1", "validated")
+    models("transition", "m", "1", "staging")
+    models("evaluate", "m", "1", "--name", "mmlu", "--metric", "accuracy=0.61", "--passed")
+    models("request", "m", "1", "--reason", "ship it", "--evidence",
+           str(ModelVersion.objects.get().evaluations.get().pk))
+    request = PromotionRequest.objects.get()
+
+    monkeypatch.setenv("APPLIANCE_TOKEN", issue_token(ada)[1])
+    with pytest.raises(CommandError) as refused:
+        models("approve", str(request.pk), "--reason", "ok")
+    assert str(refused.value) == ("approver: 'ada' created 'sock', who asked (directly or through accounts they "
+                                  "made); the approver must not have made the requester's account")
+    monkeypatch.setenv("APPLIANCE_TOKEN", issue_token(amir)[1])
+    with pytest.raises(CommandError, match="^requester: 'sock' was created at .*, less than 24 h before the "
+                                           "request; "):
+        models("approve", str(request.pk), "--reason", "ok")
+    assert ModelVersion.objects.get().stage == "staging"
+    assert PromotionRequest.objects.get().state == "pending"
+    refusals = AuditRecord.objects.filter(event="lifecycle.request.approve").order_by("sequence")
+    assert [(r.outcome, r.actor_username, r.channel) for r in refusals] == [
+        ("failure", "ada", "cli"), ("failure", "amir", "cli")]
+
+
 def test_datasets_are_hashed_from_their_bytes_as_sha256sum_would(root, tmp_path):
     corpus = root / "data" / "wiki"
     (corpus / "shards").mkdir(parents=True)
