@@ -16,9 +16,10 @@ thresholds. What it covers:
 - an inference service's replicas spread by a load balancer (busy at different levels), a notebook, a
   memory-only service, a GPU slowed by its power limit (SW power cap and HW slowdown, clock 1000-1500 MHz),
   GPUs nobody holds;
-- jobs that start and end inside a minute (the minute's figures are time-weighted means, its holder the one
-  that held it longest, as the collector's rollup folds its sweeps), a collector outage (no lines for a
-  node) and about 1% of GPU lines lost.
+- jobs that start and end inside a minute (the minute's figures are time-weighted means; as the collector's
+  rollup times its sweeps, the minute's `holders` field names each job's seconds and `hpc_job` the holder of
+  the most seconds, nobody included), a collector outage (no lines for a node) and about 1% of GPU lines
+  lost.
 
 `generate(minutes, seed)` returns a `Telemetry`: the writes per node and the truth, {(node, gpu, minute):
 [(seconds, label), ...]} where "no-data" marks the minutes whose line was not sent.
@@ -206,7 +207,7 @@ def generate(minutes: int = 60, seed: int = 1, start_ns: int = 0, lost_share: fl
             for gpu in range(8):
                 parts = _parts(plan, gpu, minute)
                 truth = [(float(seconds), _label(phase, gpu)) for phase, seconds in parts]
-                held: dict[str, int] = {}
+                held: dict[str, int] = {}  # each holder's seconds ("" nobody), in the order they held the GPU
                 mix: dict[str, float] = {}
                 reasons = 0
                 for phase, seconds in parts:
@@ -216,10 +217,11 @@ def generate(minutes: int = 60, seed: int = 1, start_ns: int = 0, lost_share: fl
                             reasons |= int(value)
                         else:
                             mix[name] = mix.get(name, 0.0) + value * seconds / 60
+                    held[phase.job if phase else ""] = held.get(phase.job if phase else "", 0) + seconds
                     if phase is not None:
-                        held[phase.job] = held.get(phase.job, 0) + seconds
                         kinds[phase.kind] = kinds.get(phase.kind, 0.0) + seconds / 60 / 8
-                holder = max(held, key=held.get) if held and sum(held.values()) >= 30 else ""
+                holder = max(held, key=held.get)
+                changed = set(held) != {holder} and any(held)
                 lost = silent or rng.random() < lost_share
                 telemetry.truth[(plan.name, gpu, minute)] = [(60.0, "no-data")] if lost else truth
                 if lost:
@@ -236,6 +238,8 @@ def generate(minutes: int = 60, seed: int = 1, start_ns: int = 0, lost_share: fl
                           "sm_clock_mhz": _field(mix["clock"]), "throttle_reasons": str(reasons),
                           "throttled_share": _field(mix["throttled"]), "nvlink_bps": _field(mix["nvlink"]),
                           "xid_count": "0", "ecc_dbe": "0"}
+                if changed:
+                    fields["holders"] = '"' + ",".join(f"{job}:{seconds}" for job, seconds in held.items() if job) + '"'
                 gpu_lines.append(f"{tags} {','.join(f'{k}={v}' for k, v in fields.items())} {t_ns}")
             if silent:
                 continue
@@ -253,15 +257,46 @@ def generate(minutes: int = 60, seed: int = 1, start_ns: int = 0, lost_share: fl
     return telemetry
 
 
-def grade(telemetry: Telemetry, attributed: dict[tuple[str, int, int], str]) -> dict:
+def _matched(truth: list[tuple[float, str]], got: list[tuple[float, str]]) -> dict[tuple[str, str], float]:
+    """One minute's seconds by (true, attributed) cause: each cause's seconds in both right, the rest of
+    each true cause spread over the rest of the attributed ones by their seconds."""
+    true_left: dict[str, float] = {}
+    got_left: dict[str, float] = {}
+    for seconds, label in truth:
+        true_left[label] = true_left.get(label, 0.0) + seconds
+    for seconds, label in got:
+        got_left[label] = got_left.get(label, 0.0) + seconds
+    pairs: dict[tuple[str, str], float] = {}
+    for label in true_left:
+        right = min(true_left[label], got_left.get(label, 0.0))
+        if right:
+            pairs[(label, label)] = right
+            true_left[label] -= right
+            got_left[label] -= right
+    rest = sum(got_left.values())
+    for label, seconds in true_left.items():
+        for other, share in got_left.items():
+            if seconds and share:
+                pairs[(label, other)] = pairs.get((label, other), 0.0) + seconds * share / rest
+    return pairs
+
+
+def grade(telemetry: Telemetry, attributed: dict[tuple[str, int, int], object]) -> dict:
     """GPU-seconds by (true, attributed) cause; a minute with no line is attributed "no-data" unless the
-    caller says otherwise. Returns {"confusion": {(true, got): seconds}, "recall": {true: share},
-    "accuracy": share of all seconds, "received_accuracy": share of the seconds whose line was sent}."""
+    caller says otherwise. `attributed`: each minute's cause, or its parts [(seconds, cause)] where the
+    minute changed hands (within a minute the seconds are matched cause by cause). Returns {"confusion":
+    {(true, got): seconds}, "recall": {true: share}, "accuracy": share of all seconds,
+    "received_accuracy": share of the seconds whose line was sent, "changed_hands": (seconds right, seconds)
+    of the minutes whose truth has more than one cause (a job started or ended inside them)}."""
     confusion: dict[tuple[str, str], float] = {}
+    changed = [0.0, 0.0]
     for key, parts in telemetry.truth.items():
         got = attributed.get(key, "no-data")
-        for seconds, label in parts:
-            confusion[(label, got)] = confusion.get((label, got), 0.0) + seconds
+        for pair, seconds in _matched(parts, [(60.0, got)] if isinstance(got, str) else got).items():
+            confusion[pair] = confusion.get(pair, 0.0) + seconds
+            if len({label for _, label in parts}) > 1:
+                changed[0] += seconds if pair[0] == pair[1] else 0.0
+                changed[1] += seconds
     totals: dict[str, float] = {}
     right: dict[str, float] = {}
     for (label, got), seconds in confusion.items():
@@ -270,7 +305,8 @@ def grade(telemetry: Telemetry, attributed: dict[tuple[str, int, int], str]) -> 
     received = {label: totals[label] for label in totals if label != "no-data"}
     return {"confusion": confusion, "recall": {label: right[label] / totals[label] for label in totals},
             "accuracy": sum(right.values()) / sum(totals.values()),
-            "received_accuracy": sum(right[label] for label in received) / sum(received.values())}
+            "received_accuracy": sum(right[label] for label in received) / sum(received.values()),
+            "changed_hands": tuple(changed)}
 
 
 def table(result: dict) -> str:

@@ -3,6 +3,7 @@ to the ingest endpoint with each node's token as a collector sends it, read back
 own path (frames or rows, the inventory's references), graded GPU-second by GPU-second."""
 
 import hashlib
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -49,6 +50,8 @@ def schedule(telemetry: heldout.Telemetry) -> None:
         node = Node.objects.get(name=name)
         jobs = {tag.split("=", 1)[1] for line in lines for tag in line.split(" ", 1)[0].split(",")
                 if tag.startswith("hpc_job=")}
+        jobs |= {part.rpartition(":")[0] for line in lines for found in re.findall(r'holders="([^"]*)"', line)
+                 for part in found.split(",")}
         JobPlacement.objects.bulk_create([JobPlacement(node=node, source="heldout", job=job, seen_at=timezone.now())
                                           for job in sorted(jobs)])
 
@@ -63,13 +66,19 @@ def send(telemetry: heldout.Telemetry, tokens: dict[str, str]) -> None:
             assert response.status_code == 204, response.content[:500]
 
 
-def attributed(since: datetime, until: datetime) -> dict[tuple[str, int, int], str]:
+def attributed(since: datetime, until: datetime) -> dict[tuple[str, int, int], list[tuple[float, str]]]:
+    """Each GPU-minute's causes with their seconds (a minute that changed hands has a part per holder and
+    one for the seconds nobody held)."""
     window = ledger.attribute_window(since, until)
     names = {pk: info.name for pk, info in window["info"].items()}
     gpu = window["gpu"]
     base = int(since.timestamp())
-    return {(names[int(n)], int(g), (int(t) - base) // 60): rules.LABELS[int(label)]
-            for n, g, t, label in zip(gpu["node_id"], gpu["gpu"], gpu["t"], gpu["label"], strict=True)}
+    found: dict[tuple[str, int, int], list[tuple[float, str]]] = {}
+    for n, g, t, label, seconds in zip(gpu["node_id"], gpu["gpu"], gpu["t"], gpu["label"], gpu["seconds"],
+                                       strict=True):
+        found.setdefault((names[int(n)], int(g), (int(t) - base) // 60), []).append(
+            (float(seconds), rules.LABELS[int(label)]))
+    return found
 
 
 @pytest.fixture
@@ -97,7 +106,9 @@ def test_each_cause_is_attributed_right_for_90_percent_and_all_for_97(graded):
     its reads. A minute with no line is graded "no-data" by the grader itself."""
     telemetry, since, until = graded
     result = heldout.grade(telemetry, attributed(since, until))
-    print(heldout.table(result), f"\nreceived: {100 * result['received_accuracy']:.2f}%")
+    right, changed = result["changed_hands"]
+    print(heldout.table(result), f"\nreceived: {100 * result['received_accuracy']:.2f}%; minutes that changed hands: "
+          f"{100 * right / changed:.1f}% of {changed / 60:.1f} GPU-minutes")
     recall = result["recall"]
     assert set(recall) == set(rules.LABELS) | {"no-data"}  # every cause is in the data
     assert all(share >= 0.9 for share in recall.values()), heldout.table(result)
