@@ -61,3 +61,32 @@ def test_refusals_are_one_line_naming_the_field(demo, root, people, monkeypatch)
     status, _, err = models("deploy", "llama")
     assert status == 1 and "val may not deploy models" in err
     assert not Deployment.objects.exists()
+
+
+def test_a_tampered_version_is_not_deployed_from_the_command_line(demo, root, people, monkeypatch):  # noqa: F811
+    """The issue's attack (the last 8 bytes of a shard rewritten in place, the mtime put back to the
+    nanosecond), with even the recorded stat brought up to the file's, so that no stat can tell: `models deploy`
+    is refused in one line naming the file (exit status 1), the deployment is blocked, and it stays refused
+    once the bytes are back (the verdict stands until an Administrator clears it)."""
+    from .integrity_support import put_back, rewrite_last_bytes
+
+    version = production(root, people, "v1", 7)
+    shard = root / "v1" / "model-00002-of-00002.safetensors"
+    original = rewrite_last_bytes(shard)
+    info = shard.stat()
+    version.artifacts.filter(path=shard.name).update(mtime_ns=info.st_mtime_ns, inode=info.st_ino,
+                                                     ctime_ns=info.st_ctime_ns)
+    monkeypatch.setenv("APPLIANCE_TOKEN", tokens.issue_token(people["olga"], "cli")[1])
+    status, out, err = models("deploy", "llama")
+    assert (status, out) == (1, "")
+    assert err.startswith("error: version: llama v1 is not what was registered and signed (changed: "
+                          "model-00002-of-00002.safetensors); it may not be deployed")
+    put_back(shard, original)
+    status, _, err = models("deploy", "llama")
+    assert status == 1 and "the verdict stands until an Administrator clears it" in err
+    assert list(Deployment.objects.values_list("state", flat=True)) == ["blocked", "blocked"]
+    version.refresh_from_db()
+    assert version.verification == "tampered"
+    assert [(r.outcome, r.channel, r.details["integrity"]) for r in AuditRecord.objects.filter(
+        event="lifecycle.deployment.create").order_by("sequence")] == [("failure", "cli", "full"),
+                                                                        ("failure", "cli", "full")]
