@@ -80,3 +80,20 @@ def test_a_holder_the_scheduler_did_not_put_on_the_node_is_kept_unverified(node)
 def test_holders_that_are_not_what_a_collector_sends_refuse_the_write_naming_line_and_field(node, field, message):
     found = refused(gpu_line(0, T_1159, f"util=50,{field}", ",hpc_job=4242"))
     assert found.startswith("line 2: ") and message in found, found
+
+
+def test_the_collectors_rollup_of_a_minute_that_changed_hands_is_taken_as_it_sends_it(node):
+    from appliance.telemetry.collector import Series, Sweep
+    from appliance.telemetry.rollup import Rollup
+
+    rollup, lines = Rollup("gpu-01"), []
+    labels = (("gpu", "0"), ("UUID", "GPU-0000"), ("Hostname", "gpu-01"))
+    for second in range(61):  # job 4242 until 11:59:35, nobody after
+        job = (("hpc_job", "4242"),) if second < 35 else ()
+        lines += rollup.add(Sweep((T_1159 + second) * 10**9, [Series("gpu", labels + job,
+                                                                      {"DCGM_FI_DEV_GPU_UTIL": 90.0})]))
+    assert 'holders="4242:35"' in lines[0]
+    response = Client().generic("POST", "/telemetry/ingest/api/v2/write?precision=ns", "\n".join(lines),
+                                HTTP_AUTHORIZATION=f"Token {TOKEN}")
+    assert response.status_code == 204, response.content
+    assert stored(0) == ("4242", "", "4242:35", "")
