@@ -38,6 +38,7 @@ from bisect import bisect_left, insort
 from itertools import count
 
 from appliance.partitioning import profiles as P
+from appliance.partitioning import solver
 
 GPU_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -866,13 +867,217 @@ def _keep_order(item: _Item, by: str, position: int) -> tuple:
     return _RANK[item.isolation], position
 
 
+# ---------------------------------------------------------------------------------------------------
+# The exact solver after the greedy search
+
+
+OPTIONS = {"orderings", "policies", "all_runs", "solver", "time_limit"}
+# Seconds HiGHS may take (building its program included): with the greedy passes, a plan of 1,000 GPUs and
+# 5,000 requests stays under a second.
+TIME_LIMIT = 0.5
+# Served weight this close to the bound is the bound (weights are sums of floats).
+TOLERANCE = 1e-6
+
+
+def _close(served: float, bound: float) -> bool:
+    return served >= bound - TOLERANCE * max(1.0, abs(bound))
+
+
+def _geometry(gpu_model: P.GpuModel, name: str) -> tuple[int, int]:
+    profile = gpu_model.profile(name)
+    return profile.memory_slices, profile.compute_slices
+
+
+def _from_solution(assignment: dict, states: list[tuple], checked_gpus: list[dict], layout_now: dict,
+                   base_items: list[_Item]):
+    """The solver's packing as the planner's GPUs ([_Gpu], {item id: _Gpu}), or None when it cannot be laid
+    out. The solver tells GPUs apart by model, pool and what they are now (`states`, one per GPU); within
+    such a class the first GPUs take its uses. A MIG GPU keeps the instances it has now where they serve
+    or can stay (all of them when the solver kept its layout)."""
+    run_gpus = [_Gpu(i, g, *layout_now[g["id"]]) for i, g in enumerate(checked_gpus)]
+    by_class: dict[tuple, list[_Gpu]] = {}
+    for gpu in reversed(run_gpus):   # popped from the end: the first GPUs first
+        by_class.setdefault((gpu.model.id, gpu.pool, states[gpu.i]), []).append(gpu)
+    where: dict[int, _Gpu] = {}
+    for c, uses in assignment.items():
+        for kind, what in uses:
+            gpu = by_class.get(c, []).pop() if by_class.get(c) else None
+            if gpu is None:
+                return None
+            if kind == "mig":
+                items = [(name, base_items[i]) for name, i in what]
+                current = sorted(gpu.cur_mig or ())
+                matched: dict[tuple, _Item] = {}
+                new: list[tuple[str, _Item]] = []
+                for name, item in items:
+                    # A current instance of the same geometry (1g.10gb+me serves as 1g.10gb does).
+                    size = _geometry(gpu.model, name)
+                    instance = next((inst for inst in current if _geometry(gpu.model, inst[0]) == size
+                                     and inst not in matched), None)
+                    if instance is None:
+                        new.append((name, item))
+                    else:
+                        matched[instance] = item
+                new_names = tuple(sorted(name for name, _ in new))
+                for fixed in ({inst: matched.get(inst) for inst in current}, matched, None):
+                    if fixed is None:   # nothing kept: every instance new
+                        gpu.fixed, gpu.new = {}, items
+                        break
+                    if arrange(gpu.model, tuple(sorted(fixed)), new_names) is not None:
+                        gpu.fixed, gpu.new = dict(fixed), new
+                        break
+                if arrange(gpu.model, tuple(sorted(gpu.fixed)), gpu.new_names()) is None:
+                    return None
+                gpu.mode = "mig"
+                for _, item in items:
+                    where[id(item)] = gpu
+            elif kind == "ts":
+                gpu.fixed, gpu.mode = {}, "ts"
+                for i in what:
+                    item = base_items[i]
+                    gpu.ts_items.append(item)
+                    gpu.ts_mem += item.memory
+                    gpu.ts_compute += item.compute
+                    where[id(item)] = gpu
+            else:
+                gpu.fixed, gpu.mode, gpu.whole = {}, "whole", base_items[what]
+                where[id(base_items[what])] = gpu
+    return run_gpus, where
+
+
+def plan_errors(run_gpus: list[_Gpu], layouts: dict, where: dict, items: list[_Item]) -> list[str]:
+    """The rules of the module text that a packing breaks ([] when none): checked on the solver's plan
+    before it may replace the greedy one."""
+    errors = []
+    on: dict[int, list[_Item]] = {}
+    for item in items:
+        gpu = where.get(id(item))
+        if gpu is not None:
+            on.setdefault(gpu.i, []).append(item)
+    for gpu in run_gpus:
+        mig, ts, instance_of = layouts[gpu.i]
+        placed = on.get(gpu.i, [])
+        name = f"GPU {gpu.id}"
+        if mig is not None:
+            errors += [f"{name}: {e}" for e in P.layout_errors(gpu.model, list(mig))]
+        for item in placed:
+            if item.pool is not None and item.pool != gpu.pool:
+                errors.append(f"{name}: {item.request['name']} asks for pool {item.pool}")
+        if gpu.mode == "mig":
+            seen = set()
+            for item in placed:
+                instance = instance_of.get(id(item))
+                if item.isolation == "exclusive" or instance is None or instance not in set(mig or ()):
+                    errors.append(f"{name}: {item.request['name']}#{item.replica} has no MIG instance of it")
+                    continue
+                profile = gpu.model.profile(instance[0])
+                if profile.memory_gb + 1e-9 < item.memory or profile.compute_slices < item.compute:
+                    errors.append(f"{name}: {item.request['name']}#{item.replica} does not fit {instance[0]}")
+                if instance in seen:
+                    errors.append(f"{name}: two replicas in {instance[0]}@{instance[1]}")
+                seen.add(instance)
+        elif gpu.mode == "ts":
+            if any(item.isolation != "soft" for item in placed):
+                errors.append(f"{name}: a replica that is not soft is time-sliced")
+            if sum(item.memory for item in placed) > gpu.model.memory_gb + 1e-9 or \
+                    sum(item.compute for item in placed) > P.COMPUTE_SLICES or ts != len(placed):
+                errors.append(f"{name}: the time-sliced replicas need more than the GPU has")
+        elif gpu.mode == "whole":
+            if len(placed) != 1 or placed[0].isolation != "exclusive" or placed[0].memory > gpu.model.memory_gb:
+                errors.append(f"{name}: a whole GPU holds one exclusive replica that fits it")
+        elif placed:
+            errors.append(f"{name}: replicas on a GPU with nothing planned")
+    return errors
+
+
+def _exact(best, checked_gpus, layout_now, base_items, placeable, *, use_solver: bool, time_limit: float):
+    """The greedy plan `best`, or the solver's when it serves more weight; and what is known of its
+    optimality: {status: optimal | within_bound, gap_percent, bound_weight, plan_from: greedy | solver,
+    solver: "HiGHS x.y.z" | None, solver_status, note}."""
+    served = -best[0][0]
+    # The first bound: every replica that fits some GPU at all.
+    bound = round(sum(item.weight for item in placeable), 9)
+    plan_from = "greedy"
+    version = solver.version()
+    solver_status = None
+    if _close(served, bound):
+        note = "the greedy plan places every replica that fits some GPU"
+        solver_status = "not needed"
+    elif not use_solver:
+        note = "the solver was not asked for (options.solver false): the greedy plan"
+        solver_status = "off"
+    else:
+        multisets = {m: list(valid_layouts(P.MODELS[m])) for m in {g["model"].id for g in checked_gpus}}
+        gpus = []
+        for i, g in enumerate(checked_gpus):
+            mig, ts = layout_now[g["id"]]
+            gpus.append(solver.Gpu(i, g["model"], g["pool"], tuple(n for n, _ in mig) if mig is not None else None, ts))
+        position = {id(item): n for n, item in enumerate(base_items)}
+        items = [solver.Item(position[id(item)], item.isolation, item.memory, item.compute, item.weight, item.pool)
+                 for item in placeable]
+        solution = solver.solve(gpus, items, multisets=multisets, time_limit=time_limit)
+        solver_status = solution.status
+        if solution.bound is not None and solution.bound < bound:
+            bound = solution.bound
+        note = {
+            "optimal": "HiGHS solved the program",
+            "feasible": f"HiGHS reached its time limit ({time_limit:g} s) before it proved its best plan optimal",
+            "bound": solution.note,
+            "time_limit": f"HiGHS reached its time limit ({time_limit:g} s) with no bound: the simple bound "
+                          f"(every replica that fits some GPU)",
+            "too_large": f"the solver was not run: {solution.note}; the simple bound (every replica that "
+                         f"fits some GPU)",
+            "unavailable": f"the solver is unavailable ({solution.note}): the greedy plan and the simple bound "
+                           f"(every replica that fits some GPU)",
+            "error": f"the solver failed ({solution.note}): the greedy plan and the simple bound",
+        }[solution.status]
+        if solution.status == "optimal" and not solution.exact:
+            note += " with the time-sliced GPUs of a class pooled (a bound); its time-sliced replicas were then " \
+                    "packed GPU by GPU"
+        # The solver's plan when it serves more, or as much with fewer GPUs changed (the scores say).
+        if solution.assignment is not None and solution.weight >= served - TOLERANCE * max(1.0, served):
+            built = _from_solution(solution.assignment, [g.state() for g in gpus], checked_gpus, layout_now,
+                                   base_items)
+            if built is None:
+                note += "; its plan could not be laid out on the GPUs, the greedy plan is kept"
+            else:
+                run_gpus, where = built
+                layouts = {g.i: _layout_of(g) for g in run_gpus}
+                errors = plan_errors(run_gpus, layouts, where, base_items)
+                if errors:
+                    note += f"; its plan broke a rule ({errors[0]}), the greedy plan is kept"
+                else:
+                    weight = sum(item.weight for item in base_items if id(item) in where)
+                    score = (-round(weight, 9), *_score(run_gpus, layouts))
+                    if score < best[0]:
+                        best = (score, run_gpus, layouts, {id(item): g for item in base_items
+                                                           if (g := where.get(id(item))) is not None})
+                        served = weight
+                        plan_from = "solver"
+        if plan_from == "greedy" and solution.status in ("optimal", "feasible"):
+            note += "; the greedy plan serves as much"
+    optimal = _close(served, bound)
+    if optimal:
+        bound = served   # within the tolerance: the bound's last digits are the solver's arithmetic
+    gap = 0.0 if optimal or bound <= 0 else round(100 * (bound - served) / bound, 2)
+    return best, {"status": "optimal" if optimal else "within_bound", "gap_percent": gap,
+                  "bound_weight": round(bound, 6), "plan_from": plan_from, "solver": version,
+                  "solver_status": solver_status, "note": note}
+
+
 def plan(gpus, requests, current=None, *, options=None) -> dict:
     """Plan MIG layouts and time-slicing for `gpus` so that `requests` are served (see the module text and
     the contract for the shapes). Raises PlanInputError for bad input."""
     options = dict(options or {})
-    unknown = sorted(set(options) - {"orderings", "policies", "all_runs"})
+    unknown = sorted(set(options) - OPTIONS)
     if unknown:
-        raise PlanInputError(f"options: unknown option {unknown[0]!r} (options: orderings, policies, all_runs)")
+        raise PlanInputError(f"options: unknown option {unknown[0]!r} (options: {', '.join(sorted(OPTIONS))})")
+    use_solver = options.get("solver", True)
+    if not isinstance(use_solver, bool):
+        raise PlanInputError("options.solver: true (the exact solver after the greedy search) or false")
+    time_limit = options.get("time_limit", TIME_LIMIT)
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 <= time_limit <= 60:
+        raise PlanInputError("options.time_limit: seconds for the exact solver, from 0 to 60")
     orderings = options.get("orderings", ORDERINGS)
     policies = options.get("policies", (False, True))
     if not isinstance(orderings, (list, tuple)) or not orderings or any(o not in ORDERINGS for o in orderings):
@@ -973,6 +1178,8 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
         score = (-round(served, 9), *_score(run_gpus, layouts))
         if best is None or score < best[0]:
             best = (score, run_gpus, layouts, {id(ordered[n]): g for n, g in where.items()})
+    best, optimality = _exact(best, checked_gpus, layout_now, base_items, placeable,
+                              use_solver=use_solver, time_limit=time_limit)
     _, run_gpus, layouts, where = best
 
     placed, unplaced = [], []
@@ -1009,4 +1216,5 @@ def plan(gpus, requests, current=None, *, options=None) -> dict:
                          "time_slicing": {"replicas": ts} if ts is not None else None})
     total = sum(item.weight for item in base_items)
     return {"gpus": out_gpus, "placed": placed, "unplaced": unplaced, "served_weight": round(served, 6),
-            "total_weight": round(float(total), 6), "disruption": _diff(run_gpus, layouts)}
+            "total_weight": round(float(total), 6), "disruption": _diff(run_gpus, layouts),
+            "optimality": optimality}

@@ -46,6 +46,9 @@ def test_small_case_exact():
             "time_slicing_changes": [],
             "gpus_changed": ["n1/gpu0"],
         },
+        "optimality": {"status": "optimal", "gap_percent": 0.0, "bound_weight": 6, "plan_from": "greedy",
+                       "solver": result["optimality"]["solver"], "solver_status": "not needed",
+                       "note": "the greedy plan places every replica that fits some GPU"},
     }
 
 
@@ -294,11 +297,19 @@ def test_time_sliced_shares_are_kept_when_planning_again():
                 {"name": "r6", "memory_gb": 66.6, "isolation": "soft", "weight": 3},
                 {"name": "r7", "memory_gb": 115.7, "replicas": 3, "isolation": "soft", "weight": 2, "compute_slices": 4},
                 {"name": "r8", "memory_gb": 35.5, "replicas": 2, "isolation": "soft", "compute_slices": 3}]
-    first = planner.plan(gpus, requests)
+    greedy = {"solver": False}   # the greedy search's own packing
+    first = planner.plan(gpus, requests, options=greedy)
     shares = {g["id"]: g["time_slicing"] for g in first["gpus"] if g["time_slicing"]}
     assert shares == {"n1/gpu0": {"replicas": 1}, "n1/gpu1": {"replicas": 1}, "n1/gpu2": {"replicas": 3}}
-    again = planner.plan(gpus, requests, first["gpus"])
+    again = planner.plan(gpus, requests, first["gpus"], options=greedy)
     assert again["served_weight"] == first["served_weight"] == 28
+    assert again["gpus"] == first["gpus"]
+    assert again["disruption"]["time_slicing_changes"] == again["disruption"]["gpus_changed"] == []
+    # The solver's plan serves one more (29 is the optimum) and is kept as well, time-sliced shares included.
+    first = planner.plan(gpus, requests)
+    assert first["served_weight"] == 29 and first["optimality"]["plan_from"] == "solver"
+    again = planner.plan(gpus, requests, first["gpus"])
+    assert again["served_weight"] == 29
     assert again["gpus"] == first["gpus"]
     assert again["disruption"]["time_slicing_changes"] == again["disruption"]["gpus_changed"] == []
 
