@@ -136,7 +136,16 @@ def require_independent_approver(approver, requester, *, since, what: str, secon
     - neither account was created, re-enabled or given its role within settings.FOUR_EYES_COOLING_PERIOD
       before the request (nor since): an account made or promoted for the occasion does not count.
     `what` names the decision ("archiving"), `second` the approver wanted ("a second Administrator").
-    Raises ApproverNotIndependent; its `field` is the account at fault."""
+    Raises ApproverNotIndependent; its `field` is the account at fault.
+
+    Accounts that only share a creator (A made both B and C) are not linked: C may decide what B asked. A
+    common creator is the normal case, not a sign of one person: an appliance's accounts are made by its one
+    or two Administrators, so refusing siblings would refuse nearly every pair, and the decisions would go
+    round the rule rather than through it. What that leaves open, one Administrator making two accounts and
+    acting as both, no link between accounts can tell from two colleagues made by the same Administrator: the
+    cooling period holds both accounts back first, each account's creation is recorded with its creator
+    (so a decision by two accounts of one maker shows in the audit log), and one account per person is the
+    site's to keep (its directory, its procedure for handing out accounts)."""
     if requester is None:
         raise ApproverNotIndependent(
             _("requester: the account that asked no longer exists; %(what)s needs a new request") % {"what": what},
