@@ -49,7 +49,7 @@ MAX_COLUMNS = 150_000
 # The exact time-slicing knapsacks (slots x soft types) up to this many variables; past it, their sum.
 MAX_SLOT_COLUMNS = 4_000
 # Integer programs up to this many variables; past it, the linear relaxation for a bound only.
-MAX_MIP_COLUMNS = 6_000
+MAX_MIP_COLUMNS = 3_000
 EPS = 1e-9
 
 
@@ -327,7 +327,7 @@ class _Type:
 
 
 # The pooled program's steps (relative): time-sliced memory rounded down, weights rounded up.
-MEMORY_STEP = 0.05
+MEMORY_STEP = 0.1
 WEIGHT_STEP = 0.01
 
 
