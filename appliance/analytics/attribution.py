@@ -78,7 +78,51 @@ def attribute(gpu_records: Iterable[Mapping], node_records: Iterable[Mapping] = 
 GPU_FIELDS = ("id", "node_id", "gpu", "instance", "step", "start", "samples", "job", "profile", "util", "util_max",
               "sm_active", "tensor_active", "dram_active", "fb_used_mib", "fb_used_max_mib", "fb_total_mib",
               "power_w", "power_max_w", "temp_c", "sm_clock_mhz", "throttle_reasons", "throttled_share",
-              "pcie_tx_bps", "pcie_rx_bps", "nvlink_bps", "xid_count", "ecc_dbe")
+              "pcie_tx_bps", "pcie_rx_bps", "nvlink_bps", "xid_count", "ecc_dbe", "holders")
+
+# A minute that changed hands (a row with `holders`: the seconds each job held it, telemetry.holders) is
+# judged as a part per holder and a part of the seconds nobody held. The collector sends one mean of the
+# minute; nobody computes on a GPU nobody holds, so the unheld seconds are taken to have computed and kept
+# nothing (the rules find them unallocated) and each holder's part carries the minute's figures below over
+# the seconds held (the minute's mean times 60 over them), at most each one's full scale (a number, or the
+# field that bounds it). A job that computed at 0.84 for 35 s of a minute reads 0.49 over the minute and
+# 0.84 over its own seconds. Two holders of one minute share its figures alike. The ledger (ledger.py) splits
+# its columns the same way.
+HELD_FIGURES = {"util": 100.0, "sm_active": 1.0, "fb_used_mib": "fb_total_mib", "nvlink_bps": float("inf")}
+
+
+def split_by_holders(records: Iterable[Mapping], step: int = 60) -> list[dict]:
+    """The records with the `seconds` each stands for: a record with holders becomes a record per holder
+    (its job, its seconds, the figures over its seconds) and one of the seconds nobody held (no job, the
+    figures at zero); parts of no second are left out. Any other record is its job's (or nobody's) whole
+    bucket."""
+    from appliance.telemetry import holders as minute_holders
+
+    result = []
+    for record in records:
+        parts = minute_holders.parse(record.get("holders") or "", step)
+        if not parts:
+            result.append({**record, "seconds": float(record.get("step", step))})
+            continue
+        held = sum(seconds for _, seconds in parts)
+        if held < step:
+            unheld = {**record, "job": "", "holders": "", "seconds": float(step - held)}
+            for name in HELD_FIGURES:
+                if unheld.get(name) is not None:
+                    unheld[name] = 0.0
+            result.append(unheld)
+        for job, seconds in parts:
+            if not seconds:
+                continue
+            part = {**record, "job": job, "holders": "", "seconds": float(seconds)}
+            for name, full in HELD_FIGURES.items():
+                value = part.get(name)
+                bound = part.get(full) if isinstance(full, str) else full
+                if value is not None and value == value:
+                    value = value * step / held
+                    part[name] = min(value, bound) if bound is not None and bound == bound else value
+            result.append(part)
+    return result
 NODE_FIELDS = ("node_id", "step", "start", "samples", "gpus", "gpu_util", "ib_tx_bps", "ib_rx_bps", "ib_line_bps",
                "ib_xmit_wait", "fs_read_bps", "fs_write_bps", "mounts", "cpu_busy", "cpu_iowait")
 
@@ -176,21 +220,27 @@ def from_database(since, until, *, step: int = 60, node_ids: Iterable[int] | Non
                   job: str | None = None) -> tuple[list[Attributed], dict[int, NodeInfo]]:
     """Attribute every GPU bucket of `step` starting in [since, until): four queries whatever the size
     (GPU rows, node rows, nodes, their platforms; a fifth for peers when filtered by node). A job's peers are read with it even on nodes outside `node_ids`."""
+    from django.db.models import Q
+
     from appliance.telemetry.models import GpuRollup, NodeRollup
 
     gpu_query = GpuRollup.objects.filter(step=step, start__gte=since, start__lt=until)
-    if job is not None:
-        gpu_query = gpu_query.filter(job=job)
+    if job is not None:  # the minutes it held whole, and those it held a part of (holders.py: "job:seconds")
+        gpu_query = gpu_query.filter(Q(job=job) | Q(holders__contains=f"{job}:"))
     elif node_ids is not None:
         node_ids = list(node_ids)
         gpu_query = gpu_query.filter(node_id__in=node_ids)
-    gpu_rows = list(gpu_query.order_by("node_id", "gpu", "instance", "start").values(*GPU_FIELDS))
+    gpu_rows = split_by_holders(gpu_query.order_by("node_id", "gpu", "instance", "start").values(*GPU_FIELDS), step)
+    if job is not None:
+        gpu_rows = [row for row in gpu_rows if row["job"] == job]
     peer_rows = []
     if job is None and node_ids is not None:
         # Jobs that span nodes: their GPUs elsewhere are peers of the judged ones.
         jobs = {row["job"] for row in gpu_rows if row["job"]}
-        peer_rows = list(GpuRollup.objects.filter(step=step, start__gte=since, start__lt=until, job__in=jobs)
-                         .exclude(node_id__in=node_ids).values(*GPU_FIELDS)) if jobs else []
+        peer_rows = [row for row in split_by_holders(
+            GpuRollup.objects.filter(step=step, start__gte=since, start__lt=until).filter(
+                Q(job__in=jobs) | ~Q(holders="")).exclude(node_id__in=node_ids).values(*GPU_FIELDS), step)
+            if row["job"] in jobs] if jobs else []
     wanted = {row["node_id"] for row in gpu_rows}
     node_rows = list(NodeRollup.objects.filter(step=step, start__gte=since, start__lt=until, node_id__in=wanted)
                      .values(*NODE_FIELDS))

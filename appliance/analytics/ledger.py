@@ -324,11 +324,6 @@ def _gpu_columns(since: datetime, until: datetime) -> dict[str, np.ndarray]:
     return _split_by_holders(result)
 
 
-# What a holder's part of a minute carries over its own seconds, with its full scale (a number, or the column
-# that bounds it): the rest of the minute's figures (clocks, throttling, the node's) stand as they are.
-HELD_FIGURES = {"util": 100.0, "sm_active": 1.0, "fb_used_mib": "fb_total_mib", "nvlink_bps": np.inf}
-
-
 def _split_by_holders(gpu: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each GPU row with the `seconds` of its minute it stands for: a minute that changed hands (a row with
     holders) becomes a row per holder, its job and seconds, and a row of the seconds nobody held (job none);
@@ -336,12 +331,9 @@ def _split_by_holders(gpu: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     split between them and no more. Any other row is its job's (or nobody's) whole minute. Parts of no
     second are left out.
 
-    The minute's figures are means over all of it. Nobody computes on a GPU nobody holds, so the unheld
-    seconds are taken to have computed and kept nothing (the rules find it unallocated) and the holders'
-    parts carry the minute's activity, memory and NVLink traffic over the seconds they held it
-    (the minute's mean times 60 over the held seconds, at most the field's full scale): a job that computed
-    at 0.9 for 35 s of a minute reads 0.525 over the minute and 0.9 over its own seconds. Two holders of
-    one minute share its figures alike (the collector sends one mean of the minute)."""
+    The parts' figures are those of attribution.split_by_holders (the reference's records, split alike):
+    the unheld seconds computed and kept nothing, each holder's part carries the minute's activity, memory
+    and NVLink traffic over the seconds held (attribution.HELD_FIGURES)."""
     codes, texts = gpu.pop("holder_code"), gpu.pop("holder_values")
     count = len(gpu["t"])
     seconds = np.full(count, float(STEP))
@@ -373,7 +365,7 @@ def _split_by_holders(gpu: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     result["seconds"] = np.concatenate([seconds, np.array(held)])
     held_total = STEP - seconds[source]
     scale = np.where(held_total > 0, STEP / np.maximum(held_total, 1.0), 0.0)
-    for name, full in HELD_FIGURES.items():
+    for name, full in attribution.HELD_FIGURES.items():
         column = result[name]
         column[split] = np.where(np.isnan(column[split]), np.nan, 0.0)
         parts = column[count:] * scale

@@ -103,3 +103,30 @@ def test_a_row_without_holders_is_its_jobs_whole_minute(node):
     # GPU 0 at 10:01 is 4182's whole minute again, judged on the minute's figures (used 60 x 0.56)
     assert found[(0, "4182")][:2] == (120.0, 92.4)
     assert found[(0, "")] == (60.0, 0.0, 0.0, 60.0, 0.0, 0.0)
+
+
+def test_the_rules_split_a_minute_as_the_ledger_does_label_for_label(node):
+    from appliance.analytics import attribution, vector
+
+    window = ledger.attribute_window(T0, T0 + 3 * MINUTE)
+    gpu = window["gpu"]
+    got = {(int(g), int(t), str(gpu["jobs"][code])): (float(seconds), vector.labels([rule])[0])
+           for g, t, code, seconds, rule in zip(gpu["gpu"], gpu["t"], gpu["job_code"], gpu["seconds"], gpu["rule"],
+                                                strict=True)}
+    attributed, _ = attribution.from_database(T0, T0 + 3 * MINUTE)
+    want = {(a.record["gpu"], int(a.record["start"].timestamp()), a.record["job"]): (a.record["seconds"], a.label)
+            for a in attributed}
+    assert got == want
+    t1 = int((T0 + MINUTE).timestamp())
+    assert {key[2]: value for key, value in want.items() if key[:2] == (1, t1)} == {
+        "4182": (35.0, "busy"), "": (5.0, "idle-unallocated"), "4190": (20.0, "busy")}
+    # the reference's part of job 4182 on GPU 0 at 10:01 is judged on its own 35 s: 0.84 of SM activity
+    part = next(a for a in attributed if (a.record["gpu"], a.record["job"]) == (0, "4182")
+                and a.record["start"] == T0 + MINUTE)
+    assert part.record["sm_active"] == pytest.approx(0.84) and part.record["util"] == pytest.approx(96.0)
+
+
+def test_a_jobs_verdicts_include_the_minutes_it_held_a_part_of(node):
+    verdicts = ledger.job_verdicts("4190", T0, T0 + 3 * MINUTE)
+    assert [(v["gpu"], v["start"], v["label"]) for v in verdicts] == [(1, (T0 + MINUTE).isoformat(), "busy")]
+    assert len(ledger.job_verdicts("4182", T0, T0 + 3 * MINUTE)) == 4  # 10:00 and 10:01 on both GPUs
