@@ -19,11 +19,12 @@ class PlanSerializer(serializers.ModelSerializer):
     served_weight = serializers.SerializerMethodField()
     total_weight = serializers.SerializerMethodField()
     unplaced = serializers.SerializerMethodField()
+    optimality = serializers.SerializerMethodField()
 
     class Meta:
         model = Plan
         fields = ["number", "appliance", "description", "state", "created", "created_by", "applied_by",
-                  "applied_at", "run", "previous", "served_weight", "total_weight", "unplaced"]
+                  "applied_at", "run", "previous", "served_weight", "total_weight", "unplaced", "optimality"]
         read_only_fields = fields
 
     def get_served_weight(self, plan) -> float | None:
@@ -31,6 +32,15 @@ class PlanSerializer(serializers.ModelSerializer):
 
     def get_total_weight(self, plan) -> float | None:
         return (plan.result or {}).get("total_weight")
+
+    def get_optimality(self, plan) -> str | None:
+        """"optimal", "within N % of the bound", or null (a plan saved from a file made elsewhere)."""
+        optimality = (plan.result or {}).get("optimality")
+        if not optimality:
+            return None
+        if optimality.get("status") == "optimal":
+            return "optimal"
+        return f"within {optimality.get('gap_percent'):g} % of the bound"
 
     def get_unplaced(self, plan) -> int:
         return len((plan.result or {}).get("unplaced") or [])
@@ -58,6 +68,16 @@ class ApplianceSerializer(serializers.Serializer):
     appliance = serializers.RegexField(APPLIANCE_NAME, required=False)
 
 
+class OptimalitySerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["optimal", "within_bound"])
+    gap_percent = serializers.FloatField(help_text="0 when optimal")
+    bound_weight = serializers.FloatField(help_text="no plan serves more weight than this")
+    plan_from = serializers.ChoiceField(choices=["greedy", "solver"])
+    solver = serializers.CharField(allow_null=True, help_text="the solver and its version; null when not installed")
+    solver_status = serializers.CharField(allow_null=True)
+    note = serializers.CharField(help_text="how the plan and its bound were found, in words")
+
+
 class PreviewSerializer(serializers.Serializer):
     """The planner's answer (see planner.plan): layout per GPU, placements, what does not fit, disruption."""
 
@@ -67,6 +87,8 @@ class PreviewSerializer(serializers.Serializer):
     served_weight = serializers.FloatField()
     total_weight = serializers.FloatField()
     disruption = serializers.DictField()
+    optimality = OptimalitySerializer(help_text="optimal, or within gap_percent of bound_weight (no plan serves "
+                                                "more), and how the plan was found")
 
 
 class LayoutSerializer(serializers.Serializer):

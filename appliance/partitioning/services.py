@@ -227,6 +227,8 @@ def _create(appliance, *, user, description, requests, gpus, current, result) ->
             "number": plan.number, "requests": len(requests), "gpus": len(gpus),
             "served_weight": result.get("served_weight"), "total_weight": result.get("total_weight"),
             "unplaced": len(result.get("unplaced") or []),
+            "optimality": (result.get("optimality") or {}).get("status"),
+            "gap_percent": (result.get("optimality") or {}).get("gap_percent"),
             "gpus_changed": list((result.get("disruption") or {}).get("gpus_changed") or [])})
     return plan
 

@@ -56,6 +56,7 @@ def test_preview_plans_without_saving(client_for, lab):
     placed = sorted((p["request"], p["replica"], p["kind"]) for p in result["placed"])
     assert placed == [("chat-7b", 0, "mig"), ("chat-7b", 1, "mig"), ("train", 0, "whole")]
     assert result["unplaced"] == []
+    assert (result["optimality"]["status"], result["optimality"]["gap_percent"]) == ("optimal", 0)
     assert Plan.objects.count() == 0
 
 
@@ -79,8 +80,10 @@ def test_operator_saves_a_plan_audited_and_everyone_reads_it(client_for, lab, us
     assert body["unplaced"] == 0 and body["requests"] == REQUESTS
     assert AuditRecord.objects.filter(event="partitioning.plan.create",
                                       actor_username=users[Role.OPERATOR].username).exists()
+    record = AuditRecord.objects.get(event="partitioning.plan.create")
+    assert (record.details["optimality"], record.details["gap_percent"]) == ("optimal", 0)
     listed = client_for(Role.VIEWER).get("/api/v1/partitioning/plans/").json()
-    assert [(p["number"], p["state"]) for p in listed] == [(1, "draft")]
+    assert [(p["number"], p["state"], p["optimality"]) for p in listed] == [(1, "draft", "optimal")]
     detail = client_for(Role.VIEWER).get("/api/v1/partitioning/plans/1/").json()
     assert detail["result"]["placed"] and detail["current"]
     assert client_for(Role.VIEWER).get("/api/v1/partitioning/plans/2/").status_code == 404

@@ -73,6 +73,9 @@ def test_json_for_a_small_case(db, write):
             "time_slicing_changes": [],
             "gpus_changed": ["n1/gpu0"],
         },
+        "optimality": {"status": "optimal", "gap_percent": 0.0, "bound_weight": 3, "plan_from": "greedy",
+                       "solver": result["optimality"]["solver"], "solver_status": "not needed",
+                       "note": "the greedy plan places every replica that fits some GPU"},
     }
 
 
@@ -96,6 +99,8 @@ def test_table(db, write):
         "n1/gpu1  h100-80gb  whole\n"
         "\n"
         "Served weight 3 of 3: 3 replicas placed, 0 not\n"
+        "Optimal: no plan serves more weight (bound 3). (greedy plan; the greedy plan places every replica that "
+        "fits some GPU)\n"
         "REQUEST  REPLICA  GPU      KIND  PROFILE\n"
         "chat     0        n1/gpu0  MIG   1g.10gb@0\n"
         "chat     1        n1/gpu0  MIG   1g.10gb@1\n"

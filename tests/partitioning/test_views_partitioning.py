@@ -61,6 +61,7 @@ def test_preview_from_rows_shows_placements_and_the_planned_slices_without_savin
     html = response.content.decode()
     assert 'data-testid="preview-heading"' in html
     assert "Every request fits." in html
+    assert 'data-status="optimal"' in html and "Optimal: no plan serves more weight (bound 3)." in html
     planned = _blocks(html, "planned", "gpu01/gpu0")
     assert ("mig", "0", "4", "3g.40gb") in planned  # the instance serving chat-7b is kept
     assert _blocks(html, "planned", "gpu01/gpu1") == [("whole", "0", "8", "whole GPU")]

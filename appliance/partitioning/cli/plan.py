@@ -198,6 +198,21 @@ def _columns(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(widths[k]) for k, cell in enumerate(row)).rstrip() for row in rows]
 
 
+def optimality_text(result: dict) -> str:
+    """What is known of the plan's optimality, in one line ("" for a result without it: a file made
+    elsewhere)."""
+    optimality = result.get("optimality")
+    if not optimality:
+        return ""
+    if optimality["status"] == "optimal":
+        text = _("Optimal: no plan serves more weight (bound %(bound)g).") % {"bound": optimality["bound_weight"]}
+    else:
+        text = _("Within %(gap)g%% of the bound: no plan serves more than %(bound)g.") % {
+            "gap": optimality["gap_percent"], "bound": optimality["bound_weight"]}
+    source = _("solver's plan") if optimality["plan_from"] == "solver" else _("greedy plan")
+    return f"{text} ({source}; {optimality['note']})"
+
+
 def table(result: dict) -> str:
     """The result as text for a terminal: the layout per GPU, what is placed where, what is not and why,
     and the disruption."""
@@ -207,6 +222,9 @@ def table(result: dict) -> str:
     lines.append(_("Served weight %(served)g of %(total)g: %(placed)d replicas placed, %(unplaced)d not") % {
         "served": result["served_weight"], "total": result["total_weight"], "placed": len(result["placed"]),
         "unplaced": len(result["unplaced"])})
+    optimality = optimality_text(result)
+    if optimality:
+        lines.append(optimality)
     if result["placed"]:
         kinds = {"mig": _("MIG"), "time_slicing": _("time-sliced"), "whole": _("whole GPU")}
         lines += _columns([[_("REQUEST"), _("REPLICA"), _("GPU"), _("KIND"), _("PROFILE")]]
