@@ -344,8 +344,11 @@ def _packed_frames(frames: list[tuple]) -> Packed:
     if len(reads) != int(lengths.sum()):
         raise FrameError(f"GPU minute frames: {len(reads)} mount reads for {int(lengths.sum())} mounts")
     # a frame whose rows have no holders (written before holders were kept, or none changed hands) holds none
-    holder_code, holder_values, _ = _codes([text or "\n" * (int(count) - 1) for text, count in
-                                            zip(columns[9], rows.tolist(), strict=True)], rows)
+    if any(columns[9]):
+        holder_code, holder_values, _ = _codes([text or "\n" * (int(count) - 1) for text, count in
+                                                zip(columns[9], rows.tolist(), strict=True)], rows)
+    else:  # most windows: no minute changed hands
+        holder_code, holder_values = np.zeros(total, dtype=np.int64), np.array([""], dtype=object)
     return Packed(node_id=np.array(columns[0], dtype=np.int64), t=np.array(columns[1], dtype=np.int64), rows=rows,
                   figures=np.frombuffer(data, dtype="<f8").reshape(total, WIDTH).T, job_code=job_code,
                   job_values=list(job_values), profile_code=profile_code, profile_values=list(profile_values),
