@@ -53,14 +53,14 @@ class GpuRollup(models.Model):
                            help_text="the Slurm job or inference service that held the GPU most of the bucket, "
                                      "as its scheduler placed it (placements.py)")
     unverified_job = models.CharField(
-        max_length=100, blank=True, default="",
+        max_length=100, blank=True, default="", db_default="",
         help_text="the job the node named that its scheduler did not place on it (then `job` is blank)")
     holders = models.TextField(
-        blank=True, default="",
+        blank=True, default="", db_default="",
         help_text='a minute that changed hands: the seconds each job held it ("41:35,chat-7b:20", holders.py), '
                   "the rest nobody's; blank: `job` (or nobody) held all of it")
     unverified_holders = models.TextField(
-        blank=True, default="", help_text="holders the node named that its scheduler did not place on it")
+        blank=True, default="", db_default="", help_text="holders the node named that its scheduler did not place on it")
     uuid = models.CharField(max_length=64, blank=True)
     profile = models.CharField(max_length=32, blank=True, help_text="MIG profile of the instance, e.g. 1g.10gb")
 
@@ -125,7 +125,8 @@ class GpuMinuteFrame(models.Model):
     figures = models.BinaryField(help_text="row_count x FRAME_COLUMNS float64, little-endian, by GPU and instance")
     jobs = models.TextField(blank=True, help_text="each row's job, one per line")
     profiles = models.TextField(blank=True, help_text="each row's MIG profile, one per line")
-    holders = models.TextField(blank=True, default="", help_text="each row's holders, one per line (blank: its job)")
+    holders = models.TextField(blank=True, default="", db_default="",
+                               help_text="each row's holders, one per line (blank: its job)")
     node_figures = models.BinaryField(null=True, help_text="NODE_FRAME_COLUMNS float64 of the node's row; NULL: none")
     mounts = models.TextField(blank=True, help_text="the node row's mounts, one per line")
     mount_reads = models.BinaryField(default=b"", help_text="each mount's read_bps, float64 (NaN: not sent)")
@@ -162,8 +163,11 @@ class FleetMinuteFrame(models.Model):
     mount_codes = models.BinaryField(help_text="each mount's name, int32, an index into `mounts`")
     mounts = models.TextField(blank=True, help_text="the mount names, one per line; code 0 the empty text")
     mount_reads = models.BinaryField(help_text="each mount's read_bps, float64 (NaN: not sent)")
-    holder_codes = models.BinaryField(default=b"", help_text="each row's holders, int32, an index into `holders`")
-    holders = models.TextField(blank=True, default="", help_text="the holders texts, one per line; code 0 the empty text")
+    # (rows written without them, by a tool's raw INSERT or before they were kept, hold none)
+    holder_codes = models.BinaryField(default=b"", db_default=b"",
+                                      help_text="each row's holders, int32, an index into `holders`")
+    holders = models.TextField(blank=True, default="", db_default="",
+                               help_text="the holders texts, one per line; code 0 the empty text")
 
     def __str__(self):
         return f"{self.start:%Y-%m-%d %H:%M} ({self.frame_count} node frames, {self.row_count} GPU rows)"
