@@ -1018,7 +1018,10 @@ def _exact(best, checked_gpus, layout_now, base_items, placeable, *, use_solver:
         position = {id(item): n for n, item in enumerate(base_items)}
         items = [solver.Item(position[id(item)], item.isolation, item.memory, item.compute, item.weight, item.pool)
                  for item in placeable]
-        solution = solver.solve(gpus, items, multisets=multisets, time_limit=time_limit)
+        try:
+            solution = solver.solve(gpus, items, multisets=multisets, time_limit=time_limit)
+        except Exception as exc:   # whatever the solver does, the greedy plan is there
+            solution = solver.Solution("error", note=f"{type(exc).__name__}: {exc}")
         solver_status = solution.status
         if solution.bound is not None and solution.bound < bound:
             bound = solution.bound
