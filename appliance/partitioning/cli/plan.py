@@ -204,11 +204,13 @@ def optimality_text(result: dict) -> str:
     optimality = result.get("optimality")
     if not optimality:
         return ""
+    # The portal's words (partitioning/_result.html), so that the catalog holds them once.
+    bound = f"{optimality['bound_weight']:g}"
     if optimality["status"] == "optimal":
-        text = _("Optimal: no plan serves more weight (bound %(bound)g).") % {"bound": optimality["bound_weight"]}
+        text = _("Optimal: no plan serves more weight (bound %(bound)s).") % {"bound": bound}
     else:
-        text = _("Within %(gap)g%% of the bound: no plan serves more than %(bound)g.") % {
-            "gap": optimality["gap_percent"], "bound": optimality["bound_weight"]}
+        text = _("Within %(gap)s%% of the bound: no plan serves more than %(bound)s.") % {
+            "gap": f"{optimality['gap_percent']:g}", "bound": bound}
     source = _("solver's plan") if optimality["plan_from"] == "solver" else _("greedy plan")
     return f"{text} ({source}; {optimality['note']})"
 
