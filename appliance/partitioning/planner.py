@@ -23,6 +23,13 @@ has (requests that changed a little keep most of it); and, when `current` is a p
 its `placed` list, a pass that first puts each replica back where that plan put it (a layout made by a
 replan is kept too, and never serves less than it did).
 
+After the greedy passes the exact solver (solver.py, HiGHS) packs the same replicas as an integer program
+within a time limit; its plan replaces the greedy one only when it serves more weight, or as much with less
+disruption, and passes plan_errors. Every result states its `optimality`: "optimal" or "within_bound" with
+gap_percent and bound_weight (the solver's bound, its linear relaxation's, or the weight of every replica
+that fits some GPU alone), where the plan came from and why (note). Without highspy, out of time or with
+too large a program, the greedy plan stands and the plan says so.
+
 Rules the result always keeps: every MIG layout passes profiles.layout_errors; time-sliced services on a
 GPU need at most its memory together (and at most its 7 compute slices, counting the requests that state
 compute_slices); a GPU is MIG, time-sliced or whole, never two; exclusive requests get one whole GPU per

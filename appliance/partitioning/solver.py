@@ -23,7 +23,10 @@ in isolation, pool, memory, compute share and weight form a type t of n_t replic
   are then packed onto T[c] GPUs first-fit decreasing, and what does not fit is left out.
 - Whole GPUs (exclusive replicas): E[t, c] <= W[c].
 - Every class: sum_L Y + W + T <= n_c; every type: its replicas placed <= n_t.
-Maximise the weight placed. The solver's dual bound is an upper bound of every plan's served weight (of
+Maximise the weight placed; then, with that weight held, the GPUs whose layout stays as it is (a MIG layout
+kept, a time-sliced GPU serving as many replicas as now, a bare GPU given a whole replica or nothing), so
+that planning again against a plan keeps it. A program of more than MAX_MIP_COLUMNS variables gets its
+linear relaxation only (a bound, no plan). The solver's dual bound is an upper bound of every plan's served weight (of
 the true problem too where the time-slicing part is relaxed), so a plan is called optimal when it serves
 the bound, and is otherwise "within N % of the bound".
 """
