@@ -71,7 +71,8 @@ def available() -> bool:
 def version() -> str | None:
     if highspy is None:
         return None
-    return f"HiGHS {highspy.HIGHS_VERSION_MAJOR}.{highspy.HIGHS_VERSION_MINOR}.{highspy.HIGHS_VERSION_PATCH}"
+    parts = [getattr(highspy, f"HIGHS_VERSION_{part}", None) for part in ("MAJOR", "MINOR", "PATCH")]
+    return "HiGHS " + ".".join(map(str, parts)) if None not in parts else "HiGHS"
 
 
 @dataclass
