@@ -130,3 +130,17 @@ def test_a_jobs_verdicts_include_the_minutes_it_held_a_part_of(node):
     verdicts = ledger.job_verdicts("4190", T0, T0 + 3 * MINUTE)
     assert [(v["gpu"], v["start"], v["label"]) for v in verdicts] == [(1, (T0 + MINUTE).isoformat(), "busy")]
     assert len(ledger.job_verdicts("4182", T0, T0 + 3 * MINUTE)) == 4  # 10:00 and 10:01 on both GPUs
+
+
+def test_a_mig_slice_that_changed_hands_splits_its_share_of_the_gpu(node):
+    other = Node.objects.create(appliance=node.appliance, name="gpu02", role=Node.Role.GPU,
+                                management_address="10.0.0.12")
+    # a 1g.10gb slice (1 of 7 compute slices) serving "embed" for the first 30 s of 10:00, idle after
+    GpuRollup.objects.create(node=other, gpu=2, instance=1, profile="1g.10gb", step=60, start=T0, samples=60,
+                             job="embed", holders="embed:30", util=25.0, sm_active=0.25, fb_used_mib=4 * GIB,
+                             fb_total_mib=10 * GIB, sm_clock_mhz=1980.0, throttled_share=0.0)
+    ledger.run_incremental(until=T0 + MINUTE)
+    found = {r.job: (round(r.gpu_seconds, 3), round(r.busy_s, 3), round(r.idle_unallocated_s, 3))
+             for r in CauseHour.objects.filter(node=other)}
+    # 30 s x 1/7 each: embed busy at 0.5 of SM activity over its 30 s, the rest nobody's
+    assert found == {"embed": (4.286, 4.286, 0.0), "": (4.286, 0.0, 4.286)}
