@@ -201,7 +201,10 @@ class PolicyAPIView(APIView):
     @extend_schema(operation_id="lending_policies_retrieve", parameters=[POOL_ID],
                    responses={200: LendingPolicySerializer})
     def get(self, request, pool):
-        return Response(LendingPolicySerializer(get_object_or_404(LendingPolicy, pool_id=pool)).data)
+        # The pool first, by its own key: an id past the database's integer range is then "not found" (Django
+        # treats an out-of-range primary key as no match), where a lookup on the foreign key column overflowed.
+        target = get_object_or_404(Pool, pk=pool)
+        return Response(LendingPolicySerializer(get_object_or_404(LendingPolicy, pool=target)).data)
 
     @extend_schema(operation_id="lending_policies_set", parameters=[POOL_ID], request=LendingPolicySerializer,
                    responses={200: LendingPolicySerializer})

@@ -32,9 +32,9 @@ class LendingPlanSerializer(serializers.ModelSerializer):
     from_pool = serializers.CharField(source="from_pool.name")
     to_pool = serializers.CharField(source="to_pool.name")
     appliance = serializers.CharField(source="appliance.name")
-    proposed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    finding = serializers.PrimaryKeyRelatedField(read_only=True)
+    proposed_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    finding = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     state = PlanStateField(read_only=True)
 
     class Meta:

@@ -42,13 +42,47 @@ schema.app = get_wsgi_application()
 
 
 @pytest.fixture
-def appliance_with_data(transactional_db, settings):
+def appliance_with_data(transactional_db, settings, tmp_path):
+    """The sample inventory and what a demo appliance holds besides (each the first of its kind, so that the
+    ids schemathesis tries first find it, and its answer is checked against the schema): a run started from
+    the command line (no requesting account), a model with a version, an evaluation, an alias and a pending
+    production request, the pools' lending policies and a proposed lending plan."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from appliance.accounts.services import create_user
+    from appliance.lending import services as lending
+    from appliance.lending.models import LendingPolicy
+    from appliance.lifecycle import services as lifecycle
+    from appliance.provisioning.models import Run
+    from tests.accounts.settled import settle
+    from tests.lifecycle.registry_support import write_model
     from tests.sample_inventory import build_sample_inventory
 
     # Runs the API starts are queued for a worker that never takes them: they stay pending, so no
     # playbook runs while the schema is exercised.
     settings.CELERY_BROKER_URL = "memory://"
-    build_sample_inventory()
+    settings.LIFECYCLE_ARTIFACT_ROOTS = [str(tmp_path / "models")]
+    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
+    sample = build_sample_inventory()
+    Run.objects.create(appliance=sample.appliance, kind=Run.Kind.BOOTSTRAP, stages=["os"], requested_by=None,
+                       state="succeeded", started=timezone.now(), ended=timezone.now())
+    engineer, lead = settle(create_user("st-engineer", Role.ML_ENGINEER, PASSWORD),
+                            create_user("st-lead", Role.ADMINISTRATOR, PASSWORD))
+    version = lifecycle.register_version("llama", source=str(write_model(tmp_path / "models" / "llama" / "v1")),
+                                         user=engineer)
+    evaluation = lifecycle.add_evaluation(version, user=engineer, name="mmlu", metrics={"accuracy": 0.7},
+                                          passed=True)
+    lifecycle.transition(version, "validated", user=engineer)
+    lifecycle.transition(version, "staging", user=engineer)
+    lifecycle.set_alias(version.model, "champion", version, user=engineer)
+    lifecycle.request_transition(version, "production", user=engineer, reason="evaluated", evidence=[evaluation])
+    LendingPolicy.objects.create(pool=sample.inference, may_lend=True, minimum_nodes=0)
+    LendingPolicy.objects.create(pool=sample.training, may_lend=False)
+    start = timezone.now() + timedelta(hours=1)
+    lending.propose(nodes=[sample.gpu_node_2.name], from_pool="inference", to_pool="training", window_start=start,
+                    window_end=start + timedelta(hours=4), reason="idle at night", actor=lead)
 
 
 # Operations whose success depends on rules or state that a JSON schema cannot state: a schema-valid

@@ -349,3 +349,13 @@ def test_the_beat_advances_plans_every_minute():
     assert beat_schedule()["lending-advance"] == {"task": "lending.advance", "schedule": 60}
     app.loader.import_default_modules()
     assert "lending.advance" in app.tasks
+
+
+def test_a_policy_of_a_pool_id_past_the_integer_range_is_not_found(pools, client_for):
+    """Found by schemathesis over demo data: a pool id past 2**63 overflowed the foreign key's lookup (500)."""
+    for pool in ("667504508036010857201664", str(2**63), "999"):
+        answer = client_for(Role.VIEWER).get(f"/api/v1/lending/policies/{pool}/")
+        assert answer.status_code == 404, (pool, answer.status_code)
+    put = client_for(Role.ADMINISTRATOR).put(f"/api/v1/lending/policies/{2**64}/", {"may_lend": True},
+                                             content_type="application/json")
+    assert put.status_code == 404
