@@ -1025,8 +1025,24 @@ def _exact(best, checked_gpus, layout_now, base_items, placeable, *, use_solver:
         position = {id(item): n for n, item in enumerate(base_items)}
         items = [solver.Item(position[id(item)], item.isolation, item.memory, item.compute, item.weight, item.pool)
                  for item in placeable]
+        # The greedy plan as the solver's first solution.
+        _, greedy_gpus, greedy_layouts, greedy_where = best
+        start: dict[int, tuple] = {}
+        for item in base_items:
+            gpu = greedy_where.get(id(item))
+            if gpu is None:
+                continue
+            n = position[id(item)]
+            if gpu.mode == "mig":
+                mig, _, instance_of = greedy_layouts[gpu.i]
+                entry = start.setdefault(gpu.i, ("mig", tuple(name for name, _ in mig), []))
+                entry[2].append((instance_of[id(item)][0], n))
+            elif gpu.mode == "ts":
+                start.setdefault(gpu.i, ("ts", []))[1].append(n)
+            else:
+                start[gpu.i] = ("whole", n)
         try:
-            solution = solver.solve(gpus, items, multisets=multisets, time_limit=time_limit)
+            solution = solver.solve(gpus, items, multisets=multisets, time_limit=time_limit, start=start)
         except Exception as exc:   # whatever the solver does, the greedy plan is there
             solution = solver.Solution("error", note=f"{type(exc).__name__}: {exc}")
         solver_status = solution.status
