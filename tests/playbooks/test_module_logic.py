@@ -150,6 +150,53 @@ def test_bios_checks_compare_each_attribute(platform):
     assert len(records) == len(baseline) and all("unreachable" in r["message"] for r in records)
 
 
+def slurm_node(tmp_path, mpi_default: str | None) -> "appliance_acceptance.Context":
+    """A node's sysroot with a slurm.conf (only what `srun --mpi=list` reads from it matters)."""
+    etc = tmp_path / "etc" / "slurm"
+    etc.mkdir(parents=True)
+    lines = ["ClusterName=appliance", "SlurmctldHost=mgmt01(127.0.0.1)", "SlurmctldPort=6817",
+             "NodeName=gpu01 CPUs=8 State=UNKNOWN", "PartitionName=train Nodes=gpu01 Default=YES"]
+    if mpi_default:
+        lines.append(f"MpiDefault={mpi_default}")
+    (etc / "slurm.conf").write_text("\n".join(lines) + "\n")
+    return appliance_acceptance.Context("gpu01", sysroot=str(tmp_path))
+
+
+@pytest.mark.parametrize("mpi_default, expected, passed", [
+    ("pmi2", "pmi2", True),      # what the renderer chooses from Debian's packages
+    (None, "none", True),        # Slurm's own default
+    ("pmix_v9", "pmix_v9", False),
+])
+def test_the_slurm_group_checks_mpi_default_against_srun_mpi_list(tmp_path, mpi_default, expected, passed):
+    """The real srun of this machine (Debian's slurm-client, a test package), with the node's slurm.conf."""
+    [record] = appliance_acceptance.slurm_checks(slurm_node(tmp_path, mpi_default))
+    assert (record["check"], record["expected"], record["passed"]) == ("slurm.mpi_default", expected, passed)
+    assert {"pmi2", "none"} <= set(record["measured"].split(", ")), record
+    if not passed:
+        assert record["message"].startswith("MpiDefault=pmix_v9 is not a type srun --mpi=list gives on this node (")
+
+
+def test_the_mpi_list_parser_keeps_types_only():
+    printed = ("MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
+               "specific pmix plugin versions available: pmix_v4\n")
+    assert appliance_acceptance.mpi_types(printed) == ["pmix", "none", "cray_shasta", "pmi2"]
+
+
+def test_the_slurm_group_fails_with_the_reason_when_it_cannot_measure(tmp_path):
+    [unread] = appliance_acceptance.slurm_checks(appliance_acceptance.Context("gpu01", sysroot=str(tmp_path)))
+    assert not unread["passed"] and unread["message"].endswith("slurm.conf: No such file or directory")
+
+    def broken(argv, **kwargs):
+        import subprocess
+
+        return subprocess.CompletedProcess(argv, 1, "", "srun: error: Couldn't find the specified plugin name\n")
+
+    [failed] = appliance_acceptance.slurm_checks(slurm_node(tmp_path, "pmi2"), run=broken)
+    assert (failed["passed"], failed["measured"]) == (False, "unknown")
+    assert failed["message"] == ("srun --mpi=list (exit status 1): srun: error: Couldn't find the specified "
+                                 "plugin name")
+
+
 def test_unknown_check_group_is_refused():
     with pytest.raises(ValueError, match="unknown acceptance check group"):
         appliance_acceptance.run_groups(appliance_acceptance.Context("n"), ["os", "fabrik"])

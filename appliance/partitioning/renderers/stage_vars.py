@@ -287,7 +287,8 @@ def partitioning_stage_vars(run, nodes) -> dict:
 
 def acceptance_stage_vars(run, nodes) -> dict:
     """The acceptance stage's expectation of each GPU node's MIG layout: the applied partition plan's for
-    the GPUs it names, the recorded layout for the others; nodes never partitioned are not checked."""
+    the GPUs it names, the recorded layout for the others; nodes never partitioned are not checked. And
+    the Slurm nodes, whose `srun --mpi=list` is checked against slurm.conf's MpiDefault."""
     from appliance.partitioning.services import applied_plan
 
     plan = applied_plan(run.appliance)
@@ -297,4 +298,7 @@ def acceptance_stage_vars(run, nodes) -> dict:
         gpus = {index: gpu for index, gpu in target["gpus"].items() if not gpu.get("keep")}
         if gpus:
             expected[name] = {"gpus": gpus, "profiles": target["profiles"]}
-    return {"appliance_partitioning_expected": expected}
+    site = _view(run.appliance)
+    # The training pool's Slurm nodes: their srun must have the MPI type slurm.conf makes the default.
+    slurm_nodes = [node.name for node in slurm.slurm_nodes(site)] if slurm.training_pools(site) else []
+    return {"appliance_partitioning_expected": expected, "appliance_slurm_nodes": slurm_nodes}

@@ -161,6 +161,58 @@ def service_checks(ctx):
     return records
 
 
+# ---- Slurm ------------------------------------------------------------------------------------------
+
+MPI_DEFAULT = re.compile(r"^\s*MpiDefault\s*=\s*(\S+)", re.IGNORECASE | re.MULTILINE)
+
+
+def mpi_types(text):
+    """The plugin types `srun --mpi=list` prints, one per indented line after "MPI plugin types are...";
+    the "specific pmix plugin versions" line after them is not a type."""
+    types, listing = [], False
+    for line in text.splitlines():
+        if line.strip().lower().startswith("mpi plugin types are"):
+            listing = True
+        elif listing and line[:1] in (" ", "\t") and line.strip():
+            types.append(line.strip())
+        elif listing and line.strip():
+            listing = False
+    return types
+
+
+def slurm_checks(ctx, run=subprocess.run):
+    """The MPI plugin type slurm.conf names as MpiDefault is one this node's srun has (`srun --mpi=list`,
+    read with the node's own slurm.conf): a default the packages do not bring fails every MPI job."""
+    conf = ctx.path("/etc/slurm/slurm.conf")
+    source = "slurm.conf MpiDefault, rendered from the node's Slurm packages (the workloads stage)"
+    try:
+        with open(conf) as handle:
+            match = MPI_DEFAULT.search(handle.read())
+    except OSError as exc:
+        return [ctx.record("slurm.mpi_default", "a readable slurm.conf", "unreadable", False, source,
+                           f"{conf}: {exc.strerror}")]
+    wanted = match.group(1) if match else "none"  # Slurm's own default
+    srun = shutil.which("srun")
+    if not srun:
+        return [ctx.record("slurm.mpi_default", wanted, "srun is not on the PATH", False, source,
+                           "srun is not on the PATH: the slurm-client package is missing")]
+    try:
+        completed = run([srun, "--mpi=list"], capture_output=True, text=True, check=False, timeout=60,
+                        env={**os.environ, "SLURM_CONF": conf})
+    except subprocess.TimeoutExpired:
+        return [ctx.record("slurm.mpi_default", wanted, "no answer", False, source, "srun --mpi=list: no answer in 60 s")]
+    types = mpi_types(completed.stdout + "\n" + completed.stderr)
+    if completed.returncode != 0 or not types:
+        detail = (completed.stderr or completed.stdout).strip().splitlines()
+        return [ctx.record("slurm.mpi_default", wanted, "unknown", False, source,
+                           f"srun --mpi=list (exit status {completed.returncode}): {detail[-1] if detail else 'no output'}")]
+    measured = ", ".join(types)
+    passed = wanted in types
+    message = (f"srun --mpi=list: {measured}; MpiDefault={wanted}" if passed else
+               f"MpiDefault={wanted} is not a type srun --mpi=list gives on this node ({measured}): MPI jobs fail to start")
+    return [ctx.record("slurm.mpi_default", wanted, measured, passed, source, message)]
+
+
 # ---- GPUs -------------------------------------------------------------------------------------------
 
 def gpu_checks(ctx, measure=None):
@@ -377,6 +429,7 @@ GROUPS = {
     "services": service_checks,
     "gpu": gpu_checks,
     "collector": collector_checks,
+    "slurm": slurm_checks,
 }
 
 
