@@ -198,8 +198,8 @@ def _lending_policies(appliance, lead) -> list[str]:
 
 
 def tell(appliance) -> StoryResult:
-    """Tell the demo's story on `appliance` (simulated); see the module's docstring. Recorded as one audit
-    event, simulation.demo.story, whose `lines` the bootstrap prints."""
+    """Tell the demo's story on `appliance` (simulated); see the module's docstring. What it did is recorded
+    as one audit event, simulation.demo.story, whose `lines` the bootstrap prints."""
     from appliance.lifecycle.models import RegisteredModel
 
     result = StoryResult([], [], [], [])
@@ -209,6 +209,8 @@ def tell(appliance) -> StoryResult:
     for model in untold:
         _promote_and_deploy(appliance, model, job, engineer, lead, result)
     result.policies = _lending_policies(appliance, lead)
+    if not result.lines():
+        return result  # told before: nothing changed, nothing to record
     audit.record("simulation.demo.story", target=appliance, outcome="success" if not result.waiting else "failure",
                  reason="; ".join(result.waiting), details={
                      "models": result.models, "deployments": result.deployments, "policies": result.policies,

@@ -83,6 +83,7 @@ def test_the_story_registers_promotes_and_deploys_the_services_models(demo, firs
     again = story.tell(demo)
     assert (again.models, again.deployments, again.policies) == ([], [], [])
     assert ModelVersion.objects.count() == 2 and Deployment.objects.count() == 2
+    assert AuditRecord.objects.filter(event="simulation.demo.story").count() == 1  # nothing new, nothing recorded
 
 
 def test_with_a_production_cooling_period_the_story_stops_at_the_request_and_says_why(demo, settings,  # noqa: F811

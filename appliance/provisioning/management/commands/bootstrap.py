@@ -250,7 +250,8 @@ class Command(BaseCommand):
         address = escape(portal_server.url())
         say(f"[bold]The demo appliance is running[/bold]: its portal, worker and beat (pid {pid}) at {address}/, "
             "where its nodes' collectors send their telemetry.")
-        story = AuditRecord.objects.filter(event="simulation.demo.story").order_by("-pk").first()
+        story = (AuditRecord.objects.filter(event="simulation.demo.story", timestamp__gte=run.created)
+                 .order_by("-pk").first())  # told by this run (a rerun tells nothing new)
         for line in (story.details.get("lines") or []) if story else []:
             say(f"The demo's story: {line}", markup=False)
         say(f"Log in at [bold]{address}/[/bold] as admin (the password above); the REST API is {address}/api/v1/, "
