@@ -1025,27 +1025,15 @@ def _exact(best, checked_gpus, layout_now, base_items, placeable, *, use_solver:
         position = {id(item): n for n, item in enumerate(base_items)}
         items = [solver.Item(position[id(item)], item.isolation, item.memory, item.compute, item.weight, item.pool)
                  for item in placeable]
-        # The greedy plan as the solver's first solution.
-        _, greedy_gpus, greedy_layouts, greedy_where = best
-        start: dict[int, tuple] = {}
-        for item in base_items:
-            gpu = greedy_where.get(id(item))
-            if gpu is None:
-                continue
-            n = position[id(item)]
-            if gpu.mode == "mig":
-                mig, _, instance_of = greedy_layouts[gpu.i]
-                entry = start.setdefault(gpu.i, ("mig", tuple(name for name, _ in mig), []))
-                entry[2].append((instance_of[id(item)][0], n))
-            elif gpu.mode == "ts":
-                start.setdefault(gpu.i, ("ts", []))[1].append(n)
-            else:
-                start[gpu.i] = ("whole", n)
         try:
-            solution = solver.solve(gpus, items, multisets=multisets, time_limit=time_limit, start=start)
+            solution = solver.solve(gpus, items, multisets=multisets, time_limit=time_limit)
         except Exception as exc:   # whatever the solver does, the greedy plan is there
             solution = solver.Solution("error", note=f"{type(exc).__name__}: {exc}")
         solver_status = solution.status
+        if solution.bound is not None and solution.bound < served - TOLERANCE * max(1.0, served):
+            # Below what the greedy plan serves: not a bound. Kept out, and said.
+            solution.note += f"; its bound {solution.bound:g} is below the greedy plan's weight and was not used"
+            solution.bound = None
         if solution.bound is not None and solution.bound < bound:
             bound = solution.bound
         note = {
