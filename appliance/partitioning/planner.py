@@ -1030,10 +1030,10 @@ def _exact(best, checked_gpus, layout_now, base_items, placeable, *, use_solver:
         except Exception as exc:   # whatever the solver does, the greedy plan is there
             solution = solver.Solution("error", note=f"{type(exc).__name__}: {exc}")
         solver_status = solution.status
+        refused_bound = None
         if solution.bound is not None and solution.bound < served - TOLERANCE * max(1.0, served):
             # Below what the greedy plan serves: not a bound. Kept out, and said.
-            solution.note += f"; its bound {solution.bound:g} is below the greedy plan's weight and was not used"
-            solution.bound = None
+            refused_bound, solution.bound = solution.bound, None
         if solution.bound is not None and solution.bound < bound:
             bound = solution.bound
         note = {
@@ -1048,6 +1048,8 @@ def _exact(best, checked_gpus, layout_now, base_items, placeable, *, use_solver:
                            f"(every replica that fits some GPU)",
             "error": f"the solver failed ({solution.note}): the greedy plan and the simple bound",
         }[solution.status]
+        if refused_bound is not None:
+            note += f"; its bound {refused_bound:g} is below the greedy plan's weight and was not used"
         if solution.status == "optimal" and not solution.exact:
             note += " with the time-sliced GPUs of a class pooled (a bound); its time-sliced replicas were then " \
                     "packed GPU by GPU"

@@ -179,3 +179,21 @@ def test_the_profiles_of_every_model_form_a_chain():
     # planner keeps its greedy plan.
     for gpu_model in P.MODELS.values():
         assert solver.chain(gpu_model) is not None, gpu_model.id
+
+
+def test_a_solver_that_fails_or_answers_nonsense_leaves_the_greedy_plan(monkeypatch):
+    def fails(*_, **__):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(solver, "solve", fails)
+    result = planner.plan(GPUS, REQUESTS)
+    assert result["served_weight"] == GREEDY
+    assert (result["optimality"]["solver_status"], result["optimality"]["bound_weight"]) == ("error", 19)
+    assert "RuntimeError: out of memory" in result["optimality"]["note"]
+
+    # A "bound" below what the greedy plan serves is no bound: not used, and said.
+    monkeypatch.setattr(solver, "solve", lambda *_, **__: solver.Solution("optimal", bound=3.0))
+    result = planner.plan(GPUS, REQUESTS)
+    assert result["served_weight"] == GREEDY
+    assert (result["optimality"]["status"], result["optimality"]["bound_weight"]) == ("within_bound", 19)
+    assert "its bound 3 is below the greedy plan's weight and was not used" in result["optimality"]["note"]
