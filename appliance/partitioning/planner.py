@@ -884,7 +884,7 @@ OPTIONS = {"orderings", "policies", "all_runs", "solver", "time_limit"}
 # and at most what is left of PLAN_BUDGET after the greedy passes: a plan of 1,000 GPUs and 5,000 requests
 # stays under a second (the rest is the result's making).
 TIME_LIMIT = 0.6
-PLAN_BUDGET = 0.85
+PLAN_BUDGET = 0.75
 # Served weight this close to the bound is the bound (weights are sums of floats).
 TOLERANCE = 1e-6
 

@@ -64,18 +64,19 @@ def small(cases: int, seed: int) -> None:
 
 def fleets(count: int, seed: int) -> None:
     print(f"random fleets (seed {seed}): served / bound, the gap the plan states, where plan and bound came from")
-    print(f"  {'GPUs':>5} {'requests':>8} {'greedy':>8} {'plan':>8} {'bound':>10} {'gap':>7}  {'time':>6}  source")
+    print(f"  {'GPUs':>5} {'requests':>8} {'greedy':>8} {'plan':>8} {'bound':>10} {'gap':>7}  {'time':>6} {'CPU':>6}  "
+          f"source")
     for n_gpus, n_requests in ((16, 60), (32, 120), (64, 300), (200, 1000), (1000, 5000))[:count]:
         for k in range(2):
             gpus, requests = large_case(random.Random(seed + k), n_gpus, n_requests)
             greedy = planner.plan(gpus, requests, options={"solver": False})
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             result = planner.plan(gpus, requests)
-            elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
             o = result["optimality"]
             gap = "optimal" if o["status"] == "optimal" else f"{o['gap_percent']:.2f}%"
             print(f"  {n_gpus:5d} {n_requests:8d} {greedy['served_weight']:8g} {result['served_weight']:8g} "
-                  f"{o['bound_weight']:10.2f} {gap:>7}  {elapsed:5.2f}s  {o['plan_from']}, {o['solver_status']}")
+                  f"{o['bound_weight']:10.2f} {gap:>7}  {elapsed:5.2f}s {cpu:5.2f}s  {o['plan_from']}, {o['solver_status']}")
 
 
 def speed(n_gpus: int, n_requests: int, seed: int) -> None:
