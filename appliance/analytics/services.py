@@ -338,15 +338,47 @@ def overview(*, since, until, pool: str | None = None) -> dict:
     total = _Tally()
     total.add(queryset.aggregate(**_SUMMARY_SUMS))
     pools = _fold(summed("pool"), "pool", {})
-    users = _fold(summed("user"), "user", {})
+    by_pool_user = list(queryset.values("pool", "user").annotate(**_SUMMARY_SUMS).order_by())
+    users = _fold(by_pool_user, "user", {})
     days = _fold(summed("hour"), "day", {})
 
     def folded(groups):
         return [{"key": key} | groups[key].as_dict() for key in sorted(groups) if groups[key].values[0]]
 
     return {"since": since.isoformat(), "until": until.isoformat(), "pool": pool or "", "total": total.as_dict(),
-            "pools": folded(pools), "users": folded(users), "days": folded(days),
-            "accuracy": ATTRIBUTION_ACCURACY}
+            "pools": folded(pools), "users": folded(users), "holders": holders(by_pool_user),
+            "days": folded(days), "accuracy": ATTRIBUTION_ACCURACY}
+
+
+# The causes of a GPU-second nobody held: a blank user's hours are these and the hours of holders Slurm
+# names no owner for (an inference service, a job Slurm forgot).
+_UNHELD = tuple(f"cause_{CAUSE_FIELDS[label]}" for label in ("idle-unallocated", "no-data"))
+
+
+def holders(rows) -> list[dict]:
+    """Who held the GPU-hours, from rows summed by pool and user: each user; a blank user split into the
+    hours nobody held ("unallocated") and those of holders without an owner: an inference pool's services
+    ("services", with the pool) or a training job Slurm named no user for ("no-user"). Each entry has its
+    "holder" kind, "pool" ("" but for services) and the figures of as_dict(); the users first by name."""
+    kinds = dict(Pool.objects.values_list("name", "kind"))
+    groups: dict[tuple, _Tally] = defaultdict(_Tally)
+    for row in rows:
+        values = {name: row.get(name) or 0.0 for name in _NAMES}
+        if row["user"]:
+            groups[("user", row["user"], "")].add(values)
+            continue
+        unheld = {name: 0.0 for name in _NAMES} | {name: values[name] for name in _UNHELD}
+        unheld["gpu_s"] = sum(values[name] for name in _UNHELD)
+        held = {name: values[name] - unheld[name] for name in _NAMES}
+        groups[("unallocated", UNALLOCATED, "")].add(unheld)
+        if kinds.get(row["pool"]) == Pool.Kind.INFERENCE:
+            groups[("services", row["pool"], row["pool"])].add(held)
+        else:
+            groups[("no-user", NO_USER, "")].add(held)
+    order = {"user": 0, "services": 1, "no-user": 2, "unallocated": 3}
+    return [{"key": key, "holder": holder, "pool": pool} | groups[(holder, key, pool)].as_dict()
+            for holder, key, pool in sorted(groups, key=lambda g: (order[g[0]], g[1]))
+            if groups[(holder, key, pool)].values[0] > 1e-9]
 
 
 def top_jobs(*, since, until, pool: str | None = None, limit: int = 10) -> list[dict]:

@@ -5,10 +5,12 @@ The bars are drawn here as SVG rectangles sized in the markup (no script, no inl
 Content-Security-Policy allows neither), with the figures beside them in tables a screen reader reads.
 """
 
-from datetime import timedelta
+import math
+from datetime import UTC, timedelta
 
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.views.generic import TemplateView
 
@@ -17,6 +19,7 @@ from appliance.inventory.models import Pool
 from appliance.telemetry import jobinfo, queries
 
 from . import services
+from .models import CauseHour
 from .templatetags.evidence import check_text
 
 RANGES = {"24h": (timedelta(days=1), _("24 hours")), "7d": (timedelta(days=7), _("7 days")),
@@ -33,24 +36,71 @@ def causes() -> list[dict]:
     return [{"label": label, "name": name} for label, name in CAUSE_NAMES.items()]
 
 
-def bar(entry: dict) -> dict:
-    """The entry with its stacked bar: one segment per cause, x and width in percent of the group's GPU-hours,
-    and the texts the template writes (formatted here once: a page has a few hundred of them)."""
+def hours_text(value: float) -> str:
+    """GPU-hours with a precision that tells a small pool's from nothing: 0.47, 1.1, 38."""
+    return f"{value:.2f}" if value < 1 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+NICE_STEPS = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest round figure (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten) at or above value."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(round(step * power, 10) for step in NICE_STEPS if step * power >= value * (1 - 1e-9))
+
+
+def scale(entries: list[dict]) -> dict:
+    """The common scale of a table's bars: its end a round figure at or above the largest group's GPU-hours,
+    with a tick at its half."""
+    end = nice_ceiling(max((entry["gpu_hours"] for entry in entries), default=0.0))
+    return {"end": end, "ticks": ["0", hours_text(end / 2), hours_text(end)]}
+
+
+def bar(entry: dict, scale_end: float | None = None) -> dict:
+    """The entry with its stacked bar: one segment per cause, x and width in percent of `scale_end` GPU-hours
+    (the table's common scale, so that half the GPU-hours draw half the length; the entry's own total where
+    none is given), and the texts the template writes (formatted here once: a page has a few hundred)."""
     hours = entry["gpu_hours"]
+    whole = scale_end or hours
     segments, x = [], 0.0
     for label, name in CAUSE_NAMES.items():
         value = entry["by_cause"].get(label, 0.0)
         if hours and value > 0:
-            width = 100.0 * value / hours
-            segments.append({"label": label, "name": name, "hours": value, "hours_text": f"{value:.1f}",
-                             "percent": f"{width:.1f}", "x": f"{x:.3f}", "width": f"{width:.3f}"})
+            width = 100.0 * value / whole
+            segments.append({"label": label, "name": name, "hours": value, "hours_text": hours_text(value),
+                             "percent": f"{100.0 * value / hours:.1f}", "x": f"{x:.3f}", "width": f"{width:.3f}"})
             x += width
-    parts = ", ".join(f"{s['name']} {s['percent']} %" for s in segments) or str(_("no GPU-hours"))
+    parts = ", ".join(f"{s['name']} {s['hours_text']} ({s['percent']} %)" for s in segments) or str(_("no GPU-hours"))
     return entry | {"segments": segments, "used_percent": f"{100 * entry['used_share']:.1f}",
                     "idle_percent": f"{100 * entry['idle_share']:.1f}",
                     "memory_percent": f"{100 * entry['memory_used_share']:.1f}",
-                    "gpu_hours_text": f"{hours:.1f}",
-                    "aria": _("GPU-hours of %(key)s by cause: %(parts)s") % {"key": entry["key"], "parts": parts}}
+                    "gpu_hours_text": hours_text(hours), "name": entry.get("name", entry["key"]),
+                    "aria": _("%(hours)s GPU-hours of %(key)s by cause: %(parts)s") % {
+                        "hours": hours_text(hours), "key": entry.get("name", entry["key"]), "parts": parts}}
+
+
+def bars(entries: list[dict]) -> tuple[list[dict], dict]:
+    """A table's entries drawn on one scale, and the scale."""
+    axis = scale(entries)
+    return [bar(entry, axis["end"]) for entry in entries], axis
+
+
+def holder_names(entries: list[dict]) -> list[dict]:
+    """Who held the GPU-hours, named for people: a user by name, an inference pool's services as such, the
+    hours nobody held as not allocated, a training job Slurm named no owner for as such."""
+    for entry in entries:
+        if entry["holder"] == "services":
+            entry["name"] = _("services (%(pool)s pool)") % {"pool": entry["pool"]}
+        elif entry["holder"] == "unallocated":
+            entry["name"] = _("not allocated")
+        elif entry["holder"] == "no-user":
+            entry["name"] = _("jobs with no known user")
+        else:
+            entry["name"] = entry["key"]
+    return entries
 
 
 def linked(jobs: list[dict]) -> list[dict]:
@@ -129,21 +179,53 @@ class AnalyticsPage(CapabilityMixin, TemplateView):
         return super().get_context_data(causes=causes(), **self.figures, **kwargs)
 
 
+def first_attributed_hour():
+    """The first hour the ledger has, or None on an appliance with no attributed hour yet."""
+    return CauseHour.objects.order_by("hour").values_list("hour", flat=True).first()
+
+
+def default_range(first, until) -> str:
+    """The range a page opens on: the shortest that holds every attributed hour, at most DEFAULT_RANGE (a
+    ten-minute-old appliance opens on its 24 hours, not on seven days of nothing)."""
+    if first is None:
+        return "24h"
+    for name, (span, _label) in RANGES.items():
+        if until - span <= first or name == DEFAULT_RANGE:
+            return name
+    return DEFAULT_RANGE
+
+
+def window_shown(since, until, first, now) -> dict:
+    """What the page says of its window: from the first attributed hour where the range starts before it,
+    to now where the last hour is not over (its figures are those attributed so far)."""
+    start = max(since, first) if first is not None else since
+    return {"start": start, "end": min(until, now), "before_data": first is not None and first > since,
+            "unfinished": now < until}
+
+
 class EfficiencyView(AnalyticsPage):
     template_name = "analytics/efficiency.html"
 
     def compute(self):
         params = self.request.GET
-        self.range = params.get("range", "").strip() or DEFAULT_RANGE
+        now = timezone.now()
+        first = first_attributed_hour()
+        until_default = services.window(None, None, now=now)[1]
+        self.range = params.get("range", "").strip() or default_range(first, until_default)
         if self.range not in RANGES:
             raise services.AnalyticsError(f"range: {self.range[:16]!r} is not one of {', '.join(RANGES)}")
         pool = params.get("pool", "").strip() or None
-        since, until = services.window(None, None, default=RANGES[self.range][0])
+        since, until = services.window(None, None, default=RANGES[self.range][0], now=now)
         data = services.overview(since=since, until=until, pool=pool)
-        users = sorted(data["users"], key=lambda u: (-u["gpu_hours"], u["key"]))
+        users = sorted(holder_names(data["holders"]), key=lambda u: (-u["gpu_hours"], u["key"]))
+        pools, pool_scale = bars(data["pools"])
+        user_bars, user_scale = bars(users[:MAX_USERS])
+        days, day_scale = bars(data["days"])
         return {"data": data, "total": bar({"key": "appliance"} | data["total"]),
-                "pools": [bar(p) for p in data["pools"]], "users": [bar(u) for u in users[:MAX_USERS]],
-                "more_users": max(0, len(users) - MAX_USERS), "days": [bar(d) for d in data["days"]],
+                "shown": window_shown(since, until, first, now),
+                "pools": pools, "pool_scale": pool_scale, "users": user_bars, "user_scale": user_scale,
+                "more_users": max(0, len(users) - MAX_USERS), "days": days, "day_scale": day_scale,
+                "today": now.astimezone(UTC).date().isoformat(),
                 "top_jobs": linked(services.top_jobs(since=since, until=until, pool=pool)),
                 "accuracy": accuracy_shown(), "pool": pool or "",
                 "pool_names": sorted(set(Pool.objects.values_list("name", flat=True))),
@@ -198,10 +280,13 @@ class ReportView(AnalyticsPage):
         params = self.request.GET
         data = services.report(since=params.get("since") or None, until=params.get("until") or None,
                                pool=params.get("pool", "").strip() or None)
-        users = sorted(data["users"], key=lambda u: (-u["gpu_hours"], u["key"]))
+        users = sorted(holder_names(data["holders"]), key=lambda u: (-u["gpu_hours"], u["key"]))
+        pools, pool_scale = bars(data["pools"])
+        user_bars, user_scale = bars(users[:MAX_USERS])
+        days, day_scale = bars(data["days"])
         return {"data": data, "total": bar({"key": "appliance"} | data["total"]),
-                "pools": [bar(p) for p in data["pools"]], "users": [bar(u) for u in users[:MAX_USERS]],
-                "days": [bar(d) for d in data["days"]], "top_jobs": linked(data["top_jobs"]),
+                "pools": pools, "pool_scale": pool_scale, "users": user_bars, "user_scale": user_scale,
+                "days": days, "day_scale": day_scale, "top_jobs": linked(data["top_jobs"]),
                 "accuracy": accuracy_shown(), "pool": data["pool"],
                 "since_at": services.parse_time(data["since"], "since"),
                 "until_at": services.parse_time(data["until"], "until"),

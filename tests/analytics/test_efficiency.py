@@ -116,12 +116,16 @@ def test_skew_across_a_jobs_gpus(rows):
 
 def test_the_overview_and_the_report_read_the_summary(rows, django_assert_num_queries):
     services.refresh_summary()
-    with django_assert_num_queries(7):  # the summary's state (3), the total, by pool, by user, by hour
+    # the summary's state (3), the total, by pool, by pool and user, the pools' kinds, by hour
+    with django_assert_num_queries(8):
         page = services.overview(since=H0, until=H0 + 48 * HOUR)
     assert page["total"]["gpu_hours"] == 6.1429
     assert [(p["key"], p["gpu_hours"]) for p in page["pools"]] == [("inference", 2.1429),
                                                                    ("training", 4.0)]
     assert [(u["key"], u["gpu_hours"]) for u in page["users"]] == [("(no user)", 2.0), ("alice", 3.0), ("bob", 1.1429)]
+    # Who held them: the blank user's hours were nobody's (an unallocated GPU of each pool).
+    assert [(h["holder"], h["key"], h["gpu_hours"]) for h in page["holders"]] == [
+        ("user", "alice", 3.0), ("user", "bob", 1.1429), ("unallocated", "(unallocated)", 2.0)]
     assert [(d["key"], d["gpu_hours"]) for d in page["days"]] == [("2026-01-01", 5.1429), ("2026-01-02", 1.0)]
     assert page["accuracy"]["held_out"]["matched"] == 0.9827  # docs/benchmarks.md, held-out telemetry
     weekly = services.report(now=datetime(2026, 1, 3, 8, 30, tzinfo=UTC))
