@@ -1010,7 +1010,9 @@ def _exact(best, checked_gpus, layout_now, base_items, placeable, *, use_solver:
     plan_from = "greedy"
     version = solver.version()
     solver_status = None
-    if _close(served, bound):
+    laid_out = any(mig is not None or ts is not None for mig, ts in layout_now.values())
+    if _close(served, bound) and (best[0][1] == 0 or not laid_out):
+        # Optimal, and no GPU with a layout now changes (or none has one): nothing for the solver to better.
         note = "the greedy plan places every replica that fits some GPU"
         solver_status = "not needed"
     elif not use_solver:
