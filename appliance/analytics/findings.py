@@ -69,6 +69,11 @@ POOL_WINDOW = timedelta(days=14)
 
 THRESHOLDS = {name: value for name, value in globals().items() if name.isupper() and isinstance(value, int | float)}
 
+# The heat at which an H100 (and H200) SXM5 first slows its clocks: NVML's GPU max operating temperature
+# (NVML_TEMPERATURE_THRESHOLD_GPU_MAX, 87 C; the hardware's own slowdown at 89 C, shutdown at 92 C), above
+# which the driver reports SW thermal slowdown. A thermal reason at a lower temperature doubts the sensor.
+THERMAL_SLOWDOWN_FROM_C = 87
+THERMAL_BITS = rules.SLOWDOWN_REASONS["sw_thermal"] | rules.SLOWDOWN_REASONS["hw_thermal"]
 SLOWDOWN_NAMES = {"sw_power_cap": "power", "hw_power_brake": "power", "sw_thermal": "thermal",
                   "hw_thermal": "thermal", "hw_slowdown": "hardware slowdown"}
 DETECTED_KINDS = (Finding.Kind.INPUT_BOUND, Finding.Kind.COMMUNICATION_BOUND, Finding.Kind.STRAGGLER, Finding.Kind.ALLOCATED_IDLE,
@@ -428,7 +433,7 @@ def _gpu_clocks(keys, since, until) -> dict[tuple, dict]:
     if wanted:
         for r in GpuRollup.objects.filter(node_id__in=sorted({n for n, _g in wanted}), instance=-1, start__gte=since,
                                           start__lt=until).values("node_id", "gpu", "step", "throttle_reasons",
-                                                                  "sm_clock_mhz", "temp_c", "power_w"):
+                                                                  "sm_clock_mhz", "temp_c", "temp_max_c", "power_w"):
             if (r["node_id"], r["gpu"]) in wanted:
                 grouped[(r["node_id"], r["gpu"])].append(r)
     result = {}
@@ -445,12 +450,34 @@ def _gpu_clocks(keys, since, until) -> dict[tuple, dict]:
             return round(sum(values) / len(values), 1) if values else None
 
         names = sorted({SLOWDOWN_NAMES[name] for name, bit in rules.SLOWDOWN_REASONS.items() if reasons & bit})
+        # The heat of the buckets that reported a thermal slowdown, not of the whole window: a GPU that
+        # throttled for twenty minutes at 90 C of a day at 40 C throttled at 90 C.
+        hot = [r for r in rows if int(r["throttle_reasons"] or 0) & THERMAL_BITS]
+        peaks = [r["temp_max_c"] if r["temp_max_c"] is not None else r["temp_c"] for r in hot]
+        peaks = [value for value in peaks if value is not None]
         result[key] = {"reasons": names, "sm_clock_mhz": mean("sm_clock_mhz"), "temp_c": mean("temp_c"),
-                       "power_w": mean("power_w")}
+                       "power_w": mean("power_w"), "thermal_temp_max_c": max(peaks) if peaks else None}
     return result
 
 
-def _cause_proposal(reasons: list[str]) -> str:
+def _heat_text(clocks: dict) -> str:
+    """The temperature a thermal slowdown was reported at, against the GPU's: "up to 90 °C, above the 87 °C
+    at which an H100 slows for heat", or the sensor doubted where it read cooler than that."""
+    peak = clocks.get("thermal_temp_max_c")
+    if "thermal" not in clocks["reasons"] or peak is None:
+        return ""
+    figures = {"temp": f"{peak:.0f}", "limit": THERMAL_SLOWDOWN_FROM_C}
+    if peak >= THERMAL_SLOWDOWN_FROM_C:
+        return _("; up to %(temp)s °C, at or above the %(limit)s °C at which an H100 slows for heat") % figures
+    return _("; a thermal slowdown reported at no more than %(temp)s °C, below the %(limit)s °C at which an H100 "
+             "slows for heat: its temperature sensor or board is suspect") % figures
+
+
+def _cause_proposal(reasons: list[str], clocks: dict | None = None) -> str:
+    peak = (clocks or {}).get("thermal_temp_max_c")
+    if "thermal" in reasons and peak is not None and peak < THERMAL_SLOWDOWN_FROM_C:
+        return _("check the GPU's temperature sensor and board (dcgmi diag -r 2): it reports a thermal slowdown "
+                 "at %(temp)s °C, far from the heat that slows an H100") % {"temp": f"{peak:.0f}"}
     if "thermal" in reasons:
         return _("check cooling: airflow, fans, inlet temperature and the heatsink of this GPU")
     if "power" in reasons:
@@ -593,7 +620,7 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
                     "peers": _pct(peers)}
         summary += _(" (throttled: %(cause)s)") % {"cause": cause}
         result.candidates.append(Candidate(
-            Finding.Kind.STRAGGLER, subject, summary, _cause_proposal(measured_clocks["reasons"]),
+            Finding.Kind.STRAGGLER, subject, summary, _cause_proposal(measured_clocks["reasons"], measured_clocks),
             _hours(totals["straggler_s"]),
             {"share": round(share, 4), "straggler_gpu_hours": _hours(totals["straggler_s"]), "jobs": jobs,
              "jobs_held_back": straggled, "hours_straggled": [h.isoformat() for h in hours],
@@ -624,12 +651,13 @@ def detect_throttled(rows, since, until, clocks: dict | None = None) -> Result:
         measured_clocks = (clocks if clocks is not None and (node_id, gpu) in clocks else _gpu_clocks(
             {(node_id, gpu)}, since, until))[(node_id, gpu)]
         summary = _("GPU %(gpu)s of %(node)s was throttled %(share)s of its time (%(hours)s GPU-hours; reason: "
-                    "%(cause)s; SM clock %(clock)s MHz of %(max)s, %(temp)s °C)") % {
+                    "%(cause)s; SM clock %(clock)s MHz of %(max)s%(heat)s)") % {
             "gpu": gpu, "node": node_name, "share": _pct(share), "hours": _hours(totals["throttled_s"]),
             "cause": "/".join(measured_clocks["reasons"]) or "-", "clock": measured_clocks["sm_clock_mhz"] or "-",
-            "max": rules.NOMINAL_MAX_SM_CLOCK_MHZ, "temp": measured_clocks["temp_c"] or "-"}
+            "max": rules.NOMINAL_MAX_SM_CLOCK_MHZ, "heat": _heat_text(measured_clocks)}
         result.candidates.append(Candidate(
-            Finding.Kind.THROTTLED, subject, summary, _cause_proposal(measured_clocks["reasons"]), _hours(totals["throttled_s"]),
+            Finding.Kind.THROTTLED, subject, summary, _cause_proposal(measured_clocks["reasons"], measured_clocks),
+            _hours(totals["throttled_s"]),
             {"share": round(share, 4), "throttled_gpu_hours": _hours(totals["throttled_s"]),
              "gpu_hours": _hours(totals["gpu_seconds"])} | measured_clocks, node_id=node_id, pool=mine[0]["pool"]))
     return result

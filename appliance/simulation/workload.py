@@ -83,6 +83,17 @@ STORAGE_READ_GBPS = 21.4  # per node, as the nominal storage benchmark of a heal
 DEMO_USERS = ("alice", "bob", "carol", "dave")
 # Clock event reasons (nvml.h nvmlClocksEventReason*).
 GPU_IDLE, SW_POWER_CAP, SW_THERMAL, HW_THERMAL = 0x1, 0x4, 0x20, 0x40
+# An H100 SXM5's temperature thresholds, as NVML reports them (nvmlDeviceGetTemperatureThreshold:
+# NVML_TEMPERATURE_THRESHOLD_GPU_MAX, _SLOWDOWN, _SHUTDOWN; nvidia-smi -q's GPU Max Operating, Slowdown and
+# Shutdown Temp). The driver slows the clocks for heat above the first (SW thermal slowdown), the hardware
+# at the second (HW thermal slowdown), and the GPU is powered off at the third: a GPU that throttles for
+# heat reads between the first and the third, never at 50 C.
+MAX_OPERATING_C, SLOWDOWN_C, SHUTDOWN_C = 87, 89, 92
+
+
+def thermal_reasons(temperature: float) -> int:
+    """The clock event reasons a GPU at this temperature reports for heat (none below MAX_OPERATING_C)."""
+    return (SW_THERMAL if temperature >= MAX_OPERATING_C else 0) | (HW_THERMAL if temperature >= SLOWDOWN_C else 0)
 
 
 class WorkloadError(Exception):
@@ -264,8 +275,9 @@ class Model:
             # The GPUs run cool at first; the hot ones pass their slowdown temperature after half an hour.
             if gpu in activity.special and elapsed >= 1800:
                 load |= busy | {"label": "throttled", "util": between(97, 100), "sm": between(0.78, 0.86),
-                                "power_w": between(440, 520), "temperature": between(88, 92),
-                                "sm_clock": int(between(1100, 1400)), "reasons": SW_THERMAL | HW_THERMAL}
+                                "power_w": between(440, 520), "temperature": between(87.5, 91.5),
+                                "sm_clock": int(between(1100, 1400))}
+                load["reasons"] = thermal_reasons(round(load["temperature"]))
             elif elapsed >= 1800:
                 load |= waiting
             else:
@@ -291,8 +303,9 @@ class Model:
                                 "temperature": between(72, 84), "reasons": SW_POWER_CAP}
             elif role == 1 and elapsed >= 2400:
                 load |= busy | {"label": "throttled", "util": between(95, 100), "sm": between(0.7, 0.88),
-                                "power_w": between(420, 540), "temperature": between(86, 94),
-                                "sm_clock": int(between(1000, 1500)), "reasons": SW_THERMAL | HW_THERMAL}
+                                "power_w": between(420, 540), "temperature": between(87.5, 91.5),
+                                "sm_clock": int(between(1000, 1500))}
+                load["reasons"] = thermal_reasons(round(load["temperature"]))
             else:
                 load |= waiting
         elif kind == "notebook":

@@ -90,7 +90,8 @@ def site(db):
         GpuRollup(node=gpu02, gpu=3, step=3600, start=JOB_HOUR, samples=3600, job="77", util=97.0,
                   sm_clock_mhz=1620.0, throttle_reasons=0x4, throttled_share=0.6, temp_c=71.0, power_w=700.0),
         GpuRollup(node=gpu02, gpu=5, step=3600, start=JOB_HOUR, samples=3600, job="88", util=80.0,
-                  sm_clock_mhz=1500.0, throttle_reasons=0x20, throttled_share=0.2, temp_c=87.0, power_w=520.0),
+                  sm_clock_mhz=1500.0, throttle_reasons=0x20, throttled_share=0.2, temp_c=52.0, temp_max_c=90.0,
+                  power_w=520.0),
     ])
     return nodes
 
@@ -138,10 +139,24 @@ def test_communication_bound_job_points_at_the_gpu_its_peers_wait_for(site):
 def test_throttled_gpu_with_reason_clock_and_temperature(site):
     found = by_kind(findings.detect(SINCE, UNTIL).candidates)
     gpu = found[("throttled", "gpu02/gpu5")]
+    # The hour's mean (52 °C) is not the heat it throttled at: the hottest it read in the hours it reported
+    # a thermal slowdown, against the 87 °C at which an H100 first slows for heat.
     assert gpu.summary == ("GPU 5 of gpu02 was throttled 20% of its time (0.2 GPU-hours; reason: thermal; SM clock "
-                           "1500.0 MHz of 1980, 87.0 °C)")
+                           "1500.0 MHz of 1980; up to 90 °C, at or above the 87 °C at which an H100 slows for heat)")
     assert gpu.proposal == "check cooling: airflow, fans, inlet temperature and the heatsink of this GPU"
+    assert gpu.evidence["thermal_temp_max_c"] == 90.0
     assert [k for k in found if k[0] == "throttled"] == [("throttled", "gpu02/gpu5")]
+
+
+def test_a_thermal_slowdown_at_a_temperature_no_h100_slows_at_doubts_the_sensor(site):
+    GpuRollup.objects.filter(gpu=5).update(temp_c=49.7, temp_max_c=None)
+    gpu = by_kind(findings.detect(SINCE, UNTIL).candidates)[("throttled", "gpu02/gpu5")]
+    assert gpu.summary == ("GPU 5 of gpu02 was throttled 20% of its time (0.2 GPU-hours; reason: thermal; SM clock "
+                           "1500.0 MHz of 1980; a thermal slowdown reported at no more than 50 °C, below the 87 °C at "
+                           "which an H100 slows for heat: its temperature sensor or board is suspect)")
+    assert gpu.proposal == ("check the GPU's temperature sensor and board (dcgmi diag -r 2): it reports a thermal "
+                            "slowdown at 50 °C, far from the heat that slows an H100")
+    assert "check cooling" not in gpu.proposal  # no fan makes a 50 °C GPU cooler
 
 
 def test_allocated_idle_job_gpu_hours_held_idle(site):
