@@ -235,7 +235,7 @@ class _Model:
         if cols:
             self.rows.append((low, high, cols, vals))
 
-    def solve(self, time_limit: float, *, relax: bool, deadline: float, second: bool = True):
+    def solve(self, time_limit: float, *, relax: bool, deadline: float):
         """Weight first; then, with the weight held at its best, the fewest GPUs changed (in the time left).
         Returns HiGHS (its status and bound those of the first solve) and the values of the columns."""
         h = _highs()
@@ -275,6 +275,7 @@ class _Model:
         else:
             lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
                                for i in self.integer]
+        began = time.perf_counter()
         lp_bound = math.inf
         if not relax:
             # The linear relaxation first (milliseconds at this size): a bound even when the integer
@@ -302,7 +303,11 @@ class _Model:
         first = h.getSolution()
         value = list(first.col_value)
         left = deadline - time.perf_counter()
-        if second and left > 0 and any(self.change):
+        # The second solve gets a few times the first's time at most: on bare GPUs it only packs them
+        # tighter (a bin-packing proof that could take all the time left), and keeping a layout, what it
+        # is for, is found early.
+        left = min(left, max(0.2, 4 * (time.perf_counter() - began)))
+        if left > 0 and any(self.change):
             served = result.objective
             weighted = [i for i, c in enumerate(self.cost) if c]
             h.addRow(served - 1e-9 * max(1.0, abs(served)), highspy.kHighsInf, len(weighted),
@@ -549,10 +554,7 @@ def solve(gpus: list[Gpu], items: list[Item], *, multisets: dict[str, list], tim
     try:
         # No start from the greedy plan: HiGHS 1.16 given one (setSolution) reported as optimal an objective
         # above its own bound on a small case here, while its values were the start's.
-        # The second objective only where GPUs have a layout now: on bare GPUs it would only pack them
-        # tighter, a bin-packing proof that can take the whole time limit.
-        second = any(c[2] != ("bare",) for c in class_keys)
-        h, value = m.solve(left, relax=relax, deadline=started + time_limit, second=second)
+        h, value = m.solve(left, relax=relax, deadline=started + time_limit)
     except Exception as exc:   # the planner must plan whatever the solver does
         return Solution("error", columns=len(m.cost), exact=exact, seconds=time.perf_counter() - started,
                         note=f"HiGHS failed: {exc}")
