@@ -1,16 +1,56 @@
 from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
+from django.urls import reverse
 from django.views.generic import TemplateView
 
+from appliance.analytics.models import Finding
 from appliance.core.permissions import CapabilityMixin
+from appliance.core.roles import can
 from appliance.inventory.choices import ComponentKind, HealthStatus
 from appliance.inventory.models import GPU, Appliance, HealthCheck, Node
 from appliance.inventory.states import NodeState
+from appliance.lending.models import LendingPlan, PlanState
 from appliance.provisioning.models import AcceptanceCheck
-from appliance.telemetry.queries import live_summary
+from appliance.telemetry.models import MINUTE, WHOLE_GPU, GpuRollup, HardwareEvent
+from appliance.telemetry.queries import ALERT_KINDS, live_summary
 
 # The Overview names at most this many nodes that need attention; the node list has the rest.
 ATTENTION_SHOWN = 20
+# ... and at most this many idle GPUs (the Telemetry page has every GPU).
+IDLE_SHOWN = 24
+# A lending plan in one of these states is under way: the Overview counts it.
+PLANS_UNDER_WAY = (PlanState.PROPOSED, PlanState.APPROVED, PlanState.DRAINING, PlanState.MOVED, PlanState.ACTIVE,
+                   PlanState.RECLAIMING)
+
+
+def idle_gpus(bucket: str | None) -> list[dict]:
+    """The GPUs under 5 % in the newest minute the Overview shows (the figure "idle" counts), by node and
+    index, with whether a job held them: an allocated GPU idling is not a free one."""
+    if not bucket:
+        return []
+    rows = (GpuRollup.objects.filter(step=MINUTE, instance=WHOLE_GPU, start=bucket, util__lt=5)
+            .order_by("node__name", "gpu").values("node__name", "gpu", "util", "job")[:IDLE_SHOWN])
+    return [{"node": row["node__name"], "gpu": row["gpu"], "util": row["util"], "job": row["job"]} for row in rows]
+
+
+def launch_pad(user) -> list[dict]:
+    """The figures an operator starts from, each with the list behind it (only those the user may open):
+    open recommendations, lending plans under way, jobs and services holding GPUs now, open alerts."""
+    figures = []
+    if can(user, "analytics.view"):
+        figures.append({"name": "findings", "count": Finding.objects.filter(state=Finding.State.OPEN).count(),
+                        "url": reverse("analytics:recommendations")})
+        figures.append({"name": "plans", "count": LendingPlan.objects.filter(state__in=PLANS_UNDER_WAY).count(),
+                        "url": reverse("lending:plans")})
+    if can(user, "telemetry.view"):
+        newest = (GpuRollup.objects.filter(step=MINUTE, instance=WHOLE_GPU).order_by("-start")
+                  .values_list("start", flat=True).first())
+        holders = 0 if newest is None else (GpuRollup.objects.filter(step=MINUTE, start=newest).exclude(job="")
+                                            .values("job").distinct().count())
+        figures.append({"name": "jobs", "count": holders, "url": reverse("telemetry:jobs")})
+        figures.append({"name": "alerts", "count": HardwareEvent.objects.filter(
+            kind__in=ALERT_KINDS, acknowledged_at__isnull=True).count(), "url": reverse("telemetry:alerts")})
+    return figures
 
 
 def _latest_acceptance_run(node_ref: str):
@@ -85,5 +125,8 @@ class OverviewView(CapabilityMixin, TemplateView):
             attention_shown=ATTENTION_SHOWN,
             # A few aggregate queries over the newest minute, never per-GPU rows: the Telemetry page has those.
             gpu_live=live_summary(),
+            launch=launch_pad(self.request.user),
         )
+        context["idle_gpus"] = idle_gpus(context["gpu_live"]["bucket"])
+        context["idle_shown"] = IDLE_SHOWN
         return context
