@@ -26,7 +26,7 @@ from django.utils.translation import gettext as _
 from appliance import audit
 
 from . import profiling, rules
-from .models import CAUSE_FIELDS, CauseHour, Finding
+from .models import CAUSE_FIELDS, AttributionCursor, CauseHour, Finding
 
 # ---- thresholds -------------------------------------------------------------------------------------------
 # A job (or GPU) that held (or measured) fewer GPU-hours than this in the window is not judged: too little to
@@ -923,6 +923,31 @@ def _check_window(since, until) -> None:
         raise FindingError(f"until {until.isoformat()} is not after since {since.isoformat()}")
 
 
+# The periodic refresh's interval (celery.py's "analytics-findings" entry) and the cursor that keeps when the
+# detectors last ran and up to when they looked (AttributionCursor's row of that name).
+REFRESH_EVERY_S = 900
+REFRESH_CURSOR = "findings"
+# A refresh this many intervals overdue: no worker runs the detectors, no next run is promised.
+REFRESH_STALLED_RUNS = 3
+
+
+def refresh_schedule(now: datetime | None = None) -> dict:
+    """When the detectors ran last and run next: {"last", "next", "stalled_since", "every_minutes"}; "next"
+    is None before a first run (it comes within REFRESH_EVERY_S of the worker's start) and when stalled."""
+    now = now or timezone.now()
+    every = timedelta(seconds=REFRESH_EVERY_S)
+    last = AttributionCursor.objects.filter(name=REFRESH_CURSOR).values_list("updated_at", flat=True).first()
+    schedule = {"last": last, "next": None, "stalled_since": None, "every_minutes": REFRESH_EVERY_S // 60}
+    if last is None:
+        return schedule
+    if now - last > REFRESH_STALLED_RUNS * every:
+        schedule["stalled_since"] = last
+        return schedule
+    runs = max(1, math.ceil((now - last) / every))
+    schedule["next"] = last + runs * every
+    return schedule
+
+
 def refresh(since: datetime | None = None, until: datetime | None = None) -> dict:
     """Run the detectors over [since, until) (the last day by default; pool idleness over 14 days) and
     bring the findings up to date. Returns the counts and the keys opened and resolved."""
@@ -963,6 +988,7 @@ def refresh(since: datetime | None = None, until: datetime | None = None) -> dic
             finding.last_seen = now
             finding.save(update_fields=["state", "last_seen"])
             resolved.append(finding.key)
+        AttributionCursor.objects.update_or_create(name=REFRESH_CURSOR, defaults={"attributed_until": until})
         summary = {"since": since.isoformat(), "until": until.isoformat(), "found": len(found.candidates),
                    "opened": sorted(opened + reopened), "updated": len(updated), "resolved": sorted(resolved)}
         if opened or reopened or resolved:

@@ -4,6 +4,7 @@ from . import findings_views
 
 urlpatterns = [
     path("recommendations/", findings_views.RecommendationListView.as_view(), name="recommendations"),
+    path("recommendations/refresh/", findings_views.RefreshView.as_view(), name="refresh-findings"),
     path("recommendations/<int:pk>/", findings_views.RecommendationView.as_view(), name="recommendation"),
     path("recommendations/<int:pk>/accept/", findings_views.DecisionView.as_view(decision="accept"),
          name="recommendation-accept"),

@@ -43,6 +43,7 @@ class RecommendationListView(CapabilityMixin, TemplateView):
             query = query.filter(kind=self.kind)
         counts = {state: Finding.objects.filter(state=state).count() for state in STATES[:-1]}
         context.update(findings=list(query[:500]), state=self.state, kind=self.kind, counts=counts,
+                       schedule=findings.refresh_schedule(),
                        states=[{"name": s, "count": counts.get(s), "current": s == self.state} for s in STATES],
                        kinds=Finding.Kind.choices, can_decide=can(self.request.user, CHANGE_CAPABILITY))
         return context
@@ -93,3 +94,19 @@ class DecisionView(CapabilityMixin, View):
         except findings.FindingError as exc:
             return render(request, "400.html", {"message": str(exc)}, status=400)
         return redirect(reverse("analytics:recommendation", args=[finding.pk]))
+
+
+class RefreshView(CapabilityMixin, View):
+    """POST only: run the detectors now over the last day (as `manage.py analytics findings --refresh` does;
+    audited as the periodic refresh is, with the person as actor), back to the list with what they found."""
+
+    capability = CHANGE_CAPABILITY
+    write_capability = CHANGE_CAPABILITY
+    http_method_names = ["post"]
+
+    def post(self, request):
+        result = findings.refresh()
+        messages.success(request, _("The detectors ran: %(found)s found, %(opened)s opened, %(resolved)s "
+                                    "resolved.") % {"found": result["found"], "opened": len(result["opened"]),
+                                                    "resolved": len(result["resolved"])})
+        return redirect(reverse("analytics:recommendations"))
