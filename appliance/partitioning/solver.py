@@ -658,10 +658,14 @@ def _assign(classes, class_keys, types, value, layout_cols, mig_cols, ts_cols, w
             chosen = []
             for t, _, col in ts_cols[c]:
                 chosen += take(t, _count(value, col))
-            ts_bins = _first_fit(chosen, n_bins, gpu_model.memory_gb)
         wholes = []
         for t, col in whole_cols[c]:
             wholes += take(t, _count(value, col))
+        if not exact and slot_cols.get(c):
+            # The pooled knapsack may not pack GPU by GPU: the GPUs of the class the program left unused
+            # take what does not fit.
+            spare = len(gpus) - len(on_layout) - n_bins - len(wholes)
+            ts_bins = _first_fit(chosen, n_bins + max(0, spare), gpu_model.memory_gb)
         uses = [("mig", sorted(on_layout[n], key=lambda pair: pair[1])) for n in sorted(on_layout)]
         uses += [("ts", [item.index for item in bin_items]) for bin_items in ts_bins if bin_items]
         uses += [("whole", item.index) for item in wholes]
