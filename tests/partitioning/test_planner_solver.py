@@ -197,3 +197,15 @@ def test_a_solver_that_fails_or_answers_nonsense_leaves_the_greedy_plan(monkeypa
     assert result["served_weight"] == GREEDY
     assert (result["optimality"]["status"], result["optimality"]["bound_weight"]) == ("within_bound", 19)
     assert "its bound 3 is below the greedy plan's weight and was not used" in result["optimality"]["note"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_pooled_program_keeps_the_rules_too(monkeypatch, seed):
+    # Past MAX_SLOT_COLUMNS the time-sliced GPUs of a class are one pooled knapsack, and its replicas are
+    # packed GPU by GPU afterwards: the plans it gives keep every rule, and its bound holds.
+    monkeypatch.setattr(solver, "MAX_SLOT_COLUMNS", 0)
+    gpus, requests = _random_case(seed)
+    greedy = planner.plan(gpus, requests, options={"solver": False})
+    result = planner.plan(gpus, requests, options={"time_limit": 30})
+    _check_rules(gpus, requests, result)
+    assert greedy["served_weight"] <= result["served_weight"] <= result["optimality"]["bound_weight"] + 1e-6
