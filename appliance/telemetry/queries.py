@@ -55,6 +55,7 @@ from .models import (
     FleetRollup,
     GpuRollup,
     HardwareEvent,
+    JobPlacement,
     NodeCollector,
     NodeRollup,
 )
@@ -838,37 +839,100 @@ def gpu_series(node: Node, gpu: int, range: str | None = None, now: datetime | N
 # --- jobs ---------------------------------------------------------------------------------------------
 
 
+# A minute that changed hands (GpuRollup.holders, holders.py: "41:35,chat-7b:20", the holders the
+# scheduler placed there; those it did not are in unverified_holders and are nobody's here, as an unverified
+# `job` is) is each holder's for its seconds. Its figures are one mean of the minute: a holder's part
+# carries those below over the seconds held (the minute's mean times 60 over them, at most the full scale),
+# as the attribution's reference and the ledger split it (analytics.attribution.HELD_FIGURES, which this
+# layer may not import): nobody computes on a GPU nobody holds. Other figures are the minute's, weighed by
+# the seconds held; energy is the holder's share of the minute's.
+HELD_FIGURES = {"util": 100.0, "sm_active": 1.0, "fb_used_mib": "fb_total_mib"}
+
+
+def _holders(text: str) -> dict[str, int]:
+    """{job: seconds} of a stored holders text (checked by the ingest: holders.parse), the jobs of no
+    second left out. A plain split: this runs for every minute that changed hands a page reads."""
+    held = {}
+    for part in text.split(","):
+        job, _, seconds = part.rpartition(":")
+        if job and seconds.isdigit() and int(seconds) > 0:
+            held[job] = int(seconds)
+    return held
+
+
+def _over_held(name: str, value, held: int, bound=None, step: int = MINUTE):
+    """A figure of a minute that changed hands over the `held` seconds its holders held it (HELD_FIGURES)."""
+    if value is None or name not in HELD_FIGURES or not held:
+        return value
+    full = HELD_FIGURES[name]
+    limit = bound if isinstance(full, str) else full
+    scaled = value * step / held
+    return min(scaled, limit) if limit is not None else scaled
+
+
 def jobs(range: str | None = None, now: datetime | None = None) -> list[dict]:  # noqa: A002
     """Jobs (Slurm job ids, inference services) that held a GPU in the range, newest first, aggregated in
-    the database per job and GPU. A large fleet reads the per-hour rows of the folded hours of the range
-    (there, the job of a GPU-hour is the one that held it longest) and the per-minute rows after them (see
-    resolution). At most five queries."""
+    the database per job and GPU. A job is listed for every minute it held any seconds of: the minutes it
+    held most of (`job`, read from the fleet's covering index) and, read apart, the minutes that changed
+    hands (`holders`: few rows, each holder's part weighed by its seconds). `gpu_hours` is the GPU time it
+    held, `util_mean` the mean over its GPUs of each one's utilization over the seconds it held it. A large
+    fleet reads the per-hour rows of the folded hours of the range (there, the job of a GPU-hour is the one
+    that held it longest, and only it) and the per-minute rows after them (see resolution). At most seven
+    queries."""
     rng = range_of(range)
     now = now or timezone.now()
     first, last = _window(rng, now)
     level, _ = resolution(rng, GPU.objects.count(), levels=(MINUTE, HOUR), max_rows=JOB_MAX_ROWS)
     found: dict[str, dict] = {}
+
+    def gpu_of(job_id, node_id, index, first_at, last_at):
+        job = found.setdefault(job_id, {"job": job_id, "gpus": {}, "first": first_at, "last": last_at})
+        job["first"], job["last"] = min(job["first"], first_at), max(job["last"], last_at)
+        # [utilization x seconds, seconds with a utilization, seconds held]
+        return job["gpus"].setdefault((node_id, index), [0.0, 0, 0])
+
     for step, start, end, included in _segments(rng, level, first, last, model=GpuRollup, inside=True,
                                                 levels=(MINUTE, HOUR)):
         rows = GpuRollup.objects.filter(step=step, instance=WHOLE_GPU, start__gte=start)
         rows = rows.filter(start__lte=end) if included else rows.filter(start__lt=end)
-        for job_id, node_id, index, first_at, last_at, total, count in (
+        for job_id, node_id, index, first_at, last_at, total, count, buckets in (
                 rows.exclude(job="").order_by().values("job", "node", "gpu")
-                .annotate(first_=Min("start"), last_=Max("start"), total=Sum("util"), count=Count("util"))
-                .values_list("job", "node", "gpu", "first_", "last_", "total", "count")):
-            job = found.setdefault(job_id, {"job": job_id, "gpus": {}, "first": first_at, "last": last_at})
-            job["first"], job["last"] = min(job["first"], first_at), max(job["last"], last_at)
-            gpu = job["gpus"].setdefault((node_id, index), [0.0, 0])
+                .annotate(first_=Min("start"), last_=Max("start"), total=Sum("util"), count=Count("util"),
+                          buckets=Count("job"))
+                .values_list("job", "node", "gpu", "first_", "last_", "total", "count", "buckets")):
+            gpu = gpu_of(job_id, node_id, index, first_at, last_at)
+            gpu[2] += buckets * step
             if count:
                 gpu[0] += total * step
                 gpu[1] += count * step
+        if step != MINUTE:
+            continue  # the fold keeps an hour's longest holder only
+        # The minutes that changed hands, counted whole for their `job` above: each holder's seconds instead.
+        for job_id, node_id, index, start_at, util, text in (
+                rows.exclude(holders="").order_by().values_list("job", "node", "gpu", "start", "util", "holders")):
+            held = _holders(text)
+            total_held = sum(held.values())
+            counted = found.get(job_id, {}).get("gpus", {}).get((node_id, index))
+            if job_id in held and counted is not None:  # (None: a row written between the two queries)
+                gpu = counted
+                gpu[2] -= step
+                if util is not None:
+                    gpu[0] -= util * step
+                    gpu[1] -= step
+            for holder, seconds in held.items():
+                gpu = gpu_of(holder, node_id, index, start_at, start_at)
+                gpu[2] += seconds
+                if util is not None:
+                    gpu[0] += _over_held("util", util, total_held, step=step) * seconds
+                    gpu[1] += seconds
     names = dict(Node.objects.filter(pk__in={node_id for job in found.values() for node_id, _ in job["gpus"]})
                  .values_list("pk", "name")) if found else {}
     out = []
     for job in sorted(found.values(), key=lambda j: (j["last"], j["job"]), reverse=True):
-        utils = [total / weight for total, weight in job["gpus"].values() if weight]
+        utils = [total / weight for total, weight, _ in job["gpus"].values() if weight > 0]
         out.append({"job": job["job"], "nodes": sorted({names[node_id] for node_id, _ in job["gpus"]}),
                     "gpus": len(job["gpus"]), "first": job["first"].isoformat(), "last": job["last"].isoformat(),
+                    "gpu_hours": round(sum(held for _, _, held in job["gpus"].values()) / 3600, 3),
                     "util_mean": _round(sum(utils) / len(utils)) if utils else None})
     return out
 
@@ -877,20 +941,93 @@ class UnknownJob(LookupError):
     pass
 
 
+# What a job's page reads of each minute it held: means over the minutes (weighed by the seconds held),
+# maxima, and sums (its share of a minute it held a part of).
+JOB_MEANS = ("util", "sm_active", "fb_used_mib", "power_w", "throttled_share")
+JOB_MAXIMA = ("util_max", "fb_used_max_mib")
+PART_FIELDS = ("id", "node", "node__name", "gpu", "start", "job", "holders", "fb_total_mib", "energy_j",
+               *JOB_MEANS, *JOB_MAXIMA)
+
+
+def _part_rows(job_id: str, spans: dict[int, list]) -> list[dict]:
+    """The per-minute rows of the minutes that changed hands and that `job_id` held seconds of, the minutes
+    it held most of among them, on the nodes of `spans` ({node id: [first, last]}, None: open) and in
+    their span: each with its `seconds` (held) and `held` (all holders together). One query, each node's
+    rows through the (node, gpu, instance, step, start) index (its GPUs by the inventory: one more)."""
+    if not spans:
+        return []
+    indexes: dict[int, list[int]] = {}
+    for node_id, index in GPU.objects.filter(node__in=list(spans)).values_list("node", "index"):
+        indexes.setdefault(node_id, []).append(index)
+    where = Q(pk__in=[])
+    for node_id, (lo, hi) in spans.items():
+        if node_id not in indexes:
+            continue
+        part = Q(node=node_id, gpu__in=sorted(indexes[node_id]))
+        if lo is not None:
+            part &= Q(start__gte=lo)
+        if hi is not None:
+            part &= Q(start__lte=hi)
+        where |= part
+    # holders__contains narrows the rows in the database; "41:35" contains "1:" too, hence the parse
+    # the step compared as an expression, as in gpu_series: else SQLite takes the fleet's (step, ...) indexes
+    rows = (GpuRollup.objects.alias(step_=F("step") + 0)
+            .filter(where, step_=MINUTE, instance=WHOLE_GPU, holders__contains=f"{job_id}:")
+            .order_by().values(*PART_FIELDS))
+    found = []
+    for row in rows:
+        held = _holders(row["holders"])
+        if job_id in held:
+            found.append({**row, "seconds": held[job_id], "held": sum(held.values())})
+    return found
+
+
+def _job_spans(job_id: str, held: dict) -> dict[int, list]:
+    """{node id: [first, last]} where a minute `job_id` held a part of may be: a minute either side of the
+    minutes it held most of on a node (`held`: {node id: (first, last)}; a job that starts or ends inside a
+    minute), and where a scheduler placed it (a job that never held most of a minute; a placement's open
+    end or start: no bound). One query."""
+    spans = {node_id: [first - timedelta(seconds=MINUTE), last + timedelta(seconds=MINUTE)]
+             for node_id, (first, last) in held.items()}
+    for node_id, first, last in JobPlacement.objects.filter(job=job_id).values_list("node", "start", "end"):
+        lo = None if first is None else first - timedelta(seconds=MINUTE)
+        hi = None if last is None else last + timedelta(seconds=MINUTE)
+        if node_id in spans:
+            known = spans[node_id]
+            lo = None if lo is None else min(lo, known[0])
+            hi = None if hi is None else max(hi, known[1])
+        spans[node_id] = [lo, hi]
+    return spans
+
+
 def job_bounds(job_id: str) -> tuple[datetime, datetime, list[str]] | None:
-    """The first and last minute a rollup names the job, and its nodes; None when none does. Two queries."""
-    held = GpuRollup.objects.filter(job=job_id, instance=WHOLE_GPU)
-    bounds = held.aggregate(first=Min("start"), last=Max("start"))
-    if bounds["first"] is None:
+    """The first and last minute the job held a GPU (most of it, or seconds of a minute that changed
+    hands), and its nodes; None when it held none. Four queries at most."""
+    held = {}
+    moments, nodes = [], set()
+    for node_id, name, step, first, last in (GpuRollup.objects.filter(job=job_id, instance=WHOLE_GPU).order_by()
+                                             .values("node", "node__name", "step")
+                                             .annotate(first=Min("start"), last=Max("start"))
+                                             .values_list("node", "node__name", "step", "first", "last")):
+        moments += [first, last]
+        nodes.add(name)
+        if step == MINUTE:
+            held[node_id] = (first, last)
+    for row in _part_rows(job_id, _job_spans(job_id, held)):
+        moments.append(row["start"])
+        nodes.add(row["node__name"])
+    if not moments:
         return None
-    nodes = sorted(set(held.values_list("node__name", flat=True).distinct()))
-    return bounds["first"], bounds["last"], nodes
+    return min(moments), max(moments), sorted(nodes)
 
 
 def job(job_id: str) -> dict:
-    """A job's GPUs (from the rollups that name it), their use over the job's span, and the fabric and
-    filesystem I/O of its nodes over that span. Per-minute rows for a job of a day or less while they are
-    kept, per-hour rows otherwise. Four or five queries."""
+    """A job's GPUs, their use over the job's span, and the fabric and filesystem I/O of its nodes over that
+    span: every minute it held any seconds of (the minutes it held most of, named by `job`, and those that
+    changed hands where it held a part: `holders`), its figures over the seconds it held each (HELD_FIGURES;
+    a GPU's `held_s` and the job's `gpu_hours` the time it held). Per-minute rows for a job of a day or less
+    while they are kept, per-hour rows otherwise (an hour's longest holder only: the fold keeps no
+    holders). Eight queries at most."""
     held = GpuRollup.objects.filter(job=job_id, instance=WHOLE_GPU)
     minutes = held.filter(step=MINUTE).aggregate(first=Min("start"), last=Max("start"))
     # Per-minute rows for a job of a day or less; a longer job reads its per-hour rows, so that a week on
@@ -898,20 +1035,77 @@ def job(job_id: str) -> dict:
     long_job = minutes["first"] is None or (minutes["last"] - minutes["first"]).total_seconds() > JOB_MINUTES_S
     step = HOUR if long_job and held.filter(step=HOUR).exists() else MINUTE
     held = held.filter(step=step)
-    per_gpu = list(held.values("node", "node__name", "gpu")
-                   .annotate(first=Min("start"), last=Max("start"), buckets=Count("id"), util=Avg("util"),
-                             util_max=Max("util_max"), sm_active=Avg("sm_active"), fb_used_mib=Avg("fb_used_mib"),
-                             fb_used_max_mib=Max("fb_used_max_mib"), power_w=Avg("power_w"),
-                             energy_j=Sum("energy_j"), throttled_share=Avg("throttled_share"))
-                   .order_by("node__name", "gpu"))
+    sums = {f"{name}_s": Sum(name) for name in JOB_MEANS} | {f"{name}_n": Count(name) for name in JOB_MEANS}
+    per_gpu = {(row["node"], row["gpu"]): row for row in
+               held.order_by().values("node", "node__name", "gpu")
+               .annotate(first=Min("start"), last=Max("start"), buckets=Count("id"), energy_j=Sum("energy_j"),
+                         **{name: Max(name) for name in JOB_MAXIMA}, **sums)}
+    for row in per_gpu.values():
+        row["held_s"] = row["buckets"] * step
+    parts = []
+    if step == MINUTE:
+        bounds: dict[int, tuple] = {}
+        for row in per_gpu.values():
+            first, last = bounds.get(row["node"], (row["first"], row["last"]))
+            bounds[row["node"]] = (min(first, row["first"]), max(last, row["last"]))
+        parts = _part_rows(job_id, _job_spans(job_id, bounds))
+    # The minutes that changed hands: counted whole above where the job held most of them, its seconds instead.
+    shared = {}
+    for row in parts:
+        key = (row["node"], row["gpu"])
+        shared[(*key, row["start"])] = row
+        weight = row["seconds"] / step
+        gpu = per_gpu.get(key)
+        counted = gpu is not None  # (not: a row written between the two queries)
+        if gpu is None:
+            gpu = per_gpu[key] = {"node": row["node"], "node__name": row["node__name"], "gpu": row["gpu"],
+                                  "first": row["start"], "last": row["start"], "buckets": 0, "energy_j": None,
+                                  "held_s": 0, **{name: None for name in JOB_MAXIMA},
+                                  **{name: 0.0 for name in sums}}
+        if row["job"] == job_id and counted:
+            gpu["held_s"] -= step
+            gpu["energy_j"] = None if gpu["energy_j"] is None else gpu["energy_j"] - (row["energy_j"] or 0)
+            for name in JOB_MEANS:
+                if row[name] is not None:
+                    gpu[f"{name}_s"] -= row[name]
+                    gpu[f"{name}_n"] -= 1
+        else:
+            gpu["buckets"] += 1
+            gpu["first"], gpu["last"] = min(gpu["first"], row["start"]), max(gpu["last"], row["start"])
+        gpu["held_s"] += row["seconds"]
+        if row["energy_j"] is not None:
+            gpu["energy_j"] = (gpu["energy_j"] or 0) + row["energy_j"] * weight
+        for name in JOB_MEANS:
+            value = _over_held(name, row[name], row["held"], row["fb_total_mib"], step)
+            if value is not None:
+                gpu[f"{name}_s"] += value * weight
+                gpu[f"{name}_n"] += weight
+        for name in JOB_MAXIMA:
+            if row[name] is not None:
+                gpu[name] = row[name] if gpu[name] is None else max(gpu[name], row[name])
     if not per_gpu:
         raise UnknownJob(f"no GPU rollup names the job {job_id!r}")
+    for gpu in per_gpu.values():
+        for name in JOB_MEANS:
+            count = gpu.pop(f"{name}_n")
+            total = gpu.pop(f"{name}_s")
+            gpu[name] = total / count if count and count > 1e-9 else None
+    per_gpu = sorted(per_gpu.values(), key=lambda row: (row["node__name"], row["gpu"]))
     first = min(row["first"] for row in per_gpu)
     last = max(row["last"] for row in per_gpu)
     # Epoch seconds rather than datetimes, node ids rather than a join: the rows of a job of a day on 64
     # GPUs are many, and the names are known from per_gpu.
     names = {row["node"]: row["node__name"] for row in per_gpu}
-    gpu_rows = list(held.order_by().annotate(t=Epoch("start")).values_list("node", "gpu", "t", "util", "fb_used_mib"))
+    gpu_rows = [(node_id, index, int(start.timestamp()), util, fb_used) for (node_id, index, start), (util, fb_used)
+                in ((key, (_over_held("util", row["util"], row["held"], step=step),
+                           _over_held("fb_used_mib", row["fb_used_mib"], row["held"], row["fb_total_mib"], step)))
+                    for key, row in shared.items())]
+    rows = held.order_by().annotate(t=Epoch("start")).values_list("node", "gpu", "t", "util", "fb_used_mib")
+    if shared:  # those minutes as above, not whole
+        taken = {(node_id, index, int(start.timestamp())) for node_id, index, start in shared}
+        gpu_rows += [row for row in rows if row[:3] not in taken]
+    else:
+        gpu_rows += rows
     io_fields = ("ib_tx_bps", "ib_rx_bps", "fs_read_bps", "fs_write_bps", "cpu_iowait")
     node_rows = list(NodeRollup.objects.filter(node__in=list(names), step=step, start__gte=first, start__lte=last)
                      .order_by().annotate(t=Epoch("start")).values_list("node", "t", *io_fields))
@@ -941,10 +1135,12 @@ def job(job_id: str) -> dict:
         "duration_s": int((last - first).total_seconds()) + step,
         "nodes": sorted({row["node__name"] for row in per_gpu}),
         "gpu_count": len(per_gpu),
+        "gpu_hours": round(sum(row["held_s"] for row in per_gpu) / 3600, 3),
         "util_mean": _round(sum(utils) / len(utils)) if utils else None,
         "energy_j": _round(sum(row["energy_j"] or 0 for row in per_gpu), 0),
         "gpus": [{"node": row["node__name"], "gpu": row["gpu"], "first": row["first"].isoformat(),
-                  "last": row["last"].isoformat(), "buckets": row["buckets"], "util": _round(row["util"]),
+                  "last": row["last"].isoformat(), "buckets": row["buckets"], "held_s": round(row["held_s"]),
+                  "util": _round(row["util"]),
                   "util_max": _round(row["util_max"]), "sm_active": _round(row["sm_active"], 3),
                   "fb_used_mib": _round(row["fb_used_mib"], 0), "fb_used_max_mib": _round(row["fb_used_max_mib"], 0),
                   "power_w": _round(row["power_w"]), "energy_j": _round(row["energy_j"], 0),

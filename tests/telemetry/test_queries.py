@@ -244,7 +244,8 @@ def test_jobs_of_the_range(inventory):
     sample_telemetry(inventory)
     assert queries.jobs("1h", now=NOW) == [{"job": "4242", "nodes": ["gpu-01", "gpu-02"], "gpus": 2,
                                             "first": "2026-03-02T11:58:00+00:00",
-                                            "last": "2026-03-02T11:59:00+00:00", "util_mean": 32.5}]
+                                            "last": "2026-03-02T11:59:00+00:00",
+                                            "gpu_hours": 0.05, "util_mean": 32.5}]  # 3 GPU-minutes
     assert queries.jobs("1h", now=NOW + timedelta(hours=2)) == []
 
 

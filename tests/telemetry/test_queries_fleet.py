@@ -130,9 +130,9 @@ def test_the_jobs_of_a_day_of_a_large_fleet_read_hours_then_minutes(inventory, l
     gpu_row(one, 2, at(11, 31), util=40, job="B")
     assert queries.jobs("24h", now=NOW) == [
         {"job": "B", "nodes": ["gpu-01"], "gpus": 2, "first": "2026-03-02T11:30:00+00:00",
-         "last": "2026-03-02T11:31:00+00:00", "util_mean": 55.0},
+         "last": "2026-03-02T11:31:00+00:00", "gpu_hours": 0.033, "util_mean": 55.0},  # 2 GPU-minutes
         {"job": "A", "nodes": ["gpu-01"], "gpus": 1, "first": "2026-03-02T10:00:00+00:00",
-         "last": "2026-03-02T10:00:00+00:00", "util_mean": 30.0}]
+         "last": "2026-03-02T10:00:00+00:00", "gpu_hours": 1.0, "util_mean": 30.0}]
 
 
 def test_an_hour_of_jobs_reads_inside_the_hour_only(inventory, large_fleet):
