@@ -1075,8 +1075,9 @@ def _exact(best, checked_gpus, layout_now, base_items, placeable, *, use_solver:
                                                            if (g := where.get(id(item))) is not None})
                         served = weight
                         plan_from = "solver"
-        if plan_from == "greedy" and solution.status in ("optimal", "feasible"):
-            note += "; the greedy plan serves as much"
+        if plan_from == "greedy" and solution.assignment is not None and "greedy plan is kept" not in note:
+            note += "; the greedy plan serves as much" if solution.weight >= served - TOLERANCE * max(1.0, served) \
+                else "; the greedy plan serves more"
     optimal = _close(served, bound)
     if optimal:
         bound = served   # within the tolerance: the bound's last digits are the solver's arithmetic
