@@ -29,13 +29,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from safetensors.numpy import save_file
 
-from appliance.accounts.services import create_user
+from appliance.accounts.services import create_user, generate_password
 from appliance.audit import services as audit
 from appliance.core import context
 from appliance.core.roles import Role
+from appliance.inventory.models import Pool
+from appliance.lending.models import LendingPolicy
+from appliance.lifecycle import deployments, services
+from appliance.lifecycle.errors import LifecycleError
+from appliance.lifecycle.models import RegisteredModel
+from appliance.lifecycle.roots import simulated_mount
+
+from . import workload
 
 ENGINEER, LEAD = "demo-engineer", "demo-lead"
 JOB_WAIT_S = 20  # how long the story waits for the workload's first Slurm job, the lineage of its models
@@ -91,8 +101,6 @@ def _person(username: str, role: str):
     existing = get_user_model().objects.filter(username=username).first()
     if existing is not None:
         return existing
-    from appliance.accounts.services import generate_password
-
     user = create_user(username, role, generate_password())
     user.set_unusable_password()
     user.save(update_fields=["password"])
@@ -102,8 +110,6 @@ def _person(username: str, role: str):
 def _first_training_job() -> str:
     """The Slurm id of the demo workload's first training job (its jobs.jsonl), waiting a little for the
     driver to submit it; "" where none comes."""
-    from . import workload
-
     path = workload.workload_dir() / "jobs.jsonl"
     end = time.monotonic() + JOB_WAIT_S
     while True:
@@ -122,9 +128,6 @@ def _first_training_job() -> str:
 
 def _write_files(directory: Path, model: DemoModel) -> None:
     """config.json and the weights (safetensors, seeded: the same bytes on every demo)."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
     directory.mkdir(parents=True, exist_ok=True)
     vocab = 512
     (directory / "config.json").write_text(json.dumps({
@@ -138,10 +141,6 @@ def _write_files(directory: Path, model: DemoModel) -> None:
 
 
 def _promote_and_deploy(appliance, model: DemoModel, job: str, engineer, lead, result: StoryResult) -> None:
-    from appliance.lifecycle import deployments, services
-    from appliance.lifecycle.errors import LifecycleError
-    from appliance.lifecycle.roots import simulated_mount
-
     source = f"/mnt/scratch/models/{model.name}/v1"
     _write_files(Path(simulated_mount(source)), model)
     dataset = Path(simulated_mount(model.dataset))
@@ -177,9 +176,6 @@ def _promote_and_deploy(appliance, model: DemoModel, job: str, engineer, lead, r
 
 
 def _lending_policies(appliance, lead) -> list[str]:
-    from appliance.inventory.models import Pool
-    from appliance.lending.models import LendingPolicy
-
     made = []
     with context.acting_as(lead), transaction.atomic():
         for pool in Pool.objects.filter(appliance=appliance).order_by("name"):
@@ -200,8 +196,6 @@ def _lending_policies(appliance, lead) -> list[str]:
 def tell(appliance) -> StoryResult:
     """Tell the demo's story on `appliance` (simulated); see the module's docstring. What it did is recorded
     as one audit event, simulation.demo.story, whose `lines` the bootstrap prints."""
-    from appliance.lifecycle.models import RegisteredModel
-
     result = StoryResult([], [], [], [])
     engineer, lead = _person(ENGINEER, Role.ML_ENGINEER), _person(LEAD, Role.ADMINISTRATOR)
     untold = [model for model in DEMO_MODELS if not RegisteredModel.objects.filter(name=model.name).exists()]
