@@ -98,7 +98,8 @@ class GpuSeriesAPIView(TelemetryView):
 
 
 class JobListAPIView(TelemetryView):
-    """Jobs (Slurm job ids, inference services) that held a GPU in the range, newest first."""
+    """Jobs (Slurm job ids, inference services) that held a GPU in the range, newest first: each minute a job
+    held any seconds of counts (a minute that changed hands for each holder's seconds: gpu_hours)."""
 
     @extend_schema(operation_id="telemetry_jobs_list", parameters=[RANGE], responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
@@ -109,7 +110,8 @@ class JobListAPIView(TelemetryView):
 
 
 class JobAPIView(TelemetryView):
-    """A job: its GPUs, their use over the job's span, the fabric and filesystem I/O of its nodes."""
+    """A job: its GPUs, their use over the job's span, the fabric and filesystem I/O of its nodes; every
+    minute it held any seconds of, its figures over the seconds it held (held_s, gpu_hours)."""
 
     @extend_schema(parameters=[JOB], responses={200: OpenApiTypes.OBJECT, 404: None})
     def get(self, request, job):
