@@ -131,6 +131,7 @@ def test_install_writes_units_env_file_and_certificate_once(installed):
     portal = unit_settings(units / "appliance-portal.service")
     assert portal["User"] == "root" and portal["EnvironmentFile"] == str(config / "appliance.env")
     assert f"--certfile {config}/tls/cert.pem --keyfile {config}/tls/key.pem" in portal["ExecStart"]
+    assert "--no-control-socket" in portal["ExecStart"].split()  # systemd drives it, no socket of gunicorn's
     assert "Installed: 6 file(s) written" in installed["first"]
     # Idempotent: the second run writes nothing and keeps the certificate.
     assert "Installed: 0 file(s) written" in installed["second"]
