@@ -985,19 +985,25 @@ def _part_rows(job_id: str, spans: dict[int, list]) -> list[dict]:
 def _job_spans(job_id: str, held: dict) -> dict[int, list]:
     """{node id: [first, last]} where a minute `job_id` held a part of may be: a minute either side of the
     minutes it held most of on a node (`held`: {node id: (first, last)}; a job that starts or ends inside a
-    minute), and where a scheduler placed it (a job that never held most of a minute; a placement's open
-    end or start: no bound). One query."""
-    spans = {node_id: [first - timedelta(seconds=MINUTE), last + timedelta(seconds=MINUTE)]
-             for node_id, (first, last) in held.items()}
+    minute), and on the other nodes where a scheduler placed it (a job that never held most of a minute
+    there), over the placement's span, its open start or end bounded by the job's minutes elsewhere (None:
+    none, no bound). One query."""
+    margin = timedelta(seconds=MINUTE)
+    spans = {node_id: [first - margin, last + margin] for node_id, (first, last) in held.items()}
+    lo_all = min(first for first, _ in held.values()) - margin if held else None
+    hi_all = max(last for _, last in held.values()) + margin if held else None
+    placed: dict[int, list] = {}
     for node_id, first, last in JobPlacement.objects.filter(job=job_id).values_list("node", "start", "end"):
-        lo = None if first is None else first - timedelta(seconds=MINUTE)
-        hi = None if last is None else last + timedelta(seconds=MINUTE)
         if node_id in spans:
-            known = spans[node_id]
-            lo = None if lo is None else min(lo, known[0])
-            hi = None if hi is None else max(hi, known[1])
-        spans[node_id] = [lo, hi]
-    return spans
+            continue
+        lo = lo_all if first is None else first - margin
+        hi = hi_all if last is None else last + margin
+        known = placed.get(node_id)
+        if known is not None:  # placed by two providers: both spans
+            lo = None if lo is None or known[0] is None else min(lo, known[0])
+            hi = None if hi is None or known[1] is None else max(hi, known[1])
+        placed[node_id] = [lo, hi]
+    return spans | placed
 
 
 def job_bounds(job_id: str) -> tuple[datetime, datetime, list[str]] | None:
