@@ -128,3 +128,21 @@ def test_the_api_and_the_pages_show_the_holders_and_not_the_unverified_one(clien
     row = page.content.decode().split('<tr data-gpu="gpu-01/0">', 1)[1].split("</tr>", 1)[0]
     assert "<td>30.0 %</td>" in row and row.endswith("<td>1</td>")  # its utilization, one minute
     assert client.get("/telemetry/jobs/9999/").status_code == 404
+
+
+def test_a_job_that_held_whole_minutes_on_one_node_and_a_part_on_another_has_both(inventory):
+    """4190 held GPU 3 of gpu-02 for the two minutes before 11:59 (placed there too): its page has gpu-02's
+    two minutes and gpu-01's 20 s."""
+    two = inventory.gpu_node_2
+    for minute in (57, 58):
+        gpu_row(two, 3, datetime(2026, 3, 2, 11, minute, tzinfo=UTC), util=50, energy_j=9000, job="4190")
+    place(two, "4190")
+    data = queries.job("4190")
+    assert data["nodes"] == ["gpu-01", "gpu-02"]
+    assert [(g["node"], g["gpu"], g["buckets"], g["held_s"]) for g in data["gpus"]] == [
+        ("gpu-01", 0, 1, 20), ("gpu-02", 3, 2, 120)]
+    assert data["gpu_hours"] == 0.039  # 140 s
+    assert data["energy_j"] == 20000.0  # 2,000 + 2 x 9,000
+    assert data["t"] == [T_1158 - 60, T_1158, T_1159]
+    assert queries.job_bounds("4190") == (datetime(2026, 3, 2, 11, 57, tzinfo=UTC),
+                                          datetime(2026, 3, 2, 11, 59, tzinfo=UTC), ["gpu-01", "gpu-02"])
