@@ -21,12 +21,13 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
 from appliance import audit
 
 from . import profiling, rules
 from .models import CAUSE_FIELDS, AttributionCursor, CauseHour, Finding
+from .texts import gettext as _
+from .texts import in_language, joined
 
 # ---- thresholds -------------------------------------------------------------------------------------------
 # A job (or GPU) that held (or measured) fewer GPU-hours than this in the window is not judged: too little to
@@ -340,7 +341,7 @@ def detect_input_bound(rows) -> Result:
         if not proposals:
             proposals.append(_("profile the input pipeline (the GPUs waited, no mount or CPU figure explains it)"))
         result.candidates.append(Candidate(
-            Finding.Kind.INPUT_BOUND, job, summary, "; ".join(proposals), _hours(totals["input_bound_s"]),
+            Finding.Kind.INPUT_BOUND, job, summary, joined("; ", proposals), _hours(totals["input_bound_s"]),
             {"share": round(share, 4), "input_bound_gpu_hours": _hours(totals["input_bound_s"]),
              "gpu_hours": _hours(totals["gpu_seconds"]), "mounts": mounts,
              "cpu_busy": None if busy is None else round(busy, 4), "cpu_iowait": None if wait is None else round(wait, 4),
@@ -948,6 +949,33 @@ def refresh_schedule(now: datetime | None = None) -> dict:
     return schedule
 
 
+# The evidence's key that holds a finding's summary and proposal in each other language of the portal.
+TRANSLATIONS = "translations"
+
+
+def translations(candidate: Candidate) -> dict:
+    """{language: {"summary", "proposal"}} for each language of the portal but the appliance's own."""
+    return {language: {"summary": in_language(candidate.summary, language),
+                       "proposal": in_language(candidate.proposal, language)}
+            for language, _name in settings.LANGUAGES if language != settings.LANGUAGE_CODE}
+
+
+def _stored(value):
+    """Evidence as stored: any generated text in it in the appliance's language, whoever ran the detectors."""
+    if isinstance(value, dict):
+        return {key: _stored(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_stored(item) for item in value]
+    return in_language(value, settings.LANGUAGE_CODE) if isinstance(value, str) else value
+
+
+def read_in(finding: Finding, part: str, language: str | None) -> str:
+    """A finding's summary or proposal in `language` where the detectors wrote it in that language too, else
+    as stored (a finding written before they did)."""
+    text = ((finding.evidence or {}).get(TRANSLATIONS) or {}).get(language or "", {}).get(part)
+    return text if isinstance(text, str) and text else getattr(finding, part)
+
+
 def refresh(since: datetime | None = None, until: datetime | None = None) -> dict:
     """Run the detectors over [since, until) (the last day by default; pool idleness over 14 days) and
     bring the findings up to date. Returns the counts and the keys opened and resolved."""
@@ -961,8 +989,10 @@ def refresh(since: datetime | None = None, until: datetime | None = None) -> dic
         existing = {f.key: f for f in Finding.objects.select_for_update().filter(
             key__in=[c.key for c in found.candidates])}
         for candidate in found.candidates:
-            values = {"kind": candidate.kind, "subject": candidate.subject, "summary": candidate.summary,
-                      "proposal": candidate.proposal, "severity": candidate.severity, "evidence": candidate.evidence,
+            values = {"kind": candidate.kind, "subject": candidate.subject,
+                      "summary": in_language(candidate.summary, settings.LANGUAGE_CODE),
+                      "proposal": in_language(candidate.proposal, settings.LANGUAGE_CODE),
+                      "severity": candidate.severity, "evidence": _stored(candidate.evidence) | {TRANSLATIONS: translations(candidate)},
                       "node_id": candidate.node_id, "job": candidate.job, "pool": candidate.pool,
                       "window_start": since, "window_end": until, "last_seen": now}
             finding = existing.get(candidate.key)

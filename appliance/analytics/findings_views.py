@@ -62,7 +62,8 @@ class RecommendationView(CapabilityMixin, TemplateView):
                 profile = profiling.suggest(finding.job, finding.window_start, finding.window_end)
             except profiling.ProfileError:
                 profile = None
-        evidence = [(name, value) for name, value in sorted((finding.evidence or {}).items())]
+        evidence = [(name, value) for name, value in sorted((finding.evidence or {}).items())
+                    if name != findings.TRANSLATIONS]  # the texts above, not a figure
         plans = list(finding.lending_plans.order_by("-pk")) if hasattr(finding, "lending_plans") else []
         context.update(finding=finding, evidence=evidence, profile=profile, plans=plans,
                        can_decide=can(self.request.user, CHANGE_CAPABILITY) and finding.state == Finding.State.OPEN)
