@@ -1,9 +1,13 @@
-from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Value
+from datetime import timedelta
+
+from django.db.models import Avg, Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.urls import reverse
+from django.utils import timezone
 from django.views.generic import TemplateView
 
-from appliance.analytics.models import Finding
+from appliance.analytics.models import CAUSE_FIELDS, CauseHour, Finding
+from appliance.analytics.views import CAUSE_NAMES
 from appliance.core.permissions import CapabilityMixin
 from appliance.core.roles import can
 from appliance.inventory.choices import ComponentKind, HealthStatus
@@ -31,6 +35,36 @@ def idle_gpus(bucket: str | None) -> list[dict]:
     rows = (GpuRollup.objects.filter(step=MINUTE, instance=WHOLE_GPU, start=bucket, util__lt=5)
             .order_by("node__name", "gpu").values("node__name", "gpu", "util", "job")[:IDLE_SHOWN])
     return [{"node": row["node__name"], "gpu": row["gpu"], "util": row["util"], "job": row["job"]} for row in rows]
+
+
+TREND_MINUTES = 60
+
+
+def utilization_trend(now) -> dict | None:
+    """The fleet's mean GPU utilization each minute of the last hour, as an SVG polyline's points (x: minutes,
+    0-60; y: 0 at 100 %, 30 at 0 %), with the first and last figures; None without two minutes of data."""
+    since = now.replace(second=0, microsecond=0) - timedelta(minutes=TREND_MINUTES)
+    rows = list(GpuRollup.objects.filter(step=MINUTE, instance=WHOLE_GPU, start__gte=since, util__isnull=False)
+                .values("start").annotate(util=Avg("util")).order_by("start"))
+    if len(rows) < 2:
+        return None
+    points = " ".join(f"{(row['start'] - since).total_seconds() / 60:.0f},{30 - 0.3 * row['util']:.1f}"
+                      for row in rows)
+    return {"points": points, "first": f"{rows[0]['util']:.0f}", "last": f"{rows[-1]['util']:.0f}",
+            "low": f"{min(row['util'] for row in rows):.0f}", "high": f"{max(row['util'] for row in rows):.0f}",
+            "minutes": len(rows)}
+
+
+def idle_by_cause(now) -> list[dict]:
+    """The idle GPU-hours of the current and the previous hour by cause (the ledger's, every cause but busy
+    and no data), most first."""
+    since = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    causes = [label for label in CAUSE_FIELDS if label not in ("busy", "no-data")]
+    sums = CauseHour.objects.filter(hour__gte=since).aggregate(
+        **{label.replace("-", "_"): Sum(CAUSE_FIELDS[label]) for label in causes})
+    entries = [{"label": label, "name": CAUSE_NAMES[label], "hours": (sums[label.replace("-", "_")] or 0) / 3600}
+               for label in causes]
+    return sorted((e for e in entries if e["hours"] >= 0.005), key=lambda e: (-e["hours"], e["label"]))
 
 
 def launch_pad(user) -> list[dict]:
@@ -127,6 +161,10 @@ class OverviewView(CapabilityMixin, TemplateView):
             gpu_live=live_summary(),
             launch=launch_pad(self.request.user),
         )
+        if can(self.request.user, "telemetry.view"):
+            now = timezone.now()
+            context["trend"] = utilization_trend(now)
+            context["idle_causes"] = idle_by_cause(now) if can(self.request.user, "analytics.view") else []
         context["idle_gpus"] = idle_gpus(context["gpu_live"]["bucket"])
         context["idle_shown"] = IDLE_SHOWN
         return context

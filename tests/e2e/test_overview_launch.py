@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from appliance.analytics.models import Finding
+from appliance.analytics.models import CauseHour, Finding
 from appliance.core.roles import Role
 from appliance.telemetry.models import GpuRollup
 from tests.e2e.conftest import screenshot
@@ -21,14 +21,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def fleet():
-    """The sample inventory; in the newest minute job 4182 busy on GPU 0 and holding GPU 1 idle, GPU 2 free;
-    one open recommendation."""
+    """The sample inventory; in the newest minute job 4182 busy on GPU 0 and holding GPU 1 idle, GPU 2 free
+    (half an hour before, GPU 0 at 50 %); half a GPU-hour allocated but idle this hour; one open
+    recommendation."""
     inventory = build_sample_inventory()
     minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
     GpuRollup.objects.bulk_create([
         GpuRollup(node=inventory.gpu_node, gpu=gpu, step=60, start=minute, samples=60, util=util, job=job,
                   fb_used_mib=1024.0, fb_total_mib=81559.0, power_w=100.0)
-        for gpu, util, job in [(0, 97.0, "4182"), (1, 1.0, "4182"), (2, 0.0, "")]])
+        for gpu, util, job in [(0, 97.0, "4182"), (1, 1.0, "4182"), (2, 0.0, "")]]
+        + [GpuRollup(node=inventory.gpu_node, gpu=0, step=60, start=minute - timedelta(minutes=30), samples=60,
+                     util=50.0, job="4182")])  # half an hour before: the hour's line has two points
+    CauseHour.objects.create(node=inventory.gpu_node, gpu=1, hour=minute.replace(minute=0), job="4182",
+                             pool="training", gpu_seconds=1800, allocated_idle_s=1800)
     Finding.objects.create(key="allocated-idle:4182", kind=Finding.Kind.ALLOCATED_IDLE, subject="4182",
                            summary="job 4182 held 1 GPU idle", proposal="release it", window_start=minute,
                            window_end=minute, first_seen=minute, last_seen=minute)
@@ -67,6 +72,9 @@ def test_the_overview_leads_to_the_lists_behind_its_figures(browser, live_server
         pad = page.get_by_test_id("overview-launch")
         expect(pad.locator("[data-figure=findings]")).to_have_text(f"1 {texts['findings']}")
         expect(pad.locator("[data-figure=jobs] .big")).to_have_text("1")
+        expect(page.get_by_test_id("overview-trend").locator("polyline")).to_have_count(1)
+        expect(page.get_by_test_id("overview-idle-causes").locator("[data-cause=allocated-idle]")).to_contain_text(
+            "0.50")
         page.get_by_test_id("gpu-live-idle").click()  # 2 idle: GPU 1 held by 4182, GPU 2 free
         assert page.url.endswith("/#idle-gpus")
         expect(page.locator("#idle-gpus")).to_have_text(texts["idle"])  # the link's target is the list's heading

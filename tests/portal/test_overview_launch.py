@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from appliance.analytics.models import Finding
+from appliance.analytics.models import CauseHour, Finding
 from appliance.core.roles import Role
 from appliance.lending.models import LendingPlan, PlanState
 from appliance.telemetry.models import GpuRollup, HardwareEvent
@@ -81,3 +81,29 @@ def test_nothing_idle_nothing_to_follow(client_for, fleet):
     GpuRollup.objects.filter(util__lt=5).update(util=60.0)
     html = client_for(Role.VIEWER).get("/").content.decode()
     assert 'data-testid="idle-gpus"' not in html and 'href="#idle-gpus"' not in html
+
+
+def test_an_hour_of_utilization_and_the_idle_gpu_hours_by_cause(client_for, fleet):
+    node = fleet.gpu_node
+    # Three earlier minutes of the hour (GPU 7 alone: 20 %, 40 %, 80 %), the fleet's older minute (GPU 4, 0 %)
+    # and the newest (the mean of six GPUs: 226 / 6 = 37.7 %).
+    GpuRollup.objects.bulk_create([GpuRollup(node=node, gpu=7, step=60, start=MINUTE - timedelta(minutes=ago),
+                                             samples=60, util=util) for ago, util in [(50, 20.0), (30, 40.0), (10, 80.0)]])
+    hour = NOW.replace(minute=0, second=0)
+    CauseHour.objects.bulk_create([
+        CauseHour(node=node, gpu=0, hour=hour, job="4182", pool="training", gpu_seconds=600, busy_s=300,
+                  input_bound_s=300),
+        CauseHour(node=node, gpu=3, hour=hour - timedelta(hours=1), pool="training", gpu_seconds=3600,
+                  idle_unallocated_s=3600),
+        CauseHour(node=node, gpu=3, hour=hour - timedelta(hours=2), pool="training", gpu_seconds=3600,
+                  idle_unallocated_s=3600),  # before the last full hour: not counted
+    ])
+    html = client_for(Role.VIEWER).get("/").content.decode()
+    # x: minutes since 09:10 (an hour before now's minute); y: 30 at 0 %, 0 at 100 %.
+    assert '<polyline points="9,24.0 29,18.0 49,6.0 54,30.0 59,18.7" class="trend-line"/>' in html
+    assert "Mean GPU utilization over the last hour: 20 % to 38 %, between 0 % and 80 %" in html
+    causes = html[html.index('data-testid="overview-idle-causes"'):]
+    causes = causes[:causes.index("</p>")]
+    assert 'href="/analytics/?range=24h"' in causes
+    assert [part.split('"')[0] for part in causes.split('data-cause="')[1:]] == ["idle-unallocated", "input-bound"]
+    assert "Idle, not allocated 1.00" in causes and "Input-bound 0.08" in causes
