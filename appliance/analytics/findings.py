@@ -27,7 +27,7 @@ from appliance import audit
 from . import profiling, rules
 from .models import CAUSE_FIELDS, AttributionCursor, CauseHour, Finding
 from .texts import gettext as _
-from .texts import in_language, joined
+from .texts import in_language, joined, pgettext
 
 # ---- thresholds -------------------------------------------------------------------------------------------
 # A job (or GPU) that held (or measured) fewer GPU-hours than this in the window is not judged: too little to
@@ -474,6 +474,13 @@ def _heat_text(clocks: dict) -> str:
              "slows for heat: its temperature sensor or board is suspect") % figures
 
 
+def _reasons_text(reasons: list[str]):
+    """The slowdown reasons (SLOWDOWN_NAMES' values) as a reader's words: "thermal/power"."""
+    words = {"power": pgettext("GPU slowdown reason", "power"), "thermal": pgettext("GPU slowdown reason", "thermal"),
+             "hardware slowdown": pgettext("GPU slowdown reason", "hardware slowdown")}
+    return joined("/", [words.get(reason, reason) for reason in reasons])
+
+
 def _cause_proposal(reasons: list[str], clocks: dict | None = None) -> str:
     peak = (clocks or {}).get("thermal_temp_max_c")
     if "thermal" in reasons and peak is not None and peak < THERMAL_SLOWDOWN_FROM_C:
@@ -599,7 +606,7 @@ def detect_stragglers(rows, since, until, only: set[tuple] | None = None, clocks
             continue  # a slowdown too small to act on
         measured_clocks = (clocks if clocks is not None and (node_id, gpu) in clocks else _gpu_clocks(
             {(node_id, gpu)}, since, until))[(node_id, gpu)]
-        cause = "/".join(measured_clocks["reasons"]) or _("no slowdown reason reported")
+        cause = _reasons_text(measured_clocks["reasons"]) or _("no slowdown reason reported")
         figures = {"gpu": gpu, "node": node_name, "jobs": len(straggled), "all": len(jobs), "share": _pct(share)}
         if share >= STRAGGLER_MIN_SHARE:
             summary = _("GPU %(gpu)s of %(node)s held back %(jobs)s of its %(all)s jobs (straggler %(share)s of its "
@@ -654,7 +661,7 @@ def detect_throttled(rows, since, until, clocks: dict | None = None) -> Result:
         summary = _("GPU %(gpu)s of %(node)s was throttled %(share)s of its time (%(hours)s GPU-hours; reason: "
                     "%(cause)s; SM clock %(clock)s MHz of %(max)s%(heat)s)") % {
             "gpu": gpu, "node": node_name, "share": _pct(share), "hours": _hours(totals["throttled_s"]),
-            "cause": "/".join(measured_clocks["reasons"]) or "-", "clock": measured_clocks["sm_clock_mhz"] or "-",
+            "cause": _reasons_text(measured_clocks["reasons"]) or "-", "clock": measured_clocks["sm_clock_mhz"] or "-",
             "max": rules.NOMINAL_MAX_SM_CLOCK_MHZ, "heat": _heat_text(measured_clocks)}
         result.candidates.append(Candidate(
             Finding.Kind.THROTTLED, subject, summary, _cause_proposal(measured_clocks["reasons"], measured_clocks),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.utils import translation
 
-MESSAGE, LITERAL = "message", "literal"
+MESSAGE, CONTEXT_MESSAGE, LITERAL = "message", "context-message", "literal"
 
 
 def _render(parts: tuple) -> str:
@@ -21,7 +21,7 @@ def _render(parts: tuple) -> str:
         if kind == LITERAL:
             pieces.append(text)
             continue
-        translated = translation.gettext(text)
+        translated = translation.pgettext(*text) if kind == CONTEXT_MESSAGE else translation.gettext(text)
         if figures is None:
             pieces.append(translated)
             continue
@@ -43,11 +43,11 @@ class Text(str):
         return text
 
     def __mod__(self, figures):
-        if len(self.parts) != 1 or self.parts[0][0] != MESSAGE or self.parts[0][2] is not None:
+        if len(self.parts) != 1 or self.parts[0][0] == LITERAL or self.parts[0][2] is not None:
             raise TypeError("only a catalog message not yet given its figures takes them")
         if not isinstance(figures, dict):
             raise TypeError("a catalog message takes its figures by name")
-        return Text(((MESSAGE, self.parts[0][1], dict(figures)),))
+        return Text(((self.parts[0][0], self.parts[0][1], dict(figures)),))
 
     def __add__(self, other):
         return Text(self.parts + _parts(other))
@@ -66,6 +66,11 @@ class Text(str):
 def gettext(message: str) -> Text:
     """The catalog's message (makemessages finds it under `_`), to be given its figures with `%`."""
     return Text(((MESSAGE, message, None),))
+
+
+def pgettext(context: str, message: str) -> Text:
+    """The catalog's message in its context (a word the catalog has in another sense elsewhere)."""
+    return Text(((CONTEXT_MESSAGE, (context, message), None),))
 
 
 def joined(separator: str, texts) -> Text | str:

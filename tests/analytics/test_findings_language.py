@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 NOW = UNTIL - timedelta(minutes=50)
 THROTTLED_EN = ("GPU 5 of gpu02 was throttled 20% of its time (0.2 GPU-hours; reason: thermal; SM clock 1500.0 MHz "
                 "of 1980; up to 90 °C, at or above the 87 °C at which an H100 slows for heat)")
-THROTTLED_RU = ("GPU 5 узла gpu02 был в троттлинге 20% своего времени (0.2 GPU-часов; причина: thermal; частота SM "
+THROTTLED_RU = ("GPU 5 узла gpu02 был в троттлинге 20% своего времени (0.2 GPU-часов; причина: нагрев; частота SM "
                 "1500.0 МГц из 1980; до 90 °C, не ниже 87 °C, при которых H100 снижает частоты из-за нагрева)")
 COOLING_RU = "проверьте охлаждение: воздушный поток, вентиляторы, температуру на входе и радиатор этого GPU"
 
@@ -41,6 +41,8 @@ def test_stored_in_english_whoever_ran_them_and_in_russian_beside_it(refreshed):
     assert straggler.evidence["translations"]["ru"]["summary"].startswith("GPU 3 узла gpu02 задерживал 1 из своих 1 "
                                                                           "заданий")
     assert "с 2026-01-07 10:00 до 11:00 UTC" in straggler.evidence["translations"]["ru"]["summary"]  # its span too
+    assert straggler.evidence["translations"]["ru"]["summary"].endswith(" (троттлинг: мощность)")  # the reason too
+    assert straggler.summary.endswith(" (throttled: power)") and straggler.evidence["reasons"] == ["power"]
 
 
 def test_the_pages_show_the_readers_language(refreshed, client_for):
