@@ -104,8 +104,11 @@ def holder_names(entries: list[dict]) -> list[dict]:
 
 
 def linked(jobs: list[dict]) -> list[dict]:
-    """Each job with its page's address (none for a name the job pages' route refuses)."""
+    """Each job with its page's address (none for a name the job pages' route refuses) and who ran it: its
+    user, or "service" for an inference pool's holder (no Slurm owner)."""
+    kinds = dict(Pool.objects.values_list("name", "kind")) if jobs else {}
     for job in jobs:
+        job["who"] = job["user"] or (_("service") if kinds.get(job["pool"]) == Pool.Kind.INFERENCE else "—")
         try:
             job["url"] = reverse("analytics:job", args=[job["job"]])
         except NoReverseMatch:

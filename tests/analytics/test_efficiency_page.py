@@ -126,6 +126,9 @@ def test_an_inference_pools_services_are_services_and_unheld_hours_not_allocated
         "inference": ("services", "services (inference pool)", "0.50"),
         "(unallocated)": ("unallocated", "not allocated", "0.10")}
     assert "(no user)" not in client_for(Role.VIEWER).get("/analytics/report/?since=2026-03-05").content.decode()
+    html = client_for(Role.VIEWER).get("/analytics/").content.decode()
+    top = html[html.index('<tr data-job="chat-7b">'):]
+    assert '<td data-part="who">service</td>' in top[:top.index("</tr>")]  # the jobs that left GPUs idle
 
 
 def test_a_ten_minute_old_appliance_opens_on_its_hours_and_says_the_hour_is_not_over(clock, client_for):
