@@ -6,7 +6,7 @@ Content-Security-Policy allows neither), with the figures beside them in tables 
 """
 
 import math
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.generic import TemplateView
 
 from appliance.core.permissions import CapabilityMixin
+from appliance.core.templatetags.appliance_format import when
 from appliance.inventory.models import Pool
 from appliance.telemetry import jobinfo, queries
 
@@ -182,6 +183,16 @@ class AnalyticsPage(CapabilityMixin, TemplateView):
         return super().get_context_data(causes=causes(), **self.figures, **kwargs)
 
 
+def hourly(entries: list[dict], now) -> list[dict]:
+    """Hour groups named by their start in the portal's zone ("2026-03-05 10:00 UTC"), the hour not over yet
+    marked as such."""
+    for entry in entries:
+        start = datetime.fromisoformat(entry["key"].replace("Z", "+00:00"))
+        entry["name"] = when(start, "minutes")
+        entry["unfinished"] = start <= now < start + timedelta(hours=1)
+    return entries
+
+
 def first_attributed_hour():
     """The first hour the ledger has, or None on an appliance with no attributed hour yet."""
     return CauseHour.objects.order_by("hour").values_list("hour", flat=True).first()
@@ -224,7 +235,12 @@ class EfficiencyView(AnalyticsPage):
         pools, pool_scale = bars(data["pools"])
         user_bars, user_scale = bars(users[:MAX_USERS])
         days, day_scale = bars(data["days"])
+        hours, hour_scale = [], None
+        if self.range == "24h":  # the day hour by hour: when the GPUs idled, and why
+            hours, hour_scale = bars(hourly(services.efficiency(since=max(since, first or since), until=until,
+                                                                pool=pool, group="hour")["groups"], now))
         return {"data": data, "total": bar({"key": "appliance"} | data["total"]),
+                "hours": hours, "hour_scale": hour_scale,
                 "shown": window_shown(since, until, first, now),
                 "pools": pools, "pool_scale": pool_scale, "users": user_bars, "user_scale": user_scale,
                 "more_users": max(0, len(users) - MAX_USERS), "days": days, "day_scale": day_scale,

@@ -112,6 +112,10 @@ def test_bars_share_one_absolute_scale_with_the_figures(clock, client_for):
     assert pools.rows["training"]["rects"] == [("busy", "83.333"), ("idle-unallocated", "8.333")]
     assert pools.rows["inference"]["rects"] == [("memory-only", "41.667")]
     assert (pools.rows["training"]["hours"], pools.rows["inference"]["hours"]) == ("1.1", "0.50")
+    hours = table(html, "by-hour")  # 1.6 GPU-hours on a scale of 2: busy 1.0 is half the width
+    assert {key: (row["rects"], row["hours"]) for key, row in hours.rows.items()} == {
+        "2026-03-05T09:00Z": ([("busy", "50.000"), ("idle-unallocated", "5.000"), ("memory-only", "25.000")], "1.6")}
+    assert hours.scale == ["0", "1.0", "2.0 GPU-h"]
     # The appliance's own bar is its whole (100 %), its figures written out per cause.
     assert 'data-testid="cause-values"' in html
     assert '<tr data-cause="memory-only"><th scope="row">' in html
@@ -145,12 +149,16 @@ def test_a_ten_minute_old_appliance_opens_on_its_hours_and_says_the_hour_is_not_
     assert "from the first attributed hour" in window
     days = table(html, "by-day").rows
     assert "(so far)" in days["2026-03-05"]["name"]
+    hours = table(html, "by-hour").rows  # the day hour by hour, the hour not over said so
+    assert [(key, " ".join(row["name"].split()), row["hours"]) for key, row in hours.items()] == [
+        ("2026-03-05T10:00Z", "2026-03-05 10:00 UTC (so far)", "0.17")]
 
 
 def test_an_appliance_with_days_of_data_opens_on_seven_days(clock, client_for):
     two_pools(NOW.replace(minute=0) - 3 * 24 * HOUR)
     html = client_for(Role.VIEWER).get("/analytics/").content.decode()
     assert 'data-range="7d" aria-current="true"' in html
+    assert 'data-testid="by-hour"' not in html  # hour by hour on the 24 hours only
     assert table(html, "by-pool").rows["training"]["hours"] == "1.1"
 
 
