@@ -179,7 +179,10 @@ def test_input_bound_and_throttled_gpus_as_pynvml_and_the_node_see_them(demo_app
     throttled = read_through_pynvml(gpu02)
     for index, gpu in enumerate(throttled):
         if index in hot:
-            assert gpu["reasons"] == 0x60 and gpu["sm_clock"] < 1400 and gpu["temperature"] >= 88, gpu
+            # SW thermal slowdown from the H100's max operating temperature (87 C), HW from its slowdown (89 C),
+            # below its shutdown (92 C).
+            assert gpu["reasons"] & 0x20 and gpu["sm_clock"] < 1400 and 87 <= gpu["temperature"] < 92, gpu
+            assert bool(gpu["reasons"] & 0x40) == (gpu["temperature"] >= 89), gpu
         else:
             assert gpu["reasons"] & 0x60 == 0 and gpu["sm_clock"] == 1980, gpu
 
