@@ -39,6 +39,9 @@ def served_schema() -> dict:
 
 schema = schemathesis.openapi.from_dict(served_schema())
 schema.app = get_wsgi_application()
+# Strings without NUL: PostgreSQL stores no NUL in text or JSON, and the API refuses it (400 naming the field)
+# for a reason no JSON schema can state; every other character is generated.
+schema.config.generation.update(allow_x00=False)
 
 
 @pytest.fixture
@@ -109,7 +112,9 @@ RULES_BEYOND_THE_SCHEMA = {
 
 
 @schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None,
+# derandomize: the same examples on every run (each operation's drawn from its own name), so that a run fails
+# for what changed in the code, not for what the generator happened to draw that day.
+@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.filter_too_much])
 def test_api_conforms_to_its_schema(case, appliance_with_data):
