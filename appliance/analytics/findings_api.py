@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from appliance.core.api import error_response
 
-from . import findings, profiling
+from . import findings, profiling, services
 from .models import Finding
 
 STATES = ("open", "accepted", "dismissed", "resolved", "all")
@@ -109,14 +109,12 @@ class FindingDismissAPIView(FindingsView):
 
 
 def _time(request, name: str, default: datetime):
-    text = request.query_params.get(name, "").strip()
-    if not text:
-        return default
+    """services.parse_time of a query parameter (ValueError naming it), `default` when it is blank."""
     try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"{name}: {text[:40]!r} is not an ISO 8601 time") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+        value = services.parse_time(request.query_params.get(name, ""), name)
+    except services.AnalyticsError as exc:
+        raise ValueError(str(exc)) from None
+    return default if value is None else value
 
 
 class ProfileAPIView(FindingsView):

@@ -76,7 +76,7 @@ class AnalyticsError(ValueError):
 
 
 def parse_time(value, name: str) -> datetime | None:
-    """An ISO 8601 time (a date alone is its midnight UTC; no zone: UTC), or None for a blank value."""
+    """An ISO 8601 time (a date alone is its midnight UTC; no zone: UTC), in UTC, or None for a blank value."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, datetime):
@@ -88,7 +88,13 @@ def parse_time(value, name: str) -> datetime | None:
         except ValueError:
             raise AnalyticsError(f"{name}: {text[:40]!r} is not a time (ISO 8601, e.g. 2026-01-05 or "
                                  f"2026-01-05T10:00:00Z)") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    # In UTC: PostgreSQL takes no offset beyond 15:59 (Python takes up to 23:59), and the stores keep UTC.
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise AnalyticsError(f"{name}: {moment.isoformat()} is out of range in UTC") from None
 
 
 def window(since=None, until=None, *, default: timedelta = DEFAULT_WINDOW, now: datetime | None = None):

@@ -90,4 +90,16 @@ def test_profile_api_for_every_role_and_its_errors(measured_job, client_for):
         "job 9999: no GPU measurements between")
     bad = viewer.get("/api/v1/analytics/profiles/5001/?since=yesterday")
     assert bad.status_code == 400 and bad.json()["error"]["fields"] == {
-        "since": ["since: 'yesterday' is not an ISO 8601 time"]}
+        "since": ["since: 'yesterday' is not a time (ISO 8601, e.g. 2026-01-05 or 2026-01-05T10:00:00Z)"]}
+
+
+@pytest.mark.postgres
+def test_a_time_with_any_offset_python_takes_is_read_in_utc(measured_job, client_for):
+    """Found by schemathesis on PostgreSQL (a 500): an offset Python takes and PostgreSQL does not (past 15:59)."""
+    viewer = client_for(Role.VIEWER)
+    far = viewer.get("/api/v1/analytics/profiles/5001/", {"since": "2026-01-01T00:00:00+16:23",
+                                                           "until": "2026-01-01T11:00:00+00:00"})
+    assert far.status_code == 200, far.content
+    out = viewer.get("/api/v1/analytics/profiles/5001/", {"since": "0001-01-01T00:00:00+16:00"})
+    assert out.status_code == 400 and out.json()["error"]["fields"] == {
+        "since": ["since: 0001-01-01T00:00:00+16:00 is out of range in UTC"]}
