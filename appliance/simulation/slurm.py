@@ -521,6 +521,14 @@ def _terminate(pids: list[int], grace: float = 5.0) -> None:
         if _ours(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    # SIGKILL is delivered, not awaited: wait (bounded) until none is left, so that the caller's next look
+    # does not find a process on its way out (a full run saw one still there after stop returned).
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_ours(pid) for pid in pids):
+        for pid in pids:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
 
 
 def stop(appliance) -> dict:
@@ -542,8 +550,8 @@ def stop(appliance) -> dict:
     # until nothing of this cluster is left, for a bounded time.
     leftover: list[int] = []
     deadline = time.monotonic() + 15
-    while (found := [pid for pid in _processes() if pid not in leftover]) and time.monotonic() < deadline:
-        leftover += found
+    while (found := _processes()) and time.monotonic() < deadline:
+        leftover += [pid for pid in found if pid not in leftover]
         _terminate(found, grace=2.0)
     if stopped or leftover:
         audit.record("simulation.slurm.stop", target=appliance, details={"stopped": stopped, "other_processes": len(leftover)})
