@@ -96,6 +96,8 @@ def split_by_holders(records: Iterable[Mapping], step: int = 60) -> list[dict]:
     (its job, its seconds, the figures over its seconds) and one of the seconds nobody held (no job, the
     figures at zero); parts of no second are left out. Any other record is its job's (or nobody's) whole
     bucket."""
+    # Deferred: telemetry.holders reads the telemetry app's queries (Django models); this module stays
+    # importable without Django (the rules and benchmarks use it so).
     from appliance.telemetry import holders as minute_holders
 
     result = []

@@ -39,6 +39,7 @@ from . import executor, playbook_vars, repository
 from .facts import FactsSink
 from .models import HostResult, Run, StageRun, TaskEvent
 from .processes import is_ansible, kill_tree
+from .signals import demo_workload_started
 from .states import RUN_FINISHED, RUN_MACHINE, STAGE_FAILED_TWIN, STAGE_MACHINE, RunState, StageState
 
 log = logging.getLogger(__name__)
@@ -275,8 +276,6 @@ def _start_demo_workload(run: Run, catalogue) -> str:
             workload.start(run.appliance, profile="demo", speed=60)
         except workload.WorkloadError as exc:
             return f"the demo workload did not start: {exc}"
-    from .signals import demo_workload_started
-
     for receiver, response in demo_workload_started.send_robust(sender=Run, appliance=run.appliance, run=run):
         if isinstance(response, Exception):
             log.error("the demo story (%s) failed", getattr(receiver, "__qualname__", receiver),

@@ -15,22 +15,17 @@ from appliance.lending.models import LendingPolicy
 from appliance.lifecycle.models import Deployment, ModelVersion, PromotionRequest
 from appliance.simulation import demo as story
 from appliance.simulation import slurm, workload
-from tests.simulation.slurm_fixtures import demo_appliance, write_stage_files  # noqa: F401 (a fixture)
+from tests.lifecycle.test_registry_slurm import training_slurm  # noqa: F401 (a fixture)
+from tests.simulation.slurm_fixtures import demo_appliance  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def demo(demo_appliance, settings, tmp_path):  # noqa: F811
-    """The demo appliance with its real (simulated) Slurm running, as at the end of its bootstrap."""
-    settings.LIFECYCLE_ARTIFACT_ROOTS = []  # the appliance's filesystems: /mnt/scratch is SIMULATION_DIR/...
-    settings.LIFECYCLE_SIGNING_KEY_FILE = tmp_path / "keys" / "model-signing.pem"
-    write_stage_files(demo_appliance)
-    try:
-        slurm.start(demo_appliance)
-        yield demo_appliance
-    finally:
-        slurm.stop(demo_appliance)
+def demo(training_slurm):  # noqa: F811
+    """The demo appliance with its real (simulated) Slurm running and its scratch filesystem as the artifact
+    root, as at the end of its bootstrap."""
+    return training_slurm
 
 
 @pytest.fixture
